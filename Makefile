@@ -1,0 +1,125 @@
+# Makefile — builds spex: the library objects, the CLI (build/spex), the tests and fuzzers.
+#
+#   make            release: -O3, one binary for any x86-64 (AVX2/AVX-512 picked at start-up)
+#   make debug      -O0 -g into build-debug/
+#   make asan       ASan+UBSan into build-asan/
+#   make test       release build + every test, last line "N passed, N failed"
+#   make test-asan  the same suite under ASan+UBSan
+#   make fuzz       libFuzzer targets (clang) into build-fuzz/
+#   make demo       the README's main job (see README.md)
+#
+# Sources are found by wildcard: a new .c file under src/ is part of the library, one under
+# tools/ is part of the CLI, tests/test_*.c is a test program, fuzz/fuzz_*.c a fuzz target.
+# Files under src/cpu/arch/<isa>/ are compiled with that ISA's flags only.
+
+BUILD ?= release
+CC ?= cc
+ARCH := $(shell uname -m)
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+ifeq ($(BUILD),release)
+  OUT ?= build
+  OPT := -O3 -g
+else ifeq ($(BUILD),debug)
+  OUT ?= build-debug
+  OPT := -O0 -g3
+else ifeq ($(BUILD),asan)
+  OUT ?= build-asan
+  OPT := -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+  LDSAN := -fsanitize=address,undefined
+else
+  $(error BUILD must be release, debug or asan)
+endif
+
+WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wmissing-prototypes
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -Iinclude -Isrc -pthread -MMD -MP $(EXTRA_CFLAGS)
+LDLIBS := -lm -pthread $(LDSAN)
+
+AVX2_FLAGS := -mavx2 -mfma -mf16c
+AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
+
+ALL_SRC := $(shell find src -name '*.c' | sort)
+ifeq ($(filter x86_64 i686 i386,$(ARCH)),)
+  LIB_SRC := $(filter-out src/cpu/arch/x86/%,$(ALL_SRC))
+else
+  LIB_SRC := $(filter-out src/cpu/arch/arm/%,$(ALL_SRC))
+endif
+ifneq ($(ARCH),aarch64)
+  LIB_SRC := $(filter-out src/cpu/arch/arm/%,$(LIB_SRC))
+endif
+TOOL_SRC := $(sort $(wildcard tools/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+TEST_COMMON := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
+FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+
+LIB_OBJ := $(LIB_SRC:%.c=$(OUT)/obj/%.o)
+TOOL_OBJ := $(TOOL_SRC:%.c=$(OUT)/obj/%.o)
+TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(OUT)/obj/%.o)
+TEST_BIN := $(TEST_SRC:tests/%.c=$(OUT)/tests/%)
+LIB := $(OUT)/libspex.a
+
+.PHONY: all release debug asan test test-asan fuzz fuzz-run demo clean tests
+all: $(OUT)/spex
+
+release:
+	$(MAKE) BUILD=release
+debug:
+	$(MAKE) BUILD=debug
+asan:
+	$(MAKE) BUILD=asan
+
+$(OUT)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_BASE) $(CFLAGS_ISA) -c $< -o $@
+
+$(OUT)/obj/src/cpu/arch/x86/avx2/%.o: CFLAGS_ISA := $(AVX2_FLAGS)
+$(OUT)/obj/src/cpu/arch/x86/avx512/%.o: CFLAGS_ISA := $(AVX512_FLAGS)
+
+$(LIB): $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@
+	ar rcs $@ $^
+
+$(OUT)/spex: $(TOOL_OBJ) $(LIB)
+	$(CC) $(OPT) -o $@ $(TOOL_OBJ) $(LIB) $(LDLIBS)
+
+$(OUT)/tests/%: $(OUT)/obj/tests/%.o $(TEST_COMMON_OBJ) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -o $@ $< $(TEST_COMMON_OBJ) $(LIB) $(LDLIBS)
+
+tests: $(TEST_BIN) $(OUT)/spex
+
+test:
+	$(MAKE) -j$(JOBS) BUILD=$(BUILD) tests
+	tests/run.sh $(OUT)
+
+test-asan:
+	$(MAKE) BUILD=asan test
+
+# libFuzzer targets: clang only, with ASan+UBSan; the library is rebuilt with coverage.
+FUZZ_OUT := build-fuzz
+FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -pthread -fsanitize=fuzzer,address,undefined
+# Parsers depend only on core, gguf and tensor (one-way dependencies), so fuzzers link just those.
+FUZZ_LIB_SRC := $(filter src/core/% src/gguf/% src/tensor/%,$(LIB_SRC))
+fuzz: $(FUZZ_SRC:fuzz/%.c=$(FUZZ_OUT)/%)
+$(FUZZ_OUT)/%: fuzz/%.c $(FUZZ_LIB_SRC)
+	@mkdir -p $(FUZZ_OUT)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lm
+
+# Runs each fuzz target for FUZZ_SECONDS on its seed corpus (fuzz/corpus/<name>/).
+FUZZ_SECONDS ?= 30
+fuzz-run: fuzz
+	@set -e; for f in $(FUZZ_SRC:fuzz/%.c=%); do \
+	  name=$${f#fuzz_}; mkdir -p $(FUZZ_OUT)/corpus-$$name; \
+	  echo "fuzz: $$f for $(FUZZ_SECONDS)s"; \
+	  ./$(FUZZ_OUT)/$$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+	    -print_final_stats=1 $(FUZZ_OUT)/corpus-$$name fuzz/corpus/$$name 2>&1 | tail -n 12; \
+	done
+
+demo: all
+	scripts/demo.sh $(OUT)
+
+clean:
+	rm -rf build build-debug build-asan build-fuzz
+
+-include $(shell find $(OUT) -name '*.d' 2>/dev/null)

@@ -1,0 +1,55 @@
+/*
+ * harness.c — the harness behind test.h: case registry, filtering, result lines.
+ *
+ * Usage of any test program: test_x [substring]  (runs the cases whose name contains it).
+ */
+#include "test.h"
+
+#include <unistd.h>
+
+#define MAX_CASES 512
+static test_case cases[MAX_CASES];
+static int n_cases;
+int test_failed_;
+char test_skip_[256];
+
+void test_register_(const char *name, test_fn fn) {
+    if (n_cases < MAX_CASES) cases[n_cases++] = (test_case){name, fn};
+}
+
+const char *test_shared_path(const char *rel) {
+    static char buf[8][1024];
+    static int k;
+    const char *roots[] = {getenv("SPEX_SHARED"), "../shared", "../../shared", NULL};
+    for (int i = 0; i < 4; i++) {
+        if (i < 3 && !roots[i]) continue;
+        if (i == 3) break;
+        char *b = buf[k++ % 8];
+        snprintf(b, sizeof buf[0], "%s/%s", roots[i], rel);
+        if (access(b, R_OK) == 0) return b;
+    }
+    return NULL;
+}
+
+int test_main_(int argc, char **argv) {
+    const char *filter = argc > 1 ? argv[1] : NULL;
+    int pass = 0, fail = 0, skip = 0;
+    for (int i = 0; i < n_cases; i++) {
+        if (filter && !strstr(cases[i].name, filter)) continue;
+        test_failed_ = 0;
+        test_skip_[0] = 0;
+        cases[i].fn();
+        if (test_failed_) {
+            printf("FAIL %s\n", cases[i].name);
+            fail++;
+        } else if (test_skip_[0]) {
+            printf("SKIP %s: %s\n", cases[i].name, test_skip_);
+            skip++;
+        } else {
+            printf("PASS %s\n", cases[i].name);
+            pass++;
+        }
+        fflush(stdout);
+    }
+    return fail ? 1 : 0;
+}

@@ -1,0 +1,4 @@
+/* bench.c — placeholder until the subcommand lands (this session). */
+#include "cli.h"
+#include <stdio.h>
+int cmd_bench(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "error: not built yet\n"); return 1; }

@@ -1,0 +1,18 @@
+/*
+ * cli.h — the subcommands of the spex binary and the small helpers they share.
+ *
+ * Tools are thin: they parse flags, call the library, print. Only tools may exit.
+ */
+#ifndef SPEX_TOOLS_CLI_H
+#define SPEX_TOOLS_CLI_H
+
+int cmd_inspect(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_gen_smoke(int argc, char **argv);
+
+/* Parses "-t N" style integers; prints an error naming the flag and returns false on bad input. */
+#include <stdbool.h>
+bool cli_parse_int(const char *flag, const char *s, long min, long max, long *out);
+
+#endif

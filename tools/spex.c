@@ -1,0 +1,67 @@
+/*
+ * spex.c — entry point of the spex CLI: dispatches to one subcommand per file in tools/.
+ */
+#include "spex.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool cli_parse_int(const char *flag, const char *s, long min, long max, long *out) {
+    if (!s) {
+        fprintf(stderr, "error: %s needs a value\n", flag);
+        return false;
+    }
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < min || v > max) {
+        fprintf(stderr, "error: %s expects an integer in [%ld, %ld], got '%s'\n", flag, min, max, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "spex — GGUF inference engine with DFlash2 speculative decoding\n"
+            "\n"
+            "usage: spex COMMAND [ARGS]\n"
+            "\n"
+            "commands:\n"
+            "  inspect FILE              metadata, tensor table and validation of a GGUF file\n"
+            "  quantize IN OUT TYPE      requantize a GGUF (f16 bf16 q8_0 q4_0 q4_K_M q5_K_M q6_K)\n"
+            "  bench kernels             matmul throughput vs memory bandwidth\n"
+            "  gen-smoke OUT             write the small synthetic GGUF used by the smoke run\n"
+            "  isa                       print the CPU features and the kernel ISA in use\n"
+            "\n"
+            "Run 'spex COMMAND --help' for a command's flags. SPEX_ISA=scalar|avx2|avx512 forces an ISA.\n");
+}
+
+static int cmd_isa(void) {
+    const spex_cpu_features *f = spex_cpu_get_features();
+    printf("isa: %s\n", spex_isa_name(spex_cpu_isa()));
+    printf("features: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d neon=%d\n",
+           f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512dq,
+           f->avx512vnni, f->avx512bf16, f->neon);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gen-smoke")) return cmd_gen_smoke(argc - 1, argv + 1);
+    if (!strcmp(cmd, "isa")) return cmd_isa();
+    fprintf(stderr, "error: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}
