@@ -14,7 +14,7 @@
 
 BUILD ?= release
 CC ?= cc
-ARCH := $(shell uname -m)
+ARCH := $(shell $(CC) -dumpmachine | cut -d- -f1)
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 ifeq ($(BUILD),release)
@@ -109,17 +109,21 @@ $(FUZZ_OUT)/%: fuzz/%.c $(FUZZ_LIB_SRC)
 # Runs each fuzz target for FUZZ_SECONDS on its seed corpus (fuzz/corpus/<name>/).
 FUZZ_SECONDS ?= 30
 fuzz-run: fuzz
-	@set -e; for f in $(FUZZ_SRC:fuzz/%.c=%); do \
+	@for f in $(FUZZ_SRC:fuzz/%.c=%); do \
 	  name=$${f#fuzz_}; mkdir -p $(FUZZ_OUT)/corpus-$$name; \
 	  echo "fuzz: $$f for $(FUZZ_SECONDS)s"; \
-	  ./$(FUZZ_OUT)/$$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
-	    -print_final_stats=1 $(FUZZ_OUT)/corpus-$$name fuzz/corpus/$$name 2>&1 | tail -n 12; \
+	  if ./$(FUZZ_OUT)/$$f -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -rss_limit_mb=2048 -timeout=10 \
+	      -print_final_stats=1 $(FUZZ_OUT)/corpus-$$name fuzz/corpus/$$name >$(FUZZ_OUT)/$$f.log 2>&1; then \
+	    tail -n 4 $(FUZZ_OUT)/$$f.log; \
+	  else \
+	    tail -n 60 $(FUZZ_OUT)/$$f.log; echo "fuzz: $$f FAILED"; exit 1; \
+	  fi; \
 	done
 
 demo: all
 	scripts/demo.sh $(OUT)
 
 clean:
-	rm -rf build build-debug build-asan build-fuzz
+	rm -rf build build-debug build-asan build-fuzz build-clang build-werror-gcc build-werror-clang build-arm64
 
 -include $(shell find $(OUT) -name '*.d' 2>/dev/null)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# install-deps.sh — makes sure the Debian packages spex needs to build and test are present.
+#
+# Run as root it installs what is missing with apt-get; run as another user it lists what is
+# missing and exits 1. Nothing is downloaded outside Debian's archive.
+#
+#   build:  gcc, make (build-essential)
+#   tests:  clang + its runtime (warning check, libFuzzer targets, sanitizers)
+#   cross:  gcc-aarch64-linux-gnu (CI checks that the aarch64 build compiles)
+#   tools:  python3-numpy (tools/ref: regenerates golden files; not needed by the tests)
+set -euo pipefail
+pkgs=(build-essential clang libclang-rt-14-dev python3 python3-numpy gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+# clang's runtime package name follows the clang version Debian ships.
+if command -v clang >/dev/null 2>&1; then
+  v=$(clang -dumpversion | cut -d. -f1)
+  pkgs=("${pkgs[@]/libclang-rt-14-dev/libclang-rt-$v-dev}")
+fi
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing Debian packages: ${missing[*]}" >&2
+  echo "run as root: apt-get install -y ${missing[*]}" >&2
+  exit 1
+fi
+echo "installing: ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
