@@ -33,7 +33,7 @@ endif
 
 WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -Iinclude -Isrc -pthread -MMD -MP $(EXTRA_CFLAGS)
-LDLIBS := -lm -pthread $(LDSAN)
+LDLIBS := -lpcre2-8 -lcjson -lm -pthread $(LDSAN)
 
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
@@ -58,8 +58,11 @@ TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(OUT)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(OUT)/tests/%)
 LIB := $(OUT)/libspex.a
 
-.PHONY: all release debug asan test test-asan fuzz fuzz-run demo clean tests
+.PHONY: all release debug asan test test-asan fuzz fuzz-run demo clean tests objs
 all: $(OUT)/spex
+
+# Every object without linking (the aarch64 cross check: no arm64 PCRE2/cJSON to link against).
+objs: $(LIB) $(TOOL_OBJ) $(TEST_BIN:$(OUT)/tests/%=$(OUT)/obj/tests/%.o) $(TEST_COMMON_OBJ)
 
 release:
 	$(MAKE) BUILD=release
@@ -99,12 +102,12 @@ test-asan:
 # libFuzzer targets: clang only, with ASan+UBSan; the library is rebuilt with coverage.
 FUZZ_OUT := build-fuzz
 FUZZ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -pthread -fsanitize=fuzzer,address,undefined
-# Parsers depend only on core, gguf and tensor (one-way dependencies), so fuzzers link just those.
-FUZZ_LIB_SRC := $(filter src/core/% src/gguf/% src/tensor/%,$(LIB_SRC))
+# Parsers depend only on core, gguf, tensor and tok (one-way dependencies), so fuzzers link just those.
+FUZZ_LIB_SRC := $(filter src/core/% src/gguf/% src/tensor/% src/tok/%,$(LIB_SRC))
 fuzz: $(FUZZ_SRC:fuzz/%.c=$(FUZZ_OUT)/%)
 $(FUZZ_OUT)/%: fuzz/%.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(FUZZ_OUT)
-	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lm
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lpcre2-8 -lm
 
 # Runs each fuzz target for FUZZ_SECONDS on its seed corpus (fuzz/corpus/<name>/).
 FUZZ_SECONDS ?= 30
