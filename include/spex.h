@@ -230,7 +230,15 @@ spex_status spex_gguf_writer_set_value(spex_gguf_writer *w, const char *key, con
 spex_status spex_gguf_writer_add_tensor(spex_gguf_writer *w, const char *name, spex_type type,
                                         uint32_t n_dims, const int64_t *ne, const void *data,
                                         uint64_t nbytes, spex_error *err);
-/* Writes to path (via a temporary file renamed into place). */
+/* Streaming instead of borrowing: a tensor added with data == NULL gets its bytes at write
+ * time from fill(ctx, index, dst, nbytes, err), called once per such tensor, in order, with a
+ * writer-owned buffer of nbytes, so a producer (the quantizer) holds one output tensor at a
+ * time. index is the tensor's position in the order of add_tensor calls. */
+typedef spex_status (*spex_gguf_tensor_fill)(void *ctx, int64_t index, void *dst, uint64_t nbytes,
+                                             spex_error *err);
+void spex_gguf_writer_set_fill(spex_gguf_writer *w, spex_gguf_tensor_fill fill, void *ctx);
+/* Writes to path (via a temporary file renamed into place). general.alignment is the
+ * writer's: a value set under that key is replaced by set_alignment's (default 32). */
 spex_status spex_gguf_writer_write(spex_gguf_writer *w, const char *path, spex_error *err);
 
 /* ======================================================================== */
@@ -301,6 +309,110 @@ spex_quantize_params spex_quantize_default_params(void);
 /* Refuses to overwrite the input (same path or same inode). */
 spex_status spex_quantize_file(const char *in_path, const char *out_path,
                                const spex_quantize_params *params, spex_error *err);
+
+/* ======================================================================== */
+/* Tokenizer                                                                 */
+/* ======================================================================== */
+
+/* The vocabulary a GGUF file carries in its tokenizer.ggml.* keys, as llama.cpp writes them:
+ *  - model "llama": SentencePiece BPE (score-driven merges, byte fallback to <0xNN> tokens,
+ *    add_space_prefix: a leading space, and every space written as U+2581);
+ *  - model "gpt2": byte-level BPE (merge ranks, GPT-2 byte<->unicode mapping) with the
+ *    pre-tokenizer named by tokenizer.ggml.pre: qwen2, qwen35, llama-bpe, gpt-2, default.
+ * docs/tokenizers.md states every behaviour, including where spex deliberately differs from
+ * llama.cpp. A loaded tokenizer copies what it needs (the spex_gguf may be closed), is
+ * immutable apart from spex_tokenizer_set_nfc, and may be used from several threads at once. */
+typedef struct spex_tokenizer spex_tokenizer;
+
+typedef enum spex_tokenizer_kind {
+    SPEX_TOKENIZER_SPM = 1,   /* tokenizer.ggml.model = llama */
+    SPEX_TOKENIZER_BPE = 2,   /* tokenizer.ggml.model = gpt2  */
+} spex_tokenizer_kind;
+
+/* tokenizer.ggml.token_type values (SentencePiece's numbering, which llama.cpp keeps). */
+typedef enum spex_token_type {
+    SPEX_TOKEN_UNDEFINED = 0,
+    SPEX_TOKEN_NORMAL = 1,
+    SPEX_TOKEN_UNKNOWN = 2,
+    SPEX_TOKEN_CONTROL = 3,
+    SPEX_TOKEN_USER_DEFINED = 4,
+    SPEX_TOKEN_UNUSED = 5,
+    SPEX_TOKEN_BYTE = 6,
+} spex_token_type;
+
+#define SPEX_TOKEN_NONE (-1)   /* "no such token" in every id-returning query */
+
+spex_status spex_tokenizer_load_gguf(const spex_gguf *g, spex_tokenizer **out, spex_error *err);
+void spex_tokenizer_free(spex_tokenizer *t);
+/* NFC-normalise raw text before byte-level BPE (gpt2 only; on by default, targets.md §12.1). */
+void spex_tokenizer_set_nfc(spex_tokenizer *t, bool on);
+
+spex_tokenizer_kind spex_tokenizer_get_kind(const spex_tokenizer *t);
+const char *spex_tokenizer_pre(const spex_tokenizer *t);   /* "qwen2", ...; "" for SPM */
+int32_t spex_tokenizer_n_vocab(const spex_tokenizer *t);
+bool spex_tokenizer_add_bos(const spex_tokenizer *t);      /* add_special adds BOS */
+bool spex_tokenizer_add_eos(const spex_tokenizer *t);      /* add_special adds EOS */
+/* Special ids, or SPEX_TOKEN_NONE. eot is tokenizer.ggml.eot_token_id, else <|im_end|> /
+ * <|eot_id|> / <end_of_turn> when the vocab has it as a control token. */
+int32_t spex_token_bos(const spex_tokenizer *t);
+int32_t spex_token_eos(const spex_tokenizer *t);
+int32_t spex_token_eot(const spex_tokenizer *t);
+int32_t spex_token_unk(const spex_tokenizer *t);
+int32_t spex_token_pad(const spex_tokenizer *t);
+/* Out-of-range ids are SPEX_TOKEN_UNDEFINED / false. */
+spex_token_type spex_token_get_type(const spex_tokenizer *t, int32_t id);
+bool spex_token_is_control(const spex_tokenizer *t, int32_t id);
+/* End of generation: eos, eot, and the control tokens <|endoftext|>, <|im_end|>, <|fim_pad|>,
+ * <|repo_name|>, <|file_sep|>, <|eot_id|>, <|end_of_text|>, <end_of_turn>. */
+bool spex_token_is_eog(const spex_tokenizer *t, int32_t id);
+/* The id whose stored text (as in tokenizer.ggml.tokens: "\xe2\x96\x81the", "\xc4\xa0the",
+ * "<|im_end|>") equals text[0..len), or SPEX_TOKEN_NONE. */
+int32_t spex_token_find(const spex_tokenizer *t, const char *text, size_t len);
+/* The stored text of a token (a view owned by t); {NULL, 0} for an out-of-range id. */
+spex_str spex_token_text(const spex_tokenizer *t, int32_t id);
+
+/* Tokenizes text[0..len) (any bytes: invalid UTF-8 and NUL are tokenized losslessly through
+ * byte tokens / the byte-level mapping). add_special: BOS (and EOS) as the vocab's add_bos /
+ * add_eos flags say. parse_special: control and unknown tokens written in the text become
+ * those tokens (user-defined tokens always do, as in llama.cpp). Writes at most n_max ids to
+ * out (NULL allowed when n_max is 0) and the full count to *n_out; if that count exceeds n_max
+ * the result is SPEX_ERR_RANGE (out holds the first n_max ids). */
+spex_status spex_tokenize(const spex_tokenizer *t, const char *text, size_t len, bool add_special,
+                          bool parse_special, int32_t *out, int n_max, int *n_out, spex_error *err);
+
+/* Detokenizer flags. */
+#define SPEX_DETOK_SPECIAL 1u      /* render control/unknown tokens as their text (else nothing) */
+#define SPEX_DETOK_STRIP_SPACE 2u  /* SPM with add_space_prefix: drop one leading space of the
+                                      first piece and of any piece right after a control,
+                                      unknown or user-defined token (the inverse of tokenize) */
+
+/* The bytes of one token (a view owned by t): SPM "\xe2\x96\x81" -> " ", <0xNN> -> that byte;
+ * gpt2 byte-level text -> raw bytes; user-defined tokens as written; control and unknown
+ * tokens as written if special, else empty; unused tokens empty. SPEX_ERR_RANGE for a bad id. */
+spex_status spex_token_to_piece(const spex_tokenizer *t, int32_t id, bool special, spex_str *out,
+                                spex_error *err);
+/* Longest piece in bytes (bounds the output of one stream push). */
+size_t spex_tokenizer_max_piece(const spex_tokenizer *t);
+/* Concatenated raw bytes of ids[0..n) (not NUL-terminated, not UTF-8-repaired). Writes at
+ * most cap bytes (out may be NULL when cap is 0) and the full length to *n_out;
+ * SPEX_ERR_RANGE if it exceeds cap, SPEX_ERR_RANGE too for an out-of-range id. */
+spex_status spex_detokenize(const spex_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
+                            char *out, size_t cap, size_t *n_out, spex_error *err);
+
+/* Streaming detokenizer for generation: each push returns only complete, valid UTF-8; an
+ * incomplete sequence at the end of a piece is held back until the next piece completes it.
+ * Bytes that cannot be valid UTF-8 become U+FFFD (one per maximal invalid subpart, as
+ * Unicode §3.9 recommends); flush turns a held-back incomplete tail into U+FFFD. To continue
+ * after a prompt, push the prompt's tokens first and ignore their output. The views returned
+ * live until the next call on the stream. Allocates only in create. */
+typedef struct spex_detok_stream spex_detok_stream;
+
+spex_status spex_detok_stream_create(const spex_tokenizer *t, unsigned flags, spex_detok_stream **out,
+                                     spex_error *err);
+void spex_detok_stream_free(spex_detok_stream *s);
+void spex_detok_stream_reset(spex_detok_stream *s);
+spex_status spex_detok_stream_push(spex_detok_stream *s, int32_t id, spex_str *out, spex_error *err);
+spex_str spex_detok_stream_flush(spex_detok_stream *s);
 
 #ifdef __cplusplus
 }

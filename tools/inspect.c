@@ -1,4 +1,433 @@
-/* inspect.c — placeholder until the subcommand lands (this session). */
+/*
+ * inspect.c — `spex inspect FILE [--all]`: what is in a GGUF file and whether spex can use it.
+ *
+ * Prints the architecture, GGUF version, alignment and data offset, a hyper-parameter
+ * summary line, the metadata (long arrays and strings abbreviated unless --all), the tensor
+ * table (name, type, shape in ne order, bytes), the parameter count, bytes per type, and a
+ * validation verdict. Structure is validated by spex_gguf_open (every count, length and
+ * offset); for the architectures spex runs densely (llama, qwen3) the verdict also checks the
+ * hyper-parameter keys and the exact tensor set with shapes. Other architectures get a
+ * structural verdict only, and say so.
+ *
+ * Exit status: 0 when the verdict is OK; 1 with exactly one "error: ..." line on stderr when
+ * the file cannot be opened or fails validation; 2 for bad usage.
+ */
+#include "spex.h"
 #include "cli.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
-int cmd_inspect(int argc, char **argv) { (void)argc; (void)argv; fprintf(stderr, "error: not built yet\n"); return 1; }
+#include <stdlib.h>
+#include <string.h>
+
+#define ARRAY_PREVIEW 6    /* elements shown of a long array without --all */
+#define STRING_PREVIEW 64  /* bytes shown of a long string without --all   */
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: spex inspect FILE [--all]\n"
+            "\n"
+            "Prints the architecture, metadata, tensor table, parameter count, bytes per type and a\n"
+            "validation verdict of a GGUF file. Exits 1 with one 'error:' line if the file is\n"
+            "malformed or does not match its architecture.\n"
+            "\n"
+            "  --all     print every array element and whole strings (default: abbreviated)\n");
+}
+
+/* ======================================================================== */
+/* Values                                                                    */
+/* ======================================================================== */
+
+static void print_str(const char *p, uint64_t len, bool all) {
+    uint64_t n = all || len <= STRING_PREVIEW ? len : STRING_PREVIEW;
+    putchar('"');
+    for (uint64_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)p[i];
+        if (c == '"' || c == '\\') printf("\\%c", c);
+        else if (c == '\n') fputs("\\n", stdout);
+        else if (c == '\t') fputs("\\t", stdout);
+        else if (c < 0x20 || c == 0x7f) printf("\\x%02x", c);
+        else putchar(c); /* UTF-8 passes through */
+    }
+    putchar('"');
+    if (n < len) printf("... (%" PRIu64 " bytes)", len);
+}
+
+static void print_scalar(const spex_gguf_value *v) {
+    const uint8_t *d = v->data;
+    switch (v->type) {
+    case SPEX_GGUF_U8: printf("%u", d[0]); break;
+    case SPEX_GGUF_I8: printf("%d", (int8_t)d[0]); break;
+    case SPEX_GGUF_U16: { uint16_t x; memcpy(&x, d, 2); printf("%u", x); break; }
+    case SPEX_GGUF_I16: { int16_t x; memcpy(&x, d, 2); printf("%d", x); break; }
+    case SPEX_GGUF_U32: { uint32_t x; memcpy(&x, d, 4); printf("%" PRIu32, x); break; }
+    case SPEX_GGUF_I32: { int32_t x; memcpy(&x, d, 4); printf("%" PRId32, x); break; }
+    case SPEX_GGUF_U64: { uint64_t x; memcpy(&x, d, 8); printf("%" PRIu64, x); break; }
+    case SPEX_GGUF_I64: { int64_t x; memcpy(&x, d, 8); printf("%" PRId64, x); break; }
+    case SPEX_GGUF_F32: { float x; memcpy(&x, d, 4); printf("%.9g", x); break; }
+    case SPEX_GGUF_F64: { double x; memcpy(&x, d, 8); printf("%.17g", x); break; }
+    case SPEX_GGUF_BOOL: fputs(d[0] ? "true" : "false", stdout); break;
+    default: fputs("?", stdout); break;
+    }
+}
+
+static void print_value(const spex_gguf *g, const spex_gguf_value *v, bool all, int depth) {
+    if (v->type == SPEX_GGUF_STRING) {
+        print_str((const char *)v->data, v->size, all);
+        return;
+    }
+    if (v->type != SPEX_GGUF_ARRAY) {
+        print_scalar(v);
+        return;
+    }
+    printf("[%s x %" PRIu64 "]", spex_gguf_vtype_name(v->elem_type), v->n);
+    if (v->n == 0) return;
+    uint64_t shown = all || v->n <= ARRAY_PREVIEW ? v->n : ARRAY_PREVIEW;
+    if (v->elem_type == SPEX_GGUF_ARRAY && depth >= 2 && !all) shown = 0;
+    fputs(shown ? " " : " ...", stdout);
+    for (uint64_t i = 0; i < shown; i++) {
+        spex_gguf_value e;
+        if (spex_gguf_arr_elem(g, v, i, &e, NULL) != SPEX_OK) break;
+        if (i) fputs(", ", stdout);
+        if (e.type == SPEX_GGUF_ARRAY) putchar('(');
+        print_value(g, &e, all, depth + 1);
+        if (e.type == SPEX_GGUF_ARRAY) putchar(')');
+    }
+    if (shown && shown < v->n) printf(", ... (%" PRIu64 " total)", v->n);
+}
+
+/* ======================================================================== */
+/* Validation                                                                */
+/* ======================================================================== */
+
+typedef struct verdict {
+    int n_problems;
+    char first[384];
+} verdict;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void problem(verdict *vd, const char *fmt, ...) {
+    char msg[384];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (vd->n_problems++ == 0) snprintf(vd->first, sizeof vd->first, "%s", msg);
+    printf("  problem: %s\n", msg);
+}
+
+typedef struct hparams {
+    char arch[64];
+    uint32_t n_embd, n_layer, n_head, n_head_kv, n_ff, n_ctx, head_dim, head_dim_v;
+    uint64_t n_vocab;
+    bool has_embd, has_layer, has_head, has_head_kv, has_ff, has_ctx;
+} hparams;
+
+static bool get_hp(const spex_gguf *g, const char *arch, const char *name, uint32_t *out) {
+    char key[160];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    return spex_gguf_get_u32(g, key, out, NULL) == SPEX_OK;
+}
+
+static void read_hparams(const spex_gguf *g, hparams *hp) {
+    memset(hp, 0, sizeof *hp);
+    spex_str a;
+    if (spex_gguf_get_str(g, "general.architecture", &a, NULL) == SPEX_OK) {
+        size_t n = a.len < sizeof hp->arch - 1 ? (size_t)a.len : sizeof hp->arch - 1;
+        memcpy(hp->arch, a.ptr, n);
+        hp->arch[n] = 0;
+        if (strlen(hp->arch) != n) hp->arch[0] = 0; /* embedded NUL: treat as unknown */
+    }
+    const char *ar = hp->arch;
+    hp->has_embd = get_hp(g, ar, "embedding_length", &hp->n_embd);
+    hp->has_layer = get_hp(g, ar, "block_count", &hp->n_layer);
+    hp->has_head = get_hp(g, ar, "attention.head_count", &hp->n_head);
+    hp->has_head_kv = get_hp(g, ar, "attention.head_count_kv", &hp->n_head_kv);
+    hp->has_ff = get_hp(g, ar, "feed_forward_length", &hp->n_ff);
+    hp->has_ctx = get_hp(g, ar, "context_length", &hp->n_ctx);
+    spex_gguf_value tok;
+    const spex_tensor_info *emb = spex_gguf_find_tensor(g, "token_embd.weight");
+    if (spex_gguf_get_arr(g, "tokenizer.ggml.tokens", &tok, NULL) == SPEX_OK) hp->n_vocab = tok.n;
+    else if (emb && emb->n_dims == 2) hp->n_vocab = (uint64_t)emb->ne[1];
+    if (!get_hp(g, ar, "attention.key_length", &hp->head_dim))
+        hp->head_dim = hp->n_head ? hp->n_embd / hp->n_head : 0;
+    if (!get_hp(g, ar, "attention.value_length", &hp->head_dim_v)) hp->head_dim_v = hp->head_dim;
+}
+
+static void print_summary(const hparams *hp) {
+    if (!hp->has_embd && !hp->has_layer) return;
+    printf("%s:", hp->arch[0] ? hp->arch : "model");
+    const char *sep = " ";
+    if (hp->has_embd) { printf("%sembedding %u", sep, hp->n_embd); sep = ", "; }
+    if (hp->has_layer) { printf("%s%u blocks", sep, hp->n_layer); sep = ", "; }
+    if (hp->has_head) { printf("%s%u/%u heads", sep, hp->n_head, hp->has_head_kv ? hp->n_head_kv : hp->n_head); sep = ", "; }
+    if (hp->has_ff) { printf("%sFFN %u", sep, hp->n_ff); sep = ", "; }
+    if (hp->n_vocab) { printf("%svocab %" PRIu64, sep, hp->n_vocab); sep = ", "; }
+    if (hp->has_ctx) printf("%scontext %u", sep, hp->n_ctx);
+    putchar('\n');
+}
+
+typedef struct expect {
+    char name[96];
+    uint32_t n_dims;
+    int64_t ne[2];
+    bool optional;
+} expect;
+
+static int shape_str(char *buf, size_t cap, uint32_t n_dims, const int64_t *ne) {
+    int o = snprintf(buf, cap, "[");
+    for (uint32_t d = 0; d < n_dims && o > 0 && (size_t)o < cap; d++)
+        o += snprintf(buf + o, cap - (size_t)o, "%s%" PRId64, d ? ", " : "", ne[d]);
+    if (o > 0 && (size_t)o < cap) o += snprintf(buf + o, cap - (size_t)o, "]");
+    return o;
+}
+
+/* Tensors a dense llama / qwen3 model consists of, with their shapes (ne order). */
+static expect *expected_tensors(const hparams *hp, bool qwen3, int *n_out) {
+    int per_layer = qwen3 ? 11 : 9;
+    expect *e = calloc((size_t)hp->n_layer * (size_t)per_layer + 3, sizeof *e);
+    if (!e) return NULL;
+    int n = 0;
+    int64_t E = hp->n_embd, V = (int64_t)hp->n_vocab, F = hp->n_ff;
+    int64_t q = (int64_t)hp->n_head * hp->head_dim, k = (int64_t)hp->n_head_kv * hp->head_dim;
+    int64_t v = (int64_t)hp->n_head_kv * hp->head_dim_v, o = (int64_t)hp->n_head * hp->head_dim_v;
+#define ADD(opt, nd, a, b, ...)                                                   \
+    do {                                                                          \
+        snprintf(e[n].name, sizeof e[n].name, __VA_ARGS__);                       \
+        e[n].n_dims = nd;                                                         \
+        e[n].ne[0] = a;                                                           \
+        e[n].ne[1] = b;                                                           \
+        e[n].optional = opt;                                                      \
+        n++;                                                                      \
+    } while (0)
+    ADD(false, 2, E, V, "token_embd.weight");
+    ADD(false, 1, E, 1, "output_norm.weight");
+    ADD(true, 2, E, V, "output.weight"); /* absent: tied to token_embd */
+    for (uint32_t i = 0; i < hp->n_layer; i++) {
+        ADD(false, 1, E, 1, "blk.%u.attn_norm.weight", i);
+        ADD(false, 2, E, q, "blk.%u.attn_q.weight", i);
+        ADD(false, 2, E, k, "blk.%u.attn_k.weight", i);
+        ADD(false, 2, E, v, "blk.%u.attn_v.weight", i);
+        ADD(false, 2, o, E, "blk.%u.attn_output.weight", i);
+        ADD(false, 1, E, 1, "blk.%u.ffn_norm.weight", i);
+        ADD(false, 2, E, F, "blk.%u.ffn_gate.weight", i);
+        ADD(false, 2, E, F, "blk.%u.ffn_up.weight", i);
+        ADD(false, 2, F, E, "blk.%u.ffn_down.weight", i);
+        if (qwen3) {
+            ADD(false, 1, hp->head_dim, 1, "blk.%u.attn_q_norm.weight", i);
+            ADD(false, 1, hp->head_dim, 1, "blk.%u.attn_k_norm.weight", i);
+        }
+    }
+#undef ADD
+    *n_out = n;
+    return e;
+}
+
+/* Tensors llama.cpp tolerates beside the dense set (it loads or ignores them). */
+static bool tolerated_extra(const char *name) {
+    if (!strcmp(name, "rope_freqs.weight")) return true;
+    const char *suffix = strrchr(name, '.');
+    return !strncmp(name, "blk.", 4) && suffix && strstr(name, ".attn_rot_embd") != NULL;
+}
+
+static void validate_dense(const spex_gguf *g, const hparams *hp, bool qwen3, verdict *vd) {
+    const char *ar = hp->arch;
+    struct { const char *key; bool has; uint32_t v; } keys[] = {
+        {"embedding_length", hp->has_embd, hp->n_embd},       {"block_count", hp->has_layer, hp->n_layer},
+        {"attention.head_count", hp->has_head, hp->n_head},   {"attention.head_count_kv", hp->has_head_kv, hp->n_head_kv},
+        {"feed_forward_length", hp->has_ff, hp->n_ff},        {"context_length", hp->has_ctx, hp->n_ctx},
+    };
+    bool hp_ok = true;
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        if (!keys[i].has) {
+            problem(vd, "missing or non-integer key %s.%s", ar, keys[i].key);
+            hp_ok = false;
+        } else if (keys[i].v == 0) {
+            problem(vd, "%s.%s is 0", ar, keys[i].key);
+            hp_ok = false;
+        }
+    }
+    if (hp_ok && hp->n_head % hp->n_head_kv != 0) {
+        problem(vd, "head_count %u is not a multiple of head_count_kv %u", hp->n_head, hp->n_head_kv);
+        hp_ok = false;
+    }
+    if (hp_ok && hp->head_dim == 0) {
+        problem(vd, "head dimension is 0 (embedding %u, %u heads)", hp->n_embd, hp->n_head);
+        hp_ok = false;
+    }
+    if (hp_ok && hp->n_vocab == 0) {
+        problem(vd, "vocabulary size unknown (no tokenizer.ggml.tokens and no 2-D token_embd.weight)");
+        hp_ok = false;
+    }
+    if (hp_ok && hp->n_layer > 100000) {
+        problem(vd, "%s.block_count %u is implausible", ar, hp->n_layer);
+        hp_ok = false;
+    }
+    if (!hp_ok) return; /* shapes cannot be checked without hyper-parameters */
+
+    int n_exp = 0;
+    expect *exp = expected_tensors(hp, qwen3, &n_exp);
+    if (!exp) {
+        problem(vd, "out of memory");
+        return;
+    }
+    int64_t matched = 0;
+    for (int i = 0; i < n_exp; i++) {
+        const spex_tensor_info *t = spex_gguf_find_tensor(g, exp[i].name);
+        if (!t) {
+            if (!exp[i].optional) problem(vd, "missing tensor %s", exp[i].name);
+            continue;
+        }
+        matched++;
+        bool same = t->n_dims == exp[i].n_dims && t->ne[0] == exp[i].ne[0] && (exp[i].n_dims < 2 || t->ne[1] == exp[i].ne[1]);
+        if (!same) {
+            char got[96], want[96];
+            shape_str(got, sizeof got, t->n_dims, t->ne);
+            shape_str(want, sizeof want, exp[i].n_dims, exp[i].ne);
+            problem(vd, "tensor %s has shape %s, expected %s", exp[i].name, got, want);
+        }
+    }
+    if (matched < spex_gguf_n_tensors(g)) {
+        /* name every tensor that is not part of the expected set */
+        for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) {
+            const char *name = spex_gguf_tensor(g, i)->name;
+            bool known = tolerated_extra(name);
+            for (int j = 0; j < n_exp && !known; j++) known = !strcmp(exp[j].name, name);
+            if (!known) problem(vd, "unexpected tensor %s for %s with %u blocks", name, ar, hp->n_layer);
+        }
+    }
+    free(exp);
+}
+
+/* ======================================================================== */
+/* The command                                                               */
+/* ======================================================================== */
+
+static void print_thousands(uint64_t v) {
+    char buf[32];
+    int n = snprintf(buf, sizeof buf, "%" PRIu64, v);
+    for (int i = 0; i < n; i++) {
+        putchar(buf[i]);
+        if (i < n - 1 && (n - 1 - i) % 3 == 0) putchar(',');
+    }
+}
+
+int cmd_inspect(int argc, char **argv) {
+    const char *path = NULL;
+    bool all = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "--all")) {
+            all = true;
+        } else if (argv[i][0] == '-' && argv[i][1]) {
+            fprintf(stderr, "error: inspect: unknown flag '%s' (see spex inspect --help)\n", argv[i]);
+            return 2;
+        } else if (!path) {
+            path = argv[i];
+        } else {
+            fprintf(stderr, "error: inspect: one FILE expected, got '%s' too\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!path) {
+        usage(stderr);
+        return 2;
+    }
+    spex_gguf *g = NULL;
+    spex_error err = {0};
+    if (spex_gguf_open(path, &g, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
+    hparams hp;
+    read_hparams(g, &hp);
+
+    printf("file:        %s (%" PRIu64 " bytes)\n", path, spex_gguf_file_size(g));
+    printf("arch:        %s\n", hp.arch[0] ? hp.arch : "(none: no general.architecture)");
+    printf("gguf:        version %u, alignment %" PRIu64 ", data offset %" PRIu64 ", %" PRId64 " kv, %" PRId64
+           " tensors\n", spex_gguf_version(g), spex_gguf_alignment(g), spex_gguf_data_offset(g), spex_gguf_n_kv(g),
+           spex_gguf_n_tensors(g));
+    print_summary(&hp);
+
+    printf("\nmetadata (%" PRId64 "):\n", spex_gguf_n_kv(g));
+    int key_w = 0;
+    for (int64_t i = 0; i < spex_gguf_n_kv(g); i++) {
+        int l = (int)strlen(spex_gguf_key(g, i));
+        if (l > key_w) key_w = l;
+    }
+    if (key_w > 48) key_w = 48;
+    for (int64_t i = 0; i < spex_gguf_n_kv(g); i++) {
+        spex_gguf_value v;
+        spex_gguf_value_at(g, i, &v);
+        printf("  %-*s  %-6s  ", key_w, spex_gguf_key(g, i), spex_gguf_vtype_name(v.type));
+        print_value(g, &v, all, 0);
+        putchar('\n');
+    }
+
+    printf("\ntensors (%" PRId64 "):\n", spex_gguf_n_tensors(g));
+    int name_w = 4;
+    for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) {
+        int l = (int)strlen(spex_gguf_tensor(g, i)->name);
+        if (l > name_w) name_w = l;
+    }
+    if (name_w > 64) name_w = 64;
+    printf("  %5s  %-*s  %-5s  %-24s  %12s\n", "#", name_w, "name", "type", "shape", "bytes");
+    uint64_t n_params = 0, bytes_by_type[SPEX_TYPE_COUNT] = {0}, count_by_type[SPEX_TYPE_COUNT] = {0}, total = 0;
+    for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) {
+        const spex_tensor_info *t = spex_gguf_tensor(g, i);
+        char shape[96];
+        shape_str(shape, sizeof shape, t->n_dims, t->ne);
+        printf("  %5" PRId64 "  %-*s  %-5s  %-24s  %12" PRIu64 "\n", i, name_w, t->name,
+               spex_type_get_info((int)t->type)->name, shape, t->nbytes);
+        n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]); /* no overflow: checked at open */
+        bytes_by_type[t->type] += t->nbytes;
+        count_by_type[t->type]++;
+        total += t->nbytes;
+    }
+    printf("\nparameters:  ");
+    print_thousands(n_params);
+    printf(" (%.3f M)\n", (double)n_params / 1e6);
+    printf("bytes per type:\n");
+    for (int t = 0; t < SPEX_TYPE_COUNT; t++) {
+        if (!count_by_type[t]) continue;
+        printf("  %-5s  %5" PRIu64 " tensors  %14" PRIu64 " bytes  %5.1f%%\n", spex_type_get_info(t)->name,
+               count_by_type[t], bytes_by_type[t], total ? 100.0 * (double)bytes_by_type[t] / (double)total : 0.0);
+    }
+    printf("  total  %5" PRId64 " tensors  %14" PRIu64 " bytes  (%.2f bits per parameter)\n", spex_gguf_n_tensors(g),
+           total, n_params ? 8.0 * (double)total / (double)n_params : 0.0);
+
+    printf("\nvalidation:\n");
+    verdict vd = {0};
+    for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) {
+        const spex_tensor_info *t = spex_gguf_tensor(g, i);
+        if (!spex_type_get_info((int)t->type)->has_ref)
+            problem(&vd, "tensor %s has type %s, which spex cannot compute with", t->name,
+                    spex_type_get_info((int)t->type)->name);
+    }
+    bool dense = !strcmp(hp.arch, "llama") || !strcmp(hp.arch, "qwen3");
+    uint32_t n_expert = 0;
+    if (dense && get_hp(g, hp.arch, "expert_count", &n_expert) && n_expert > 0) dense = false;
+    if (dense) validate_dense(g, &hp, !strcmp(hp.arch, "qwen3"), &vd);
+    int rc = 0;
+    if (vd.n_problems == 0) {
+        if (dense)
+            printf("verdict:     OK: structure valid; %s hyper-parameters and all %" PRId64 " tensors match\n", hp.arch,
+                   spex_gguf_n_tensors(g));
+        else
+            printf("verdict:     OK: structure valid (structural check only: no tensor-set rules for arch '%s'%s)\n",
+                   hp.arch[0] ? hp.arch : "(none)", n_expert ? ", mixture of experts" : "");
+    } else {
+        printf("verdict:     INVALID: %d problem%s\n", vd.n_problems, vd.n_problems == 1 ? "" : "s");
+        fflush(stdout);
+        fprintf(stderr, "error: %s: %d validation problem%s; first: %s\n", path, vd.n_problems,
+                vd.n_problems == 1 ? "" : "s", vd.first);
+        rc = 1;
+    }
+    spex_gguf_close(g);
+    return rc;
+}
