@@ -278,7 +278,13 @@ void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx);
 /* Inside a task: wait until every thread of the pool reaches the barrier. */
 void spex_pool_barrier(spex_pool *pool);
 /* Inside a task: dynamic work split. Reset by spex_pool_run; returns the next chunk index,
- * or >= n_chunks when none is left. */
+ * or >= n_chunks when none is left. Purely dynamic: the counter starts at 0 and every call,
+ * from any thread (thread 0 included), returns the next index once, so the loop is
+ *   for (int64_t c = spex_pool_next_chunk(p); c < n_chunks; c = spex_pool_next_chunk(p)) ...
+ * One counter per run; for a second chunked phase after a barrier (every thread having
+ * stopped at its first index >= n1), indices continue at n1 + nth.
+ * A pool is driven by one thread at a time; a task must not call spex_pool_run. A pool of 1
+ * thread runs tasks inline; n_threads <= 0 means the number of online CPUs. */
 int64_t spex_pool_next_chunk(spex_pool *pool);
 
 /* ======================================================================== */

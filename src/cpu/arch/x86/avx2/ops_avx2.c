@@ -1,0 +1,392 @@
+/*
+ * ops_avx2.c — AVX2 + FMA + F16C versions of the hot ops kernels (src/cpu/ops.h): rmsnorm,
+ * softmax, silu/swiglu, add/mul/scale/acc/axpy, max/exp_sum, argmax, top-K, F16 -> F32 and
+ * the attention score / accumulate blocks. rope stays scalar (a few hundred floats a token).
+ *
+ * What it is not: the specification — that is ref/ops_ref.c; tests/test_ops.c holds the
+ * bounds within which these agree with it.
+ *
+ * Dimension legend: see ops.h. Vectors are 8 floats; a row's tail (n % 8) is handled with
+ * masked loads/stores so it goes through the same arithmetic as the body.
+ *
+ * exp: x = n ln2 + r with n = rint(x log2e), |r| <= ln2/2 (ln2 split in a 9-bit head, exact
+ * in n * head, and a tail), e^r by its Taylor polynomial to degree 7 (truncation < 6e-9
+ * relative), times 2^n built in the exponent field. Inputs below -87.3365 (= ln FLT_MIN)
+ * give exactly 0 (so -inf gives 0); inputs above 88.3 are clamped (the result saturates at
+ * e^88.3 ~ 2.2e38). Max relative error on [-87.3, 88.3]: 7.9e-8 measured over 33M points;
+ * tests/test_ops.c asserts 2.4e-7. ops_avx512.c uses the same formula, so the two agree
+ * bit for bit (NaN inputs aside).
+ */
+#include "cpu/ops.h"
+
+#include <immintrin.h>
+#include <math.h>
+
+#define EXP_LO (-87.33654f)
+#define EXP_HI 88.3f
+
+static inline __m256 exp8(__m256 x) {
+    const __m256 zero_below = _mm256_cmp_ps(x, _mm256_set1_ps(EXP_LO), _CMP_LT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(EXP_LO)), _mm256_set1_ps(EXP_HI));
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    /* n in [-126, 127]: 2^n is a normal float with biased exponent n + 127. */
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(zero_below, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* Lanes [0, n) on (n < 8). */
+static inline __m256i tail_mask(int64_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+static inline float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hmax8(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* ---- reductions ---------------------------------------------------------------------------- */
+
+static float max_avx2(const float *x, int64_t n) {
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 m0 = ninf, m1 = ninf;
+    int64_t i = 0;
+    /* max_ps(a, b) returns b when either is NaN: with the accumulator second, NaN is skipped. */
+    for (; i + 16 <= n; i += 16) {
+        m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+        m1 = _mm256_max_ps(_mm256_loadu_ps(x + i + 8), m1);
+    }
+    for (; i + 8 <= n; i += 8) m0 = _mm256_max_ps(_mm256_loadu_ps(x + i), m0);
+    if (i < n) {
+        const __m256i mk = tail_mask(n - i);
+        __m256 v = _mm256_blendv_ps(ninf, _mm256_maskload_ps(x + i, mk), _mm256_castsi256_ps(mk));
+        m1 = _mm256_max_ps(v, m1);
+    }
+    return hmax8(_mm256_max_ps(m0, m1));
+}
+
+static float exp_sum_avx2(float *x, int64_t n, float m) {
+    const __m256 vm = _mm256_set1_ps(m);
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 e0 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        __m256 e1 = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i + 8), vm));
+        _mm256_storeu_ps(x + i, e0);
+        _mm256_storeu_ps(x + i + 8, e1);
+        s0 = _mm256_add_ps(s0, e0);
+        s1 = _mm256_add_ps(s1, e1);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm));
+        _mm256_storeu_ps(x + i, e);
+        s0 = _mm256_add_ps(s0, e);
+    }
+    if (i < n) {
+        const __m256i mk = tail_mask(n - i);
+        __m256 e = exp8(_mm256_sub_ps(_mm256_maskload_ps(x + i, mk), vm));
+        e = _mm256_and_ps(e, _mm256_castsi256_ps(mk));
+        _mm256_maskstore_ps(x + i, mk, e);
+        s1 = _mm256_add_ps(s1, e);
+    }
+    return hsum8(_mm256_add_ps(s0, s1));
+}
+
+static void softmax_avx2(float *x, int64_t n, float scale, const float *mask) {
+    const __m256 vs = _mm256_set1_ps(scale);
+    int64_t i = 0;
+    if (scale != 1.0f || mask) {
+        for (; i + 8 <= n; i += 8) {
+            __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), vs);
+            if (mask) v = _mm256_add_ps(v, _mm256_loadu_ps(mask + i));
+            _mm256_storeu_ps(x + i, v);
+        }
+        for (; i < n; i++) x[i] = x[i] * scale + (mask ? mask[i] : 0.0f);
+    }
+    const float m = max_avx2(x, n);
+    if (m == -INFINITY) {
+        for (i = 0; i < n; i++) x[i] = 0.0f;
+        return;
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / exp_sum_avx2(x, n, m));
+    for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), inv));
+    if (i < n) {
+        const __m256i mk = tail_mask(n - i);
+        _mm256_maskstore_ps(x + i, mk, _mm256_mul_ps(_mm256_maskload_ps(x + i, mk), inv));
+    }
+}
+
+static void rmsnorm_avx2(const float *x, const float *w, float *out, int64_t n, float eps) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+        __m256 c = _mm256_loadu_ps(x + i + 16), d = _mm256_loadu_ps(x + i + 24);
+        s0 = _mm256_fmadd_ps(a, a, s0);
+        s1 = _mm256_fmadd_ps(b, b, s1);
+        s2 = _mm256_fmadd_ps(c, c, s2);
+        s3 = _mm256_fmadd_ps(d, d, s3);
+    }
+    for (; i + 8 <= n; i += 8) {
+        __m256 a = _mm256_loadu_ps(x + i);
+        s0 = _mm256_fmadd_ps(a, a, s0);
+    }
+    if (i < n) {
+        __m256 a = _mm256_maskload_ps(x + i, tail_mask(n - i));
+        s1 = _mm256_fmadd_ps(a, a, s1);
+    }
+    const float ss = hsum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+    const __m256 r = _mm256_set1_ps((float)(1.0 / sqrt((double)ss / (double)(n > 0 ? n : 1) + eps)));
+    for (i = 0; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + i), r);
+        if (w) v = _mm256_mul_ps(v, _mm256_loadu_ps(w + i));
+        _mm256_storeu_ps(out + i, v);
+    }
+    if (i < n) {
+        const __m256i mk = tail_mask(n - i);
+        __m256 v = _mm256_mul_ps(_mm256_maskload_ps(x + i, mk), r);
+        if (w) v = _mm256_mul_ps(v, _mm256_maskload_ps(w + i, mk));
+        _mm256_maskstore_ps(out + i, mk, v);
+    }
+}
+
+/* ---- elementwise --------------------------------------------------------------------------- */
+
+static inline __m256 silu8(__m256 x) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    return _mm256_div_ps(x, _mm256_add_ps(one, exp8(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+static void silu_avx2(const float *x, float *out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, silu8(_mm256_loadu_ps(x + i)));
+    if (i < n) {
+        const __m256i mk = tail_mask(n - i);
+        _mm256_maskstore_ps(out + i, mk, silu8(_mm256_maskload_ps(x + i, mk)));
+    }
+}
+
+static void swiglu_avx2(const float *g, const float *u, float *out, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(g + i)), _mm256_loadu_ps(u + i)));
+    if (i < n) {
+        const __m256i mk = tail_mask(n - i);
+        _mm256_maskstore_ps(out + i, mk,
+                            _mm256_mul_ps(silu8(_mm256_maskload_ps(g + i, mk)), _mm256_maskload_ps(u + i, mk)));
+    }
+}
+
+/* One macro body for the two-input elementwise kernels: OP(a, b) on vectors. */
+#define BINARY_KERNEL(name, OP)                                                          \
+    static void name(const float *a, const float *b, float *out, int64_t n) {            \
+        int64_t i = 0;                                                                   \
+        for (; i + 8 <= n; i += 8)                                                       \
+            _mm256_storeu_ps(out + i, OP(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i))); \
+        if (i < n) {                                                                     \
+            const __m256i mk = tail_mask(n - i);                                         \
+            _mm256_maskstore_ps(out + i, mk,                                             \
+                                OP(_mm256_maskload_ps(a + i, mk), _mm256_maskload_ps(b + i, mk))); \
+        }                                                                                \
+    }
+BINARY_KERNEL(add_avx2, _mm256_add_ps)
+BINARY_KERNEL(mul_avx2, _mm256_mul_ps)
+
+static void acc_avx2(float *y, const float *x, int64_t n) { add_avx2(y, x, y, n); }
+
+static void scale_avx2(const float *x, float s, float *out, int64_t n) {
+    const __m256 vs = _mm256_set1_ps(s);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
+    if (i < n) {
+        const __m256i mk = tail_mask(n - i);
+        _mm256_maskstore_ps(out + i, mk, _mm256_mul_ps(_mm256_maskload_ps(x + i, mk), vs));
+    }
+}
+
+static void axpy_avx2(float *y, float a, const float *x, int64_t n) {
+    const __m256 va = _mm256_set1_ps(a);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    if (i < n) {
+        const __m256i mk = tail_mask(n - i);
+        _mm256_maskstore_ps(y + i, mk, _mm256_fmadd_ps(va, _mm256_maskload_ps(x + i, mk), _mm256_maskload_ps(y + i, mk)));
+    }
+}
+
+/* ---- argmax, top-K --------------------------------------------------------------------------- */
+
+static int64_t argmax_avx2(const float *x, int64_t n) {
+    const float m = max_avx2(x, n);
+    int64_t i = 0;
+    if (m == -INFINITY) { /* only -inf and NaN: the scalar rule (first non-NaN) decides */
+        for (; i < n; i++)
+            if (x[i] == x[i]) return i;
+        return 0;
+    }
+    /* Second pass: the first element equal to the max. */
+    const __m256 vm = _mm256_set1_ps(m);
+    for (; i + 8 <= n; i += 8) {
+        int bits = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), vm, _CMP_EQ_OQ));
+        if (bits) return i + __builtin_ctz((unsigned)bits);
+    }
+    for (; i < n; i++)
+        if (x[i] == m) return i;
+    return 0; /* unreachable: m is an element */
+}
+
+static int topk_avx2(const float *x, int64_t n, int k, int32_t *idx, float *val) {
+    k = spex_ops_topk_begin(x, n, k, idx, val);
+    if (k == 0) return 0;
+    int64_t i = k;
+    float thr = val[0] == val[0] ? val[0] : -INFINITY;
+    /* Most elements lose to the threshold (the worst kept): test 8 at a time and only
+     * visit the lanes that beat it. */
+    for (; i + 8 <= n; i += 8) {
+        unsigned bits = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(thr), _CMP_GT_OQ));
+        while (bits) {
+            int b = __builtin_ctz(bits);
+            bits &= bits - 1;
+            spex_ops_topk_push(idx, val, k, x[i + b], (int32_t)(i + b));
+            thr = val[0] == val[0] ? val[0] : -INFINITY;
+        }
+    }
+    for (; i < n; i++) spex_ops_topk_push(idx, val, k, x[i], (int32_t)i);
+    return spex_ops_topk_finish(idx, val, k);
+}
+
+/* ---- attention blocks ---------------------------------------------------------------------- */
+
+static void cvt_f16_f32_avx2(const uint16_t *src, float *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+    if (i < n) {
+        uint16_t tmp[8] = {0};
+        for (int64_t j = i; j < n; j++) tmp[j - i] = src[j];
+        __m256 v = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tmp));
+        _mm256_maskstore_ps(dst + i, tail_mask(n - i), v);
+    }
+}
+
+/* Sums of four vectors as the four lanes of one (a hadd tree). Each lane goes through the
+ * same tree whatever the other inputs are, so reduce4(a, a, a, a) lane 0 has the same bits
+ * as a's lane in a block of four. */
+static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 abcd = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+/* Every score goes through the same sequence (fma over 8-lane chunks of d, masked last
+ * chunk, reduce4) whether computed in the 4-wide block or alone, so a score never depends
+ * on its neighbours. */
+static void attn_scores_avx2(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
+                             int d, float *s, int64_t lds) {
+    const int d8 = d & ~7;
+    const __m256i mk = tail_mask(d - d8);
+    for (int r = 0; r < n_q; r++) {
+        const float *qr = q + r * ldq;
+        int t = 0;
+        for (; t + 4 <= n_k; t += 4) {
+            const float *k0 = k + t * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            int i = 0;
+            for (; i < d8; i += 8) {
+                __m256 qv = _mm256_loadu_ps(qr + i);
+                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
+            }
+            if (i < d) {
+                __m256 qv = _mm256_maskload_ps(qr + i, mk);
+                a0 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k0 + i, mk), a0);
+                a1 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k1 + i, mk), a1);
+                a2 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k2 + i, mk), a2);
+                a3 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k3 + i, mk), a3);
+            }
+            _mm_storeu_ps(s + r * lds + t, reduce4(a0, a1, a2, a3));
+        }
+        for (; t < n_k; t++) {
+            const float *k0 = k + t * ldk;
+            __m256 a0 = _mm256_setzero_ps();
+            int i = 0;
+            for (; i < d8; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i), _mm256_loadu_ps(k0 + i), a0);
+            if (i < d) a0 = _mm256_fmadd_ps(_mm256_maskload_ps(qr + i, mk), _mm256_maskload_ps(k0 + i, mk), a0);
+            s[r * lds + t] = _mm_cvtss_f32(reduce4(a0, a0, a0, a0));
+        }
+    }
+}
+
+/* acc[r] += sum_t p[r][t] v[t]: 32 columns of acc held in registers while t runs, so each
+ * accumulator element sees the same fma chain in t order whatever the column blocking. */
+static void attn_accum_avx2(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
+                            const float *v, int64_t ldv, int d) {
+    for (int r = 0; r < n_q; r++) {
+        float *ar = acc + r * ldacc;
+        const float *pr = p + r * ldp;
+        int i = 0;
+        for (; i + 32 <= d; i += 32) {
+            __m256 c0 = _mm256_loadu_ps(ar + i), c1 = _mm256_loadu_ps(ar + i + 8);
+            __m256 c2 = _mm256_loadu_ps(ar + i + 16), c3 = _mm256_loadu_ps(ar + i + 24);
+            for (int t = 0; t < n_k; t++) {
+                const __m256 pt = _mm256_broadcast_ss(pr + t);
+                const float *vt = v + t * ldv + i;
+                c0 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt), c0);
+                c1 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt + 8), c1);
+                c2 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt + 16), c2);
+                c3 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt + 24), c3);
+            }
+            _mm256_storeu_ps(ar + i, c0);
+            _mm256_storeu_ps(ar + i + 8, c1);
+            _mm256_storeu_ps(ar + i + 16, c2);
+            _mm256_storeu_ps(ar + i + 24, c3);
+        }
+        for (; i < d; i += 8) {
+            const __m256i mk = tail_mask(d - i < 8 ? d - i : 8);
+            __m256 c0 = _mm256_maskload_ps(ar + i, mk);
+            for (int t = 0; t < n_k; t++)
+                c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + t), _mm256_maskload_ps(v + t * ldv + i, mk), c0);
+            _mm256_maskstore_ps(ar + i, mk, c0);
+        }
+    }
+}
+
+void spex_ops_register_avx2(spex_ops_kernels *k) {
+    k->rmsnorm = rmsnorm_avx2;
+    k->softmax = softmax_avx2;
+    k->silu = silu_avx2;
+    k->swiglu = swiglu_avx2;
+    k->add = add_avx2;
+    k->mul = mul_avx2;
+    k->scale = scale_avx2;
+    k->acc = acc_avx2;
+    k->axpy = axpy_avx2;
+    k->argmax = argmax_avx2;
+    k->topk = topk_avx2;
+    k->max = max_avx2;
+    k->exp_sum = exp_sum_avx2;
+    k->cvt_f16_f32 = cvt_f16_f32_avx2;
+    k->attn_scores = attn_scores_avx2;
+    k->attn_accum = attn_accum_avx2;
+}

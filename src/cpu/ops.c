@@ -1,0 +1,308 @@
+/*
+ * ops.c — the ops kernel tables (one per ISA) and the drivers written once on top of them:
+ * rmsnorm of rows, the RoPE angle cache, and attention over a KV cache.
+ *
+ * What it is: the implementation of the table and helper halves of src/cpu/ops.h. What it
+ * is not: the kernels (ref/ops_ref.c, arch/x86/avx2/ops_avx2.c, arch/x86/avx512/ops_avx512.c,
+ * arch/arm/ops_neon.c).
+ *
+ * Dimension legend: see ops.h (n, head_dim = d, n_head, n_head_kv, G = n_head / n_head_kv,
+ * n_rot, n_q, n_kv, T = SPEX_ATTN_TILE kv rows per tile, QB = query rows per unit,
+ * R = QB * G query (row, head) pairs per unit).
+ *
+ * Attention. One work unit is (kv head hk, block of up to QB query rows). Its R = QB * G
+ * (row, head) pairs — every query head that reads kv head hk, for every row of the block —
+ * are copied (pre-scaled) into Qs [R][d], and the KV cache is walked in tiles of T rows:
+ * a tile of K is converted to f32 once (F16 caches) and scored against all R pairs
+ * (S [R][T]), masked, folded into each pair's online softmax (running max m, running sum l,
+ * accumulator acc [R][d] rescaled by exp(m_old - m_new) when the max moves — the single-pass
+ * form of Milakov & Gimelshein 2018 used by FlashAttention), and the V tile is accumulated
+ * for all R pairs. So every K/V row is read from memory once per unit instead of once per
+ * query row and head: the verify/draft regime (n_q 2..64) reuses each tile QB * G times.
+ * Tiles in which no pair of the unit sees any row (the causal future, outside the window,
+ * empty slots) are skipped without being read. A pair's result depends only on its own
+ * scores and on the fixed tile boundaries, never on which other pairs share its unit, so
+ * the output does not depend on the thread count.
+ */
+#include "cpu/ops.h"
+#include "cpu/isa.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <string.h>
+
+/* ======================================================================== */
+/* Tables                                                                    */
+/* ======================================================================== */
+
+#define N_ISA 4 /* scalar, avx2, avx512, neon */
+
+static spex_ops_kernels g_tables[N_ISA];
+static bool g_have[N_ISA];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* isa.c's availability rule (AVX2 = AVX2+FMA+F16C; AVX-512 = F/BW/VL/DQ on top of AVX2),
+ * plus "compiled in". */
+static bool isa_usable(spex_isa isa) {
+    const spex_cpu_features *f = spex_cpu_get_features();
+    switch (isa) {
+    case SPEX_ISA_SCALAR: return true;
+#if SPEX_HAVE_X86
+    case SPEX_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
+    case SPEX_ISA_AVX512:
+        return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
+#endif
+#if defined(__aarch64__)
+    case SPEX_ISA_NEON: return f->neon;
+#endif
+    default: (void)f; return false;
+    }
+}
+
+static void build_tables(void) {
+    for (int i = 0; i < N_ISA; i++) {
+        spex_isa isa = (spex_isa)i;
+        if (!isa_usable(isa)) continue;
+        spex_ops_kernels t;
+        memset(&t, 0, sizeof t);
+        spex_ops_register_scalar(&t);
+        switch (isa) {
+#if SPEX_HAVE_X86
+        case SPEX_ISA_AVX2: spex_ops_register_avx2(&t); break;
+        case SPEX_ISA_AVX512:
+            /* Entries without an AVX-512 version keep the AVX2 one. */
+            spex_ops_register_avx2(&t);
+            spex_ops_register_avx512(&t);
+            break;
+#endif
+#if defined(__aarch64__)
+        case SPEX_ISA_NEON: spex_ops_register_neon(&t); break;
+#endif
+        default: break;
+        }
+        t.isa = isa;
+        g_tables[i] = t;
+        g_have[i] = true;
+    }
+}
+
+const spex_ops_kernels *spex_ops_for(spex_isa isa) {
+    pthread_once(&g_once, build_tables);
+    if ((unsigned)isa >= N_ISA || !g_have[isa]) return NULL;
+    return &g_tables[isa];
+}
+
+const spex_ops_kernels *spex_ops_get(void) {
+    const spex_ops_kernels *k = spex_ops_for(spex_cpu_isa());
+    return k ? k : spex_ops_for(SPEX_ISA_SCALAR);
+}
+
+/* ======================================================================== */
+/* Row helpers and RoPE                                                      */
+/* ======================================================================== */
+
+void spex_rmsnorm_rows(const spex_ops_kernels *k, const float *x, int64_t ldx, const float *weight,
+                       float *out, int64_t ldo, int64_t n_rows, int64_t n, float eps) {
+    for (int64_t r = 0; r < n_rows; r++) k->rmsnorm(x + r * ldx, weight, out + r * ldo, n, eps);
+}
+
+void spex_rope_cache(float *cs, int64_t pos, int n_rot, float freq_base, float freq_scale) {
+    /* Double precision: at positions ~1e5 a float angle would already be off by ~1e-2 rad. */
+    const double p = (double)pos * (double)freq_scale;
+    for (int i = 0; i < n_rot / 2; i++) {
+        double theta = p * pow((double)freq_base, -2.0 * i / (double)n_rot);
+        cs[2 * i] = (float)cos(theta);
+        cs[2 * i + 1] = (float)sin(theta);
+    }
+}
+
+void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, int n_rot,
+               spex_rope_mode mode, int64_t pos, float freq_base, float freq_scale) {
+    float cs[SPEX_ROPE_MAX_ROT];
+    if (n_rot > SPEX_ROPE_MAX_ROT) n_rot = SPEX_ROPE_MAX_ROT; /* documented limit */
+    spex_rope_cache(cs, pos, n_rot, freq_base, freq_scale);
+    k->rope(x, n_head, head_dim, n_rot, mode, cs);
+}
+
+/* ======================================================================== */
+/* Attention                                                                 */
+/* ======================================================================== */
+
+static int attn_qblock(const spex_attn_args *a) {
+    return a->n_q < SPEX_ATTN_QBLOCK ? (a->n_q > 0 ? a->n_q : 1) : SPEX_ATTN_QBLOCK;
+}
+
+static size_t pad16(size_t n) { return (n + 15) / 16 * 16; }
+
+/* Scratch layout of one thread (floats, each part rounded to 16 = 64 bytes). */
+typedef struct attn_scratch {
+    float *qs;   /* [R][d] pre-scaled queries          */
+    float *acc;  /* [R][d] unnormalised outputs        */
+    float *s;    /* [R][T] scores, then probabilities  */
+    float *m;    /* [R] running max                    */
+    float *l;    /* [R] running sum                    */
+    float *kt;   /* [T][d] K tile converted to f32     */
+    float *vt;   /* [T][d] V tile converted to f32     */
+} attn_scratch;
+
+static size_t attn_carve(const spex_attn_args *a, float *base, attn_scratch *sc) {
+    const size_t d = (size_t)a->head_dim, T = SPEX_ATTN_TILE;
+    const size_t R = (size_t)attn_qblock(a) * (size_t)(a->n_head / a->n_head_kv);
+    const size_t parts[7] = {pad16(R * d), pad16(R * d), pad16(R * T), pad16(R), pad16(R),
+                             pad16(T * d), pad16(T * d)};
+    float **dst[7] = {&sc->qs, &sc->acc, &sc->s, &sc->m, &sc->l, &sc->kt, &sc->vt};
+    size_t off = 0;
+    for (int i = 0; i < 7; i++) {
+        if (base) *dst[i] = base + off;
+        off += parts[i];
+    }
+    return off;
+}
+
+size_t spex_attn_scratch_floats(const spex_attn_args *a) {
+    if (!a || a->n_head_kv <= 0 || a->n_head <= 0 || a->head_dim <= 0) return 0;
+    attn_scratch sc;
+    return attn_carve(a, NULL, &sc);
+}
+
+spex_status spex_attn_check(const spex_attn_args *a, spex_error *err) {
+    if (!a) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "attention: args is NULL");
+    if (a->n_q < 0 || a->n_kv < 0 || a->n_head <= 0 || a->n_head_kv <= 0 || a->head_dim <= 0)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                              "attention: n_q %d, n_kv %d, n_head %d, n_head_kv %d, head_dim %d: expected "
+                              "n_q, n_kv >= 0 and heads, head_dim > 0",
+                              a->n_q, a->n_kv, a->n_head, a->n_head_kv, a->head_dim);
+    if (a->n_head % a->n_head_kv)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "attention: n_head %d is not a multiple of n_head_kv %d",
+                              a->n_head, a->n_head_kv);
+    size_t es;
+    if (a->kv_type == SPEX_TYPE_F32) es = 4;
+    else if (a->kv_type == SPEX_TYPE_F16) es = 2;
+    else return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "attention: kv type %d: expected F32 or F16", (int)a->kv_type);
+    const int64_t qrow = (int64_t)a->n_head * a->head_dim;
+    const size_t kvrow = (size_t)a->n_head_kv * (size_t)a->head_dim * es;
+    if (a->n_q > 0 && (!a->q || !a->out || a->q_stride < qrow || a->out_stride < qrow))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                              "attention: q/out missing or row stride < n_head*head_dim = %lld", (long long)qrow);
+    if (a->n_q > 0 && !a->q_pos && (a->causal || a->window > 0))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "attention: causal or windowed attention needs q_pos");
+    if (a->n_kv > 0 && (!a->k || !a->v || a->k_stride < kvrow || a->v_stride < kvrow || a->k_stride % es ||
+                        a->v_stride % es))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                              "attention: k/v missing, or row stride below %zu bytes or not a multiple of %zu",
+                              kvrow, es);
+    return SPEX_OK;
+}
+
+static inline bool attn_visible(const spex_attn_args *a, int64_t qp, int64_t kp) {
+    if (kp < 0) return false;                           /* empty cache slot */
+    if (a->causal && kp > qp) return false;
+    if (a->window > 0 && kp <= qp - a->window) return false;
+    return true;
+}
+
+/* Returns a pointer to rows [t0, t0+nt) of kv head hk as f32 (converting F16 into buf) and
+ * their stride in floats. */
+static const float *attn_tile(const spex_ops_kernels *k, const spex_attn_args *a, const void *base,
+                              size_t stride, int t0, int nt, int hk, float *buf, int64_t *ld) {
+    const int d = a->head_dim;
+    const char *row0 = (const char *)base + (size_t)t0 * stride;
+    if (a->kv_type == SPEX_TYPE_F32) {
+        *ld = (int64_t)(stride / sizeof(float));
+        return (const float *)row0 + (size_t)hk * d;
+    }
+    for (int t = 0; t < nt; t++)
+        k->cvt_f16_f32((const uint16_t *)(row0 + (size_t)t * stride) + (size_t)hk * d, buf + (size_t)t * d, d);
+    *ld = d;
+    return buf;
+}
+
+static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk, int q0, int nq,
+                      const attn_scratch *sc) {
+    const int d = a->head_dim, G = a->n_head / a->n_head_kv, T = SPEX_ATTN_TILE, R = nq * G;
+    const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)d);
+
+    /* Pair r = qi * G + g is query row q0 + qi, head hk * G + g. */
+    for (int qi = 0; qi < nq; qi++)
+        for (int g = 0; g < G; g++) {
+            const float *src = a->q + (int64_t)(q0 + qi) * a->q_stride + (int64_t)(hk * G + g) * d;
+            k->scale(src, scale, sc->qs + (size_t)(qi * G + g) * d, d);
+        }
+    for (int r = 0; r < R; r++) {
+        sc->m[r] = -INFINITY;
+        sc->l[r] = 0.0f;
+    }
+    memset(sc->acc, 0, sizeof(float) * (size_t)R * d);
+
+    uint8_t vis[SPEX_ATTN_QBLOCK][SPEX_ATTN_TILE];
+    for (int t0 = 0; t0 < a->n_kv; t0 += T) {
+        const int nt = a->n_kv - t0 < T ? a->n_kv - t0 : T;
+        bool any = false;
+        for (int qi = 0; qi < nq; qi++) {
+            const int64_t qp = a->q_pos ? a->q_pos[q0 + qi] : 0;
+            for (int t = 0; t < nt; t++) {
+                const int64_t kp = a->kv_pos ? a->kv_pos[t0 + t] : t0 + t;
+                vis[qi][t] = attn_visible(a, qp, kp);
+                any |= vis[qi][t];
+            }
+        }
+        if (!any) continue;
+
+        int64_t ldk, ldv;
+        const float *kt = attn_tile(k, a, a->k, a->k_stride, t0, nt, hk, sc->kt, &ldk);
+        k->attn_scores(R, sc->qs, d, nt, kt, ldk, d, sc->s, T);
+
+        for (int qi = 0; qi < nq; qi++)
+            for (int t = 0; t < nt; t++)
+                if (!vis[qi][t])
+                    for (int g = 0; g < G; g++) sc->s[(size_t)(qi * G + g) * T + t] = -INFINITY;
+
+        for (int r = 0; r < R; r++) {
+            float *sr = sc->s + (size_t)r * T;
+            const float mt = k->max(sr, nt);
+            if (mt == -INFINITY) { /* this pair sees nothing here: contributes nothing */
+                memset(sr, 0, sizeof(float) * (size_t)nt);
+                continue;
+            }
+            const float m_old = sc->m[r], m_new = mt > m_old ? mt : m_old;
+            const float sum = k->exp_sum(sr, nt, m_new);
+            if (m_old == -INFINITY) {
+                sc->l[r] = sum;
+            } else {
+                const float alpha = expf(m_old - m_new);
+                sc->l[r] = sc->l[r] * alpha + sum;
+                if (alpha != 1.0f) k->scale(sc->acc + (size_t)r * d, alpha, sc->acc + (size_t)r * d, d);
+            }
+            sc->m[r] = m_new;
+        }
+
+        const float *vt = attn_tile(k, a, a->v, a->v_stride, t0, nt, hk, sc->vt, &ldv);
+        k->attn_accum(R, sc->acc, d, sc->s, T, nt, vt, ldv, d);
+    }
+
+    for (int qi = 0; qi < nq; qi++)
+        for (int g = 0; g < G; g++) {
+            const int r = qi * G + g;
+            float *dst = a->out + (int64_t)(q0 + qi) * a->out_stride + (int64_t)(hk * G + g) * d;
+            k->scale(sc->acc + (size_t)r * d, sc->l[r] > 0.0f ? 1.0f / sc->l[r] : 0.0f, dst, d);
+        }
+}
+
+void spex_attention(const spex_ops_kernels *k, const spex_attn_args *a, int ith, int nth, float *scratch) {
+    if (a->n_q <= 0) return;
+    attn_scratch sc;
+    attn_carve(a, scratch, &sc);
+    /* Smaller query blocks when there would be fewer units than threads (results do not
+     * depend on the blocking, see the file comment; the scratch fits the largest block). */
+    int QB = attn_qblock(a);
+    while (QB > 1 && a->n_head_kv * ((a->n_q + QB - 1) / QB) < nth) QB = (QB + 1) / 2;
+    const int n_qb = (a->n_q + QB - 1) / QB;
+    const int n_units = a->n_head_kv * n_qb;
+    /* Units interleave kv heads and query blocks, so with causal masking (later blocks see
+     * more rows) the static split still spreads the long units over threads. */
+    for (int u = ith; u < n_units; u += nth) {
+        const int hk = u % a->n_head_kv, qb = u / a->n_head_kv;
+        const int q0 = qb * QB, nq = a->n_q - q0 < QB ? a->n_q - q0 : QB;
+        attn_unit(k, a, hk, q0, nq, &sc);
+    }
+}

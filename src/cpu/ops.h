@@ -1,0 +1,173 @@
+/*
+ * ops.h — the elementwise, reduction and attention kernels of a forward pass: the per-ISA
+ * kernel table and the ISA-independent drivers built on it (RoPE cache, attention).
+ *
+ * What it is: rmsnorm, rope, softmax, silu/swiglu, add/mul/scale/acc/axpy, argmax, top-K and
+ * attention over a KV cache, as used by the llama / qwen3 forward passes. What it is not:
+ * matrix multiplication (matmul.h) or anything that allocates: every kernel works on
+ * caller-owned buffers, and attention takes its scratch from the caller.
+ *
+ * Dimension legend (used in every ops file):
+ *   n          elements of a row (hidden size, vocabulary, ...)
+ *   head_dim   elements of one attention head (d)
+ *   n_head     query heads; n_head_kv key/value heads (GQA: n_head = group * n_head_kv)
+ *   n_rot      leading dims of each head that RoPE rotates (partial rotary: n_rot < head_dim)
+ *   n_q        query rows (tokens) of one attention call: 1 = decode, 2..64 = verify/draft
+ *   n_kv       rows of the KV cache visible to the call
+ *   q          [n_q][n_head][head_dim] f32 (rows q_stride floats apart)
+ *   K, V       [n_kv][n_head_kv][head_dim] in F32 or F16 (rows k_stride / v_stride bytes apart)
+ *   out        [n_q][n_head][head_dim] f32 (rows out_stride floats apart)
+ *   T          kv rows per attention tile (SPEX_ATTN_TILE)
+ *   R          query (row, head) pairs processed together against one tile
+ *
+ * Table. Every ISA's table starts as a copy of the scalar one (src/cpu/ref/ops_ref.c, the
+ * specification) and the ISA file overwrites what it implements, so no entry is NULL.
+ * Kernels may be called on any thread; they hold no state. Unless an entry says otherwise,
+ * `out` may alias an input exactly (in place), but not partially overlap it.
+ *
+ * Accuracy. SIMD kernels compute exp with a polynomial (ops_avx2.c): relative error below
+ * 2.4e-7 on [-87, 88] (measured 7.9e-8). tests/test_ops.c checks every kernel against the
+ * scalar reference and against double precision with the bounds stated there.
+ */
+#ifndef SPEX_CPU_OPS_H
+#define SPEX_CPU_OPS_H
+
+#include "spex.h"
+
+/* RoPE pairing: NORM rotates (2i, 2i+1) (llama); NEOX rotates (i, i + n_rot/2) (qwen, gpt-neox). */
+typedef enum spex_rope_mode {
+    SPEX_ROPE_NORM = 0,
+    SPEX_ROPE_NEOX = 2,   /* ggml's rope type id for neox */
+} spex_rope_mode;
+
+#define SPEX_ROPE_MAX_ROT 1024   /* largest n_rot the on-stack helpers accept */
+
+typedef struct spex_ops_kernels {
+    spex_isa isa;
+
+    /* out[i] = x[i] / sqrt(mean(x^2) + eps) * (weight ? weight[i] : 1). */
+    void (*rmsnorm)(const float *x, const float *weight, float *out, int64_t n, float eps);
+
+    /* In place on one token's row [n_head][head_dim]: rotates the first n_rot dims (even) of
+     * each head by the angles of `cs`, the cache filled by spex_rope_cache for the token's
+     * position: cs[2i] = cos(theta_i), cs[2i+1] = sin(theta_i), i < n_rot/2. For pair (a, b):
+     * a' = a cos - b sin, b' = a sin + b cos. Dims n_rot..head_dim-1 are untouched. */
+    void (*rope)(float *x, int n_head, int head_dim, int n_rot, spex_rope_mode mode, const float *cs);
+
+    /* In place: x[i] = x[i] * scale + (mask ? mask[i] : 0), then softmax. Stable (subtracts
+     * the max); entries at -inf become exactly 0; a row that is all -inf becomes all 0. */
+    void (*softmax)(float *x, int64_t n, float scale, const float *mask);
+
+    /* out = x * sigmoid(x);  swiglu: out = silu(gate) * up. */
+    void (*silu)(const float *x, float *out, int64_t n);
+    void (*swiglu)(const float *gate, const float *up, float *out, int64_t n);
+
+    void (*add)(const float *a, const float *b, float *out, int64_t n);   /* out = a + b  */
+    void (*mul)(const float *a, const float *b, float *out, int64_t n);   /* out = a * b  */
+    void (*scale)(const float *x, float s, float *out, int64_t n);        /* out = s * x  */
+    void (*acc)(float *y, const float *x, int64_t n);                     /* y += x (residual) */
+    void (*axpy)(float *y, float a, const float *x, int64_t n);           /* y += a * x   */
+
+    /* Index of the largest element; the first one on ties. NaN ranks below everything.
+     * Returns 0 for n <= 0. */
+    int64_t (*argmax)(const float *x, int64_t n);
+    /* The k largest elements (k = min(k, n), k <= SPEX_TOPK_MAX): idx[j], val[j] for
+     * j < k, sorted by value descending, ties by lower index first. NaN ranks as -inf.
+     * Returns the count written. O(n) scan with a k-heap behind a SIMD threshold test. */
+    int (*topk)(const float *x, int64_t n, int k, int32_t *idx, float *val);
+
+    /* Attention building blocks (the driver spex_attention is written once, in ops.c):
+     * max of a row (-inf for n <= 0; NaN ignored); x[i] = exp(x[i] - m) returning the sum
+     * (x[i] = -inf gives 0; m must be finite); F16 -> F32. */
+    float (*max)(const float *x, int64_t n);
+    float (*exp_sum)(float *x, int64_t n, float m);
+    void (*cvt_f16_f32)(const uint16_t *src, float *dst, int64_t n);
+    /* s[r*lds + t] = dot(q[r*ldq .. +d], k[t*ldk .. +d]) for r < n_q, t < n_k. */
+    void (*attn_scores)(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
+                        int d, float *s, int64_t lds);
+    /* acc[r*ldacc + i] += sum_t p[r*ldp + t] * v[t*ldv + i] for r < n_q, i < d. */
+    void (*attn_accum)(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
+                       const float *v, int64_t ldv, int d);
+} spex_ops_kernels;
+
+#define SPEX_TOPK_MAX 1024
+
+/* The table for an ISA; NULL if that ISA is not compiled in or not on this CPU.
+ * spex_ops_get() is the table for spex_cpu_isa() (looked up on each call, so tests can
+ * switch ISA between calls). */
+const spex_ops_kernels *spex_ops_for(spex_isa isa);
+const spex_ops_kernels *spex_ops_get(void);
+
+/* Filled by the kernel files: each overwrites the entries it implements. */
+void spex_ops_register_scalar(spex_ops_kernels *k);
+void spex_ops_register_avx2(spex_ops_kernels *k);
+void spex_ops_register_avx512(spex_ops_kernels *k);
+void spex_ops_register_neon(spex_ops_kernels *k);
+
+/* The top-K heap, shared by every ISA's topk (ops_ref.c): begin fills it with the first k
+ * elements and returns k clamped to [0, min(n, SPEX_TOPK_MAX)]; push offers element (v, i),
+ * where i exceeds every index offered before — it enters only if v is strictly larger than
+ * the root val[0] (the worst kept, so val[0] is the SIMD scan's threshold); finish sorts. */
+int spex_ops_topk_begin(const float *x, int64_t n, int k, int32_t *idx, float *val);
+void spex_ops_topk_push(int32_t *idx, float *val, int k, float v, int32_t i);
+int spex_ops_topk_finish(int32_t *idx, float *val, int k);
+
+/* ======================================================================== */
+/* Helpers on top of the table                                               */
+/* ======================================================================== */
+
+/* rmsnorm of n_rows rows of n (rows ldx / ldo floats apart), one weight for all rows
+ * (qwen3's per-head q/k norm is n_rows = n_head, n = head_dim). */
+void spex_rmsnorm_rows(const spex_ops_kernels *k, const float *x, int64_t ldx, const float *weight,
+                       float *out, int64_t ldo, int64_t n_rows, int64_t n, float eps);
+
+/* RoPE angles for one position: cs[2i] = cos(theta_i), cs[2i+1] = sin(theta_i), i < n_rot/2,
+ * theta_i = pos * freq_scale * freq_base^(-2i / n_rot), computed in double. Fill once per
+ * token and reuse for every layer (and for q and k). freq_scale 1 means no scaling. */
+void spex_rope_cache(float *cs, int64_t pos, int n_rot, float freq_base, float freq_scale);
+/* Convenience: cache on the stack + table rope. n_rot <= SPEX_ROPE_MAX_ROT. */
+void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, int n_rot,
+               spex_rope_mode mode, int64_t pos, float freq_base, float freq_scale);
+
+/* ---- attention over a KV cache ---------------------------------------------------------- */
+
+#define SPEX_ATTN_TILE 32      /* T: kv rows converted and scored together              */
+#define SPEX_ATTN_QBLOCK 16    /* most query rows per work unit                          */
+
+typedef struct spex_attn_args {
+    int n_q, n_head, n_head_kv, head_dim;
+    const float *q;            /* [n_q][n_head][head_dim], rows q_stride floats apart     */
+    int64_t q_stride;
+    const int32_t *q_pos;      /* [n_q] position of each query row                         */
+
+    spex_type kv_type;         /* SPEX_TYPE_F32 or SPEX_TYPE_F16                           */
+    int n_kv;
+    const void *k, *v;         /* [n_kv][n_head_kv][head_dim], rows k_/v_stride bytes apart */
+    size_t k_stride, v_stride;
+    const int32_t *kv_pos;     /* [n_kv] position of each kv row; NULL: row i is position i.
+                                * A negative position marks an empty slot: never seen.    */
+
+    float scale;               /* 0: 1/sqrt(head_dim)                                      */
+    bool causal;               /* query at p sees kv positions <= p                        */
+    int32_t window;            /* > 0: also only kv positions > p - window (sliding window) */
+
+    float *out;                /* [n_q][n_head][head_dim], rows out_stride floats apart    */
+    int64_t out_stride;
+} spex_attn_args;
+
+/* Checks the arguments (shapes, strides, types): SPEX_ERR_INVALID_ARG with a message. */
+spex_status spex_attn_check(const spex_attn_args *a, spex_error *err);
+/* Floats of scratch each thread needs for spex_attention (same for every thread). */
+size_t spex_attn_scratch_floats(const spex_attn_args *a);
+/* Computes the part of the output owned by thread ith of nth (call it from every thread of
+ * a pool task, or with 0, 1 single-threaded). Work units are (kv head, block of query
+ * rows): all the query heads of a kv head (the GQA group) and up to SPEX_ATTN_QBLOCK query
+ * rows are scored against each K/V tile while it is in cache, so the cache is read once per
+ * unit, not once per query row. Single pass, online softmax, f32 accumulation. A query row
+ * that sees no kv row gets zeros. Results do not depend on ith/nth. Parallelism is at most
+ * n_head_kv * n_q units (the KV length is not split across threads), so a single-row decode
+ * with fewer kv heads than threads leaves threads idle. */
+void spex_attention(const spex_ops_kernels *k, const spex_attn_args *a, int ith, int nth,
+                    float *scratch);
+
+#endif

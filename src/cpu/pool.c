@@ -1,0 +1,318 @@
+/*
+ * pool.c — the persistent thread pool behind spex_pool_* (include/spex.h, "CPU: ISA
+ * dispatch and the thread pool").
+ *
+ * What it is: n_threads - 1 worker threads created once; spex_pool_run hands one task to
+ * every thread (the caller is thread 0) and returns when all have finished; inside a task,
+ * spex_pool_barrier synchronises all nth threads and spex_pool_next_chunk hands out work
+ * dynamically. What it is not: a general task queue (no futures, no nesting: a task must not
+ * call spex_pool_run, and only one thread at a time may call spex_pool_run on a pool).
+ *
+ * Waking and waiting. A decode step issues hundreds of pool runs a few microseconds apart, so
+ * a futex round-trip per run would dominate small kernels; an idle pool, on the other hand,
+ * must not burn cores. Both sides therefore spin for a bounded time (SPIN_NS, checking the
+ * clock every few hundred pauses) and then block on a futex (a mutex/condvar pair off Linux).
+ * The system call to wake sleepers is made only when a sleeper has announced itself:
+ *
+ *   waker:   store(word)         ; if load(n_sleepers) > 0: wake(word)
+ *   sleeper: n_sleepers++        ; if load(word) == old: wait(word, old) ; n_sleepers--
+ *
+ * With sequentially consistent atomics on both sides (a Dekker pattern) either the waker
+ * sees the sleeper or the sleeper sees the new word, so no wake-up is lost. Pools with more
+ * threads than online CPUs do not spin at all (a spinning thread would steal the core of the
+ * one doing the work).
+ *
+ * The chunk counter protocol (spex_pool_next_chunk): purely dynamic. spex_pool_run sets the
+ * counter to 0 before any thread starts; every call, from any thread, atomically returns the
+ * next index 0, 1, 2, ... Each index is returned exactly once per run, so a chunked loop is
+ *
+ *     for (int64_t c = spex_pool_next_chunk(pool); c < n_chunks; c = spex_pool_next_chunk(pool))
+ *         do_chunk(c);
+ *
+ * and every thread, thread 0 included, takes part. There is one counter per run: a task that
+ * needs two chunked phases may continue numbering after a barrier — when every thread stops at
+ * its first index >= n1, the counter stands at exactly n1 + nth after the barrier, so the
+ * second phase's chunk c is index - (n1 + nth).
+ *
+ * The barrier is sense-reversing in its generation-counter form: each thread reads the
+ * barrier generation, then increments the arrival count; the last to arrive resets the count
+ * and advances the generation, which releases the others (they spin, then yield). A
+ * generation counter needs no per-thread sense flag, which lets the barrier take only the
+ * pool as argument.
+ */
+#include "spex.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#endif
+
+#define SPEX_POOL_MAX_THREADS 1024
+/* How long a thread spins before it blocks. Long enough to cover the serial glue between two
+ * kernels of one token step; short enough that an idle pool goes quiet almost at once. */
+#define SPIN_NS 200000LL
+#define CACHE_LINE 64
+
+typedef struct pool_worker {
+    struct spex_pool *pool;
+    int ith;
+    pthread_t tid;
+} pool_worker;
+
+struct spex_pool {
+    int nth;
+    long long spin_ns;            /* 0: block at once (more threads than cores) */
+    pool_worker *workers;         /* [nth - 1]: thread ith is workers[ith - 1]   */
+    int n_started;
+
+    /* Written by the caller before a run; read by workers after they see the new gen. */
+    spex_pool_task task;
+    void *ctx;
+    _Atomic int stop;
+
+    /* Each hot word on its own cache line: workers poll gen, the caller polls pending,
+     * everyone hammers chunk and the barrier words. */
+    _Alignas(CACHE_LINE) _Atomic uint32_t gen;         /* run generation (futex word)   */
+    _Atomic uint32_t gen_sleepers;                     /* workers blocked on gen        */
+    _Alignas(CACHE_LINE) _Atomic uint32_t pending;     /* workers still in the run      */
+    _Atomic uint32_t caller_sleeping;                  /* caller blocked on pending     */
+    _Alignas(CACHE_LINE) _Atomic int64_t chunk;        /* next chunk index              */
+    _Alignas(CACHE_LINE) _Atomic uint32_t bar_count;   /* arrivals at the barrier       */
+    _Alignas(CACHE_LINE) _Atomic uint32_t bar_gen;     /* barrier generation            */
+
+#if !defined(__linux__)
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+#endif
+};
+
+/* ---- spinning and blocking ---------------------------------------------------------- */
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __asm__ volatile("pause" ::: "memory");
+#elif defined(__aarch64__)
+    __asm__ volatile("yield" ::: "memory");
+#else
+    atomic_signal_fence(memory_order_seq_cst);
+#endif
+}
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Spins until *word != old or spin_ns elapse. Returns the last value seen. */
+static uint32_t spin_while_equal(_Atomic uint32_t *word, uint32_t old, long long spin_ns) {
+    uint32_t v = atomic_load_explicit(word, memory_order_acquire);
+    if (v != old || spin_ns <= 0) return v;
+    long long deadline = now_ns() + spin_ns;
+    for (;;) {
+        for (int i = 0; i < 128; i++) {
+            cpu_relax();
+            v = atomic_load_explicit(word, memory_order_acquire);
+            if (v != old) return v;
+        }
+        if (now_ns() >= deadline) return v;
+    }
+}
+
+#if defined(__linux__)
+static void word_wait(spex_pool *pool, _Atomic uint32_t *word, uint32_t old) {
+    (void)pool;
+    /* Returns at once (EAGAIN) if *word already differs; spurious returns are fine, every
+     * caller re-checks in a loop. */
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAIT_PRIVATE, old, NULL, NULL, 0);
+}
+static void word_wake(spex_pool *pool, _Atomic uint32_t *word) {
+    (void)pool;
+    syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+#else
+static void word_wait(spex_pool *pool, _Atomic uint32_t *word, uint32_t old) {
+    pthread_mutex_lock(&pool->mu);
+    while (atomic_load(word) == old) pthread_cond_wait(&pool->cv, &pool->mu);
+    pthread_mutex_unlock(&pool->mu);
+}
+static void word_wake(spex_pool *pool, _Atomic uint32_t *word) {
+    (void)word;
+    /* Taking the mutex orders this wake after a waiter's check-then-wait. */
+    pthread_mutex_lock(&pool->mu);
+    pthread_mutex_unlock(&pool->mu);
+    pthread_cond_broadcast(&pool->cv);
+}
+#endif
+
+/* Blocks until *word != old: spin first, then announce in *sleepers and sleep. */
+static uint32_t wait_while_equal(spex_pool *pool, _Atomic uint32_t *word, uint32_t old,
+                                 _Atomic uint32_t *sleepers) {
+    uint32_t v = spin_while_equal(word, old, pool->spin_ns);
+    if (v != old) return v;
+    atomic_fetch_add(sleepers, 1);
+    while ((v = atomic_load(word)) == old) word_wait(pool, word, old);
+    atomic_fetch_sub(sleepers, 1);
+    return v;
+}
+
+/* ---- workers -------------------------------------------------------------------------- */
+
+static void *worker_main(void *arg) {
+    pool_worker *w = arg;
+    spex_pool *pool = w->pool;
+    /* Not a load of gen: the first run may already have been posted before this thread
+     * got scheduled, and it must not be mistaken for the starting state. */
+    uint32_t seen = 0;
+    for (;;) {
+        seen = wait_while_equal(pool, &pool->gen, seen, &pool->gen_sleepers);
+        if (atomic_load_explicit(&pool->stop, memory_order_acquire)) break;
+        pool->task(pool->ctx, w->ith, pool->nth);
+        /* The last worker to finish wakes the caller if (and only if) it went to sleep. */
+        if (atomic_fetch_sub(&pool->pending, 1) == 1 && atomic_load(&pool->caller_sleeping))
+            word_wake(pool, &pool->pending);
+    }
+    return NULL;
+}
+
+/* ---- public API ----------------------------------------------------------------------- */
+
+static int online_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (n > SPEX_POOL_MAX_THREADS ? SPEX_POOL_MAX_THREADS : (int)n);
+}
+
+static void pool_stop_workers(spex_pool *pool) {
+    atomic_store_explicit(&pool->stop, 1, memory_order_release);
+    atomic_fetch_add(&pool->gen, 1);
+    word_wake(pool, &pool->gen); /* unconditional: cheap, and free is not hot */
+    for (int i = 0; i < pool->n_started; i++) pthread_join(pool->workers[i].tid, NULL);
+    pool->n_started = 0;
+}
+
+spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
+    if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_pool_create: out is NULL");
+    *out = NULL;
+    int ncpu = online_cpus();
+    if (n_threads <= 0) n_threads = ncpu;
+    if (n_threads > SPEX_POOL_MAX_THREADS)
+        return spex_error_set(err, SPEX_ERR_RANGE, "spex_pool_create: %d threads requested, at most %d",
+                              n_threads, SPEX_POOL_MAX_THREADS);
+    spex_pool *pool = aligned_alloc(CACHE_LINE, (sizeof *pool + CACHE_LINE - 1) / CACHE_LINE * CACHE_LINE);
+    if (!pool) return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
+    memset(pool, 0, sizeof *pool);
+    pool->nth = n_threads;
+    pool->spin_ns = n_threads <= ncpu ? SPIN_NS : 0;
+    atomic_init(&pool->stop, 0);
+    atomic_init(&pool->gen, 0);
+    atomic_init(&pool->gen_sleepers, 0);
+    atomic_init(&pool->pending, 0);
+    atomic_init(&pool->caller_sleeping, 0);
+    atomic_init(&pool->chunk, 0);
+    atomic_init(&pool->bar_count, 0);
+    atomic_init(&pool->bar_gen, 0);
+#if !defined(__linux__)
+    pthread_mutex_init(&pool->mu, NULL);
+    pthread_cond_init(&pool->cv, NULL);
+#endif
+    if (n_threads > 1) {
+        pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
+        if (!pool->workers) {
+            free(pool);
+            return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
+        }
+        for (int i = 0; i < n_threads - 1; i++) {
+            pool->workers[i].pool = pool;
+            pool->workers[i].ith = i + 1;
+            int rc = pthread_create(&pool->workers[i].tid, NULL, worker_main, &pool->workers[i]);
+            if (rc != 0) {
+                pool_stop_workers(pool);
+                free(pool->workers);
+                free(pool);
+                return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: thread %d of %d: %s",
+                                      i + 1, n_threads, strerror(rc));
+            }
+            pool->n_started++;
+        }
+    }
+    *out = pool;
+    return SPEX_OK;
+}
+
+void spex_pool_free(spex_pool *pool) {
+    if (!pool) return;
+    pool_stop_workers(pool);
+#if !defined(__linux__)
+    pthread_mutex_destroy(&pool->mu);
+    pthread_cond_destroy(&pool->cv);
+#endif
+    free(pool->workers);
+    free(pool);
+}
+
+int spex_pool_n_threads(const spex_pool *pool) { return pool ? pool->nth : 1; }
+
+void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx) {
+    atomic_store_explicit(&pool->chunk, 0, memory_order_relaxed);
+    if (pool->nth == 1) {
+        task(ctx, 0, 1);
+        return;
+    }
+    pool->task = task;
+    pool->ctx = ctx;
+    atomic_store_explicit(&pool->pending, (uint32_t)(pool->nth - 1), memory_order_relaxed);
+    /* seq_cst: publishes task/ctx/chunk/pending, and orders against gen_sleepers below. */
+    atomic_fetch_add(&pool->gen, 1);
+    if (atomic_load(&pool->gen_sleepers) > 0) word_wake(pool, &pool->gen);
+
+    task(ctx, 0, pool->nth);
+
+    /* Wait for the workers: spin while they are likely to finish soon, then sleep. */
+    uint32_t v = atomic_load_explicit(&pool->pending, memory_order_acquire);
+    if (v != 0 && pool->spin_ns > 0) {
+        long long deadline = now_ns() + pool->spin_ns;
+        for (;;) {
+            for (int i = 0; i < 128 && v != 0; i++) {
+                cpu_relax();
+                v = atomic_load_explicit(&pool->pending, memory_order_acquire);
+            }
+            if (v == 0 || now_ns() >= deadline) break;
+        }
+    }
+    if (v != 0) {
+        atomic_store(&pool->caller_sleeping, 1);
+        while ((v = atomic_load(&pool->pending)) != 0) word_wait(pool, &pool->pending, v);
+        atomic_store(&pool->caller_sleeping, 0);
+    }
+    atomic_thread_fence(memory_order_acquire); /* the workers' writes are visible now */
+}
+
+void spex_pool_barrier(spex_pool *pool) {
+    if (pool->nth == 1) return;
+    uint32_t g = atomic_load_explicit(&pool->bar_gen, memory_order_acquire);
+    if (atomic_fetch_add_explicit(&pool->bar_count, 1, memory_order_acq_rel) == (uint32_t)pool->nth - 1) {
+        /* Last to arrive: nobody touches bar_count again until bar_gen moves. */
+        atomic_store_explicit(&pool->bar_count, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&pool->bar_gen, 1, memory_order_acq_rel);
+        return;
+    }
+    for (int spins = 0;; spins++) {
+        if (atomic_load_explicit(&pool->bar_gen, memory_order_acquire) != g) return;
+        if (spins < 4096 && pool->spin_ns > 0) cpu_relax();
+        else sched_yield();
+    }
+}
+
+int64_t spex_pool_next_chunk(spex_pool *pool) {
+    return atomic_fetch_add_explicit(&pool->chunk, 1, memory_order_relaxed);
+}

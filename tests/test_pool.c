@@ -1,0 +1,311 @@
+/*
+ * test_pool.c — the persistent thread pool (src/cpu/pool.c): runs, chunk counter, barrier.
+ *
+ * Checks that every thread runs every task exactly once, that dynamic chunks are each taken
+ * exactly once, that barrier phases see the previous phase of the other threads, that 10k
+ * consecutive runs neither lose nor duplicate work, and the 1-thread and oversubscribed
+ * pools. Prints (does not assert) the per-run overhead in microseconds.
+ */
+#include "spex.h"
+#include "test.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int n_cpus(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : (int)n;
+}
+
+/* ---- chunked sum ------------------------------------------------------------------------ */
+
+#define SUM_N 1000003     /* not a multiple of the chunk size */
+#define SUM_CHUNK 1000
+#define MAX_TH 64
+
+typedef struct {
+    spex_pool *pool;
+    const uint32_t *data;
+    int64_t n, chunk;
+    _Atomic int *taken;          /* [n_chunks] times each chunk was claimed */
+    uint64_t partial[MAX_TH];
+    int ran[MAX_TH];
+} sum_ctx;
+
+static void sum_task(void *p, int ith, int nth) {
+    sum_ctx *c = p;
+    (void)nth;
+    int64_t n_chunks = (c->n + c->chunk - 1) / c->chunk;
+    uint64_t s = 0;
+    for (int64_t k = spex_pool_next_chunk(c->pool); k < n_chunks; k = spex_pool_next_chunk(c->pool)) {
+        atomic_fetch_add(&c->taken[k], 1);
+        int64_t lo = k * c->chunk, hi = lo + c->chunk < c->n ? lo + c->chunk : c->n;
+        for (int64_t i = lo; i < hi; i++) s += c->data[i];
+    }
+    c->partial[ith] = s;
+    c->ran[ith]++;
+}
+
+static void check_sum(int n_threads, int reps) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(n_threads, &pool, NULL));
+    int nth = spex_pool_n_threads(pool);
+    CHECK(nth >= 1 && nth <= MAX_TH);
+    uint32_t *data = malloc(SUM_N * sizeof *data);
+    int64_t n_chunks = (SUM_N + SUM_CHUNK - 1) / SUM_CHUNK;
+    _Atomic int *taken = calloc((size_t)n_chunks, sizeof *taken);
+    CHECK(data && taken);
+    uint64_t want = 0;
+    for (int64_t i = 0; i < SUM_N; i++) {
+        data[i] = (uint32_t)(i * 2654435761u) >> 8;
+        want += data[i];
+    }
+    sum_ctx c = {.pool = pool, .data = data, .n = SUM_N, .chunk = SUM_CHUNK, .taken = taken};
+    int bad = 0;
+    for (int r = 0; r < reps && !bad; r++) {
+        for (int64_t k = 0; k < n_chunks; k++) atomic_store(&taken[k], 0);
+        spex_pool_run(pool, sum_task, &c);
+        uint64_t got = 0;
+        for (int t = 0; t < nth; t++) got += c.partial[t];
+        for (int64_t k = 0; k < n_chunks; k++) bad |= atomic_load(&taken[k]) != 1;
+        bad |= got != want;
+    }
+    for (int t = 0; t < nth; t++) bad |= c.ran[t] != reps;
+    free(data);
+    free(taken);
+    spex_pool_free(pool);
+    CHECK_MSG(!bad, "chunked sum wrong with %d threads", nth);
+}
+
+TEST(pool_sum_chunks_2) { check_sum(2, 20); }
+TEST(pool_sum_chunks_4) { check_sum(4, 20); }
+TEST(pool_sum_chunks_1) { check_sum(1, 5); }
+
+/* ---- barrier phases --------------------------------------------------------------------- */
+
+#define PHASES 64
+
+typedef struct {
+    spex_pool *pool;
+    int64_t v[PHASES + 1][MAX_TH];   /* v[p][t]: thread t's value after phase p */
+} phase_ctx;
+
+/* Phase p of thread t reads phase p-1 of its two neighbours: only correct if the barrier
+ * made every thread's previous phase visible. */
+static int64_t phase_fn(int64_t left, int64_t self, int64_t right, int p) {
+    return (left * 3 + self * 5 + right * 7 + p) % 1000003;
+}
+
+static void phase_task(void *p, int ith, int nth) {
+    phase_ctx *c = p;
+    c->v[0][ith] = ith + 1;
+    spex_pool_barrier(c->pool);
+    for (int ph = 1; ph <= PHASES; ph++) {
+        int64_t l = c->v[ph - 1][(ith + nth - 1) % nth], r = c->v[ph - 1][(ith + 1) % nth];
+        c->v[ph][ith] = phase_fn(l, c->v[ph - 1][ith], r, ph);
+        spex_pool_barrier(c->pool);
+    }
+}
+
+static void check_phases(int n_threads, int reps) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(n_threads, &pool, NULL));
+    int nth = spex_pool_n_threads(pool);
+    CHECK(nth <= MAX_TH);
+    int64_t want[PHASES + 1][MAX_TH];
+    for (int t = 0; t < nth; t++) want[0][t] = t + 1;
+    for (int ph = 1; ph <= PHASES; ph++)
+        for (int t = 0; t < nth; t++)
+            want[ph][t] = phase_fn(want[ph - 1][(t + nth - 1) % nth], want[ph - 1][t],
+                                   want[ph - 1][(t + 1) % nth], ph);
+    phase_ctx *c = calloc(1, sizeof *c);
+    CHECK(c);
+    c->pool = pool;
+    int bad = 0;
+    for (int r = 0; r < reps && !bad; r++) {
+        memset(c->v, 0, sizeof c->v);
+        spex_pool_run(pool, phase_task, c);
+        for (int t = 0; t < nth; t++) bad |= c->v[PHASES][t] != want[PHASES][t];
+    }
+    free(c);
+    spex_pool_free(pool);
+    CHECK_MSG(!bad, "barrier phases wrong with %d threads", nth);
+}
+
+TEST(pool_barrier_phases_2) { check_phases(2, 20); }
+TEST(pool_barrier_phases_3) { check_phases(3, 20); }
+TEST(pool_barrier_phases_1) { check_phases(1, 3); }
+
+/* ---- many runs -------------------------------------------------------------------------- */
+
+typedef struct {
+    _Atomic int64_t total;
+    int64_t per_thread[MAX_TH];
+} count_ctx;
+
+static void count_task(void *p, int ith, int nth) {
+    count_ctx *c = p;
+    c->per_thread[ith]++;
+    atomic_fetch_add_explicit(&c->total, nth, memory_order_relaxed);
+}
+
+TEST(pool_many_runs) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(2, &pool, NULL));
+    count_ctx c = {0};
+    for (int r = 0; r < 10000; r++) spex_pool_run(pool, count_task, &c);
+    spex_pool_free(pool);
+    CHECK_EQ_INT(atomic_load(&c.total), 10000 * 2 * 2);
+    CHECK_EQ_INT(c.per_thread[0], 10000);
+    CHECK_EQ_INT(c.per_thread[1], 10000);
+}
+
+/* Runs with gaps long enough that the workers stop spinning and sleep: exercises the futex
+ * path for both the wake-up and the completion. */
+TEST(pool_runs_after_sleep) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(3, &pool, NULL));
+    count_ctx c = {0};
+    for (int r = 0; r < 20; r++) {
+        struct timespec ts = {0, 2000000}; /* 2 ms > the spin time */
+        nanosleep(&ts, NULL);
+        spex_pool_run(pool, count_task, &c);
+    }
+    spex_pool_free(pool);
+    CHECK_EQ_INT(c.per_thread[0], 20);
+    CHECK_EQ_INT(c.per_thread[1], 20);
+    CHECK_EQ_INT(c.per_thread[2], 20);
+}
+
+/* ---- 1 thread, oversubscription, defaults ------------------------------------------------ */
+
+typedef struct {
+    pthread_t caller;
+    int inline_ok, calls;
+} inline_ctx;
+
+static void inline_task(void *p, int ith, int nth) {
+    inline_ctx *c = p;
+    c->calls++;
+    c->inline_ok = ith == 0 && nth == 1 && pthread_equal(pthread_self(), c->caller);
+}
+
+TEST(pool_one_thread_inline) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(1, &pool, NULL));
+    CHECK_EQ_INT(spex_pool_n_threads(pool), 1);
+    inline_ctx c = {.caller = pthread_self()};
+    spex_pool_run(pool, inline_task, &c);
+    spex_pool_barrier(pool); /* a no-op with one thread, even outside a task */
+    spex_pool_free(pool);
+    CHECK_EQ_INT(c.calls, 1);
+    CHECK(c.inline_ok);
+}
+
+TEST(pool_more_threads_than_cores) {
+    int n = 2 * n_cpus() + 3;
+    if (n > MAX_TH) n = MAX_TH;
+    check_sum(n, 5);
+    if (test_failed_) return;
+    check_phases(n, 3);
+}
+
+TEST(pool_default_threads) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(0, &pool, NULL));
+    int nth = spex_pool_n_threads(pool);
+    spex_pool_free(pool);
+    CHECK_EQ_INT(nth, n_cpus() > 1024 ? 1024 : n_cpus());
+    spex_error err = {0};
+    CHECK(spex_pool_create(100000, &pool, &err) == SPEX_ERR_RANGE && pool == NULL);
+    CHECK(err.msg[0] != 0);
+}
+
+TEST(pool_create_free_repeatedly) {
+    for (int i = 0; i < 50; i++) {
+        spex_pool *pool = NULL;
+        CHECK_OK(spex_pool_create(1 + i % 4, &pool, NULL));
+        count_ctx c = {0};
+        if (i % 2) spex_pool_run(pool, count_task, &c);
+        spex_pool_free(pool); /* joins the workers, whether they ran or not */
+        CHECK_EQ_INT(c.per_thread[0], i % 2);
+    }
+}
+
+/* ---- chunk numbering across two phases (the documented invariant) ---------------------- */
+
+typedef struct {
+    spex_pool *pool;
+    _Atomic int hits1[100], hits2[37];
+} two_phase_ctx;
+
+static void two_phase_task(void *p, int ith, int nth) {
+    two_phase_ctx *c = p;
+    const int64_t n1 = 100, n2 = 37;
+    (void)ith;
+    for (int64_t k = spex_pool_next_chunk(c->pool); k < n1; k = spex_pool_next_chunk(c->pool))
+        atomic_fetch_add(&c->hits1[k], 1);
+    spex_pool_barrier(c->pool);
+    const int64_t base = n1 + nth;
+    for (int64_t k = spex_pool_next_chunk(c->pool) - base; k < n2; k = spex_pool_next_chunk(c->pool) - base) {
+        if (k < 0) return; /* would mean the invariant is broken; hits2 then stays short */
+        atomic_fetch_add(&c->hits2[k], 1);
+    }
+}
+
+TEST(pool_chunks_two_phases) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(3, &pool, NULL));
+    two_phase_ctx *c = calloc(1, sizeof *c);
+    CHECK(c);
+    c->pool = pool;
+    for (int r = 0; r < 50; r++) spex_pool_run(pool, two_phase_task, c);
+    spex_pool_free(pool);
+    int bad = 0;
+    for (int k = 0; k < 100; k++) bad |= atomic_load(&c->hits1[k]) != 50;
+    for (int k = 0; k < 37; k++) bad |= atomic_load(&c->hits2[k]) != 50;
+    free(c);
+    CHECK(!bad);
+}
+
+/* ---- overhead (printed, not asserted) --------------------------------------------------- */
+
+static void empty_task(void *p, int ith, int nth) { (void)p; (void)ith; (void)nth; }
+static void barrier_task(void *p, int ith, int nth) { (void)ith; (void)nth; spex_pool_barrier(p); }
+
+TEST(pool_overhead) {
+    int ns[] = {1, 2, 4};
+    for (int k = 0; k < 3; k++) {
+        spex_pool *pool = NULL;
+        CHECK_OK(spex_pool_create(ns[k], &pool, NULL));
+        /* Batches of 200 runs: the best batch shows the pool's own cost, the mean includes
+         * whatever else the (shared) machine was doing. */
+        const int batches = 10, per = 200;
+        double best[2] = {1e9, 1e9}, sum[2] = {0, 0};
+        for (int r = 0; r < 100; r++) spex_pool_run(pool, empty_task, NULL);
+        for (int b = 0; b < batches; b++) {
+            for (int kind = 0; kind < 2; kind++) {
+                double t0 = now_s();
+                for (int r = 0; r < per; r++) spex_pool_run(pool, kind ? barrier_task : empty_task, pool);
+                double us = (now_s() - t0) * 1e6 / per;
+                sum[kind] += us;
+                if (us < best[kind]) best[kind] = us;
+            }
+        }
+        printf("  pool overhead, %d thread(s) on %d cpus: empty run %.2f us (best batch) %.2f us (mean);"
+               " run with one barrier %.2f / %.2f us\n",
+               ns[k], n_cpus(), best[0], sum[0] / batches, best[1], sum[1] / batches);
+        spex_pool_free(pool);
+    }
+}
+
+TEST_MAIN()
