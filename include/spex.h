@@ -359,7 +359,7 @@ int32_t spex_tokenizer_n_vocab(const spex_tokenizer *t);
 bool spex_tokenizer_add_bos(const spex_tokenizer *t);      /* add_special adds BOS */
 bool spex_tokenizer_add_eos(const spex_tokenizer *t);      /* add_special adds EOS */
 /* Special ids, or SPEX_TOKEN_NONE. eot is tokenizer.ggml.eot_token_id, else <|im_end|> /
- * <|eot_id|> / <end_of_turn> when the vocab has it as a control token. */
+ * <|eot_id|> / <end_of_turn> when the vocab has it as a control or user-defined token. */
 int32_t spex_token_bos(const spex_tokenizer *t);
 int32_t spex_token_eos(const spex_tokenizer *t);
 int32_t spex_token_eot(const spex_tokenizer *t);
@@ -419,6 +419,176 @@ void spex_detok_stream_free(spex_detok_stream *s);
 void spex_detok_stream_reset(spex_detok_stream *s);
 spex_status spex_detok_stream_push(spex_detok_stream *s, int32_t id, spex_str *out, spex_error *err);
 spex_str spex_detok_stream_flush(spex_detok_stream *s);
+
+/* ======================================================================== */
+/* Models: target architectures, contexts, batched forward, KV cache         */
+/* ======================================================================== */
+
+/* A target model (docs/models.md; ../shared/docs/targets.md §3–5). spex_model_load maps the
+ * GGUF, reads the hyper-parameters, and checks every tensor the forward pass reads (present,
+ * of a type spex can multiply, of the exact shape); the weights stay in the read-only mapping
+ * and are never copied. A loaded model is immutable and may be shared by several contexts
+ * (and threads). All the per-run state — KV cache, activations, logits, taps, thread pool —
+ * lives in a spex_context. */
+typedef struct spex_model spex_model;
+typedef struct spex_context spex_context;
+
+typedef enum spex_arch {
+    SPEX_ARCH_LLAMA = 1,   /* "llama": NORM RoPE, optional GQA, tied or untied output  */
+    SPEX_ARCH_QWEN3 = 2,   /* "qwen3": per-head QK-norm before NEOX RoPE, no biases     */
+} spex_arch;
+
+const char *spex_arch_name(spex_arch arch);   /* "llama", "qwen3"; "?" if unknown */
+
+/* A log sink: one line (no trailing newline) per call. */
+typedef void (*spex_log_fn)(void *user, const char *line);
+
+typedef struct spex_model_params {
+    bool verbose;        /* one line at load (shapes, weight bytes) and at context init
+                          * (KV, compute and weight bytes), through log or on stderr     */
+    spex_log_fn log;     /* NULL: stderr                                                  */
+    void *log_user;
+} spex_model_params;
+
+spex_model_params spex_model_default_params(void);
+
+/* Hyper-parameters as read from <arch>.* keys (defaults of targets.md §4.1 / §5.1 applied). */
+typedef struct spex_model_hparams {
+    spex_arch arch;
+    int32_t n_vocab;        /* V: rows of token_embd.weight                                 */
+    int32_t n_embd;         /* E                                                            */
+    int32_t n_layer;        /* N                                                            */
+    int32_t n_head;         /* H                                                            */
+    int32_t n_head_kv;      /* H_kv (GQA: H % H_kv == 0)                                    */
+    int32_t head_dim;       /* hd: attention.key_length, else E / H                         */
+    int32_t n_ff;           /* F                                                            */
+    int32_t n_rot;          /* rope.dimension_count, else hd (even, <= hd)                  */
+    int32_t n_ctx_train;    /* context_length                                               */
+    float rope_freq_base;   /* rope.freq_base, else 10000                                   */
+    float rope_freq_scale;  /* 1 / rope.scaling.factor for "linear" scaling, else 1          */
+    float rms_eps;          /* attention.layer_norm_rms_epsilon                             */
+    int32_t rope_mode;      /* 0 NORM (llama), 2 NEOX (qwen3): ggml's rope type ids         */
+    bool qk_norm;           /* per-head RMSNorm of q and k before RoPE (qwen3)              */
+    bool tied_output;       /* no output.weight: the LM head is token_embd.weight           */
+} spex_model_hparams;
+
+/* Loads a llama or qwen3 GGUF. Errors name the file and the key or tensor, with both shapes
+ * for a shape mismatch ("blk.2.attn_k.weight: shape [64, 16], expected [64, 32]").
+ * params may be NULL (defaults). On failure *out is NULL. */
+spex_status spex_model_load(const char *path, const spex_model_params *params, spex_model **out,
+                            spex_error *err);
+void spex_model_free(spex_model *m);
+
+const spex_model_hparams *spex_model_get_hparams(const spex_model *m);
+/* The open GGUF behind the model (for the tokenizer and metadata); owned by the model. */
+const spex_gguf *spex_model_gguf(const spex_model *m);
+/* Bytes of the tensors the forward pass reads (mapped, not allocated) and their element count. */
+uint64_t spex_model_weight_bytes(const spex_model *m);
+uint64_t spex_model_n_params(const spex_model *m);
+/* Views of the tensors a drafter borrows (dflash2.md §4.4): the embedding table {E, V} and
+ * the LM head {E, V} (the embedding table itself when tied). Owned by the model. */
+const spex_tensor_info *spex_model_token_embd(const spex_model *m);
+const spex_tensor_info *spex_model_lm_head(const spex_model *m);
+/* out[i][0..E) = f32 embedding of tokens[i] (dequantized from the table's type).
+ * SPEX_ERR_RANGE for a token outside [0, V). */
+spex_status spex_model_embed(const spex_model *m, const int32_t *tokens, int32_t n, float *out,
+                             spex_error *err);
+
+/* ---- contexts ------------------------------------------------------------------------- */
+
+typedef struct spex_context_params {
+    int32_t n_seq_max;      /* sequences, ids 0 .. n_seq_max-1 (default 1)                      */
+    int32_t n_ctx_per_seq;  /* KV capacity of EACH sequence in tokens: the cache holds
+                             * n_seq_max x n_ctx_per_seq rows in all. 0: min(context_length,
+                             * 4096). Positions of a sequence run from 0 to n_ctx_per_seq - 1. */
+    int32_t n_batch_max;    /* most tokens in one spex_forward (default 512)                    */
+    int32_t n_outputs_max;  /* most tokens of one batch that ask for logits: the logits buffer
+                             * is n_outputs_max x V floats. 0: min(n_batch_max, 64)             */
+    spex_type kv_type;      /* SPEX_TYPE_F16 (default), SPEX_TYPE_F32 or SPEX_TYPE_Q8_0 (needs
+                             * H_kv x hd to be a multiple of 32)                                 */
+    int32_t n_threads;      /* threads of the pool the context creates when pool is NULL;
+                             * <= 0: all online CPUs (default 1)                                 */
+    spex_pool *pool;        /* a caller pool to run on instead (borrowed: must outlive the
+                             * context, and must not run anything else during a forward)        */
+    const int32_t *tap_layers; /* layer ids whose residual-stream INPUT is captured (§3.4):
+                             * id l < N is the value entering layer l (id 0: the embeddings),
+                             * id N the output of the last layer before output_norm. Copied.    */
+    int32_t n_taps;         /* entries of tap_layers (0: no taps)                               */
+    bool tap_clamp;         /* default true: NaN -> 0, values beyond +-65504 clamped (dflash2.md
+                             * §6 "Sanitising"; a no-op on healthy activations)                  */
+} spex_context_params;
+
+spex_context_params spex_context_default_params(void);
+
+/* Allocates everything the forward pass needs (KV cache, activations, logits, taps, matmul
+ * and attention workspaces, pool); spex_forward allocates nothing. The model must outlive
+ * the context. On failure *out is NULL. */
+spex_status spex_context_init(const spex_model *m, const spex_context_params *params, spex_context **out,
+                              spex_error *err);
+void spex_context_free(spex_context *ctx);
+
+const spex_model *spex_context_model(const spex_context *ctx);
+/* The parameters in effect (defaults resolved; tap_layers points at the context's copy). */
+const spex_context_params *spex_context_get_params(const spex_context *ctx);
+
+typedef struct spex_memory_usage {
+    uint64_t weights;   /* bytes of mapped weights the forward reads (not allocated) */
+    uint64_t kv;        /* bytes of the KV cache                                     */
+    uint64_t compute;   /* bytes of activations, logits, taps and workspaces         */
+} spex_memory_usage;
+
+spex_memory_usage spex_context_memory(const spex_context *ctx);
+
+/* ---- batches and the forward pass ------------------------------------------------------ */
+
+/* One token of a batch. */
+typedef struct spex_batch_token {
+    int32_t token;      /* vocabulary id, 0 <= token < V                                     */
+    int32_t pos;        /* its position in sequence seq (see the rule at spex_forward)       */
+    int32_t seq;        /* sequence id, 0 <= seq < n_seq_max                                 */
+    bool logits;        /* produce this token's logits                                      */
+} spex_batch_token;
+
+typedef struct spex_batch {
+    const spex_batch_token *tokens;   /* [n_tokens], borrowed for the call */
+    int32_t n_tokens;                 /* 1 .. n_batch_max                   */
+} spex_batch;
+
+/* Runs the model on a batch that may mix several sequences in any order. Position rule: the
+ * tokens of sequence s, taken in batch order, must have positions L, L+1, ..., L+k-1 where
+ * L = spex_kv_seq_len(ctx, s) (each sequence continues its cache; no gaps, no overwrites), and
+ * L + k <= n_ctx_per_seq. Each token attends causally to its own sequence only. The whole batch
+ * is validated before anything changes: on error (SPEX_ERR_INVALID_ARG for a bad token, seq or
+ * position, SPEX_ERR_RANGE for too many tokens, outputs or a full sequence) the cache and the
+ * previous outputs are untouched. On success every sequence's length grows by its k tokens,
+ * and the outputs below describe this batch until the next forward. */
+spex_status spex_forward(spex_context *ctx, const spex_batch *batch, spex_error *err);
+
+/* Rows of the last batch that asked for logits (in batch order). */
+int32_t spex_n_outputs(const spex_context *ctx);
+/* Logits [V] of the i-th token that asked for them (batch order), i < spex_n_outputs; NULL
+ * otherwise. A view into the context, valid until the next forward. */
+const float *spex_logits(const spex_context *ctx, int32_t i);
+/* Logits of batch token b (its index in batch.tokens); NULL if it did not ask for them. */
+const float *spex_logits_of_token(const spex_context *ctx, int32_t b);
+/* Taps of the last batch: [n_tokens][n_taps][E] f32, row b for batch token b, the tapped
+ * layers in tap_layers order (dflash2.md §6 row layout). NULL without taps. */
+const float *spex_taps(const spex_context *ctx);
+
+/* ---- KV cache ------------------------------------------------------------------------- */
+/* Each sequence owns a contiguous region of n_ctx_per_seq rows in every layer; row p holds
+ * position p. A sequence's length is all the cache state it has, so truncation is O(1) (no
+ * data moves: rows >= the new length are simply overwritten later). */
+
+/* Cached tokens of sequence seq; -1 for an invalid id. */
+int32_t spex_kv_seq_len(const spex_context *ctx, int32_t seq);
+/* Keeps positions 0 .. new_len-1 (speculative rollback). 0 <= new_len <= current length. */
+spex_status spex_kv_seq_truncate(spex_context *ctx, int32_t seq, int32_t new_len, spex_error *err);
+/* dst := the first len positions of src (prompt-prefix reuse); dst's own content is dropped.
+ * 0 <= len <= length of src; len < 0 means all of src. O(len) copy. src == dst truncates. */
+spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_t len, spex_error *err);
+/* Empties sequence seq (seq < 0: every sequence). */
+spex_status spex_kv_seq_clear(spex_context *ctx, int32_t seq, spex_error *err);
 
 #ifdef __cplusplus
 }
