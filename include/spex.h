@@ -561,7 +561,8 @@ typedef struct spex_batch {
  * is validated before anything changes: on error (SPEX_ERR_INVALID_ARG for a bad token, seq or
  * position, SPEX_ERR_RANGE for too many tokens, outputs or a full sequence) the cache and the
  * previous outputs are untouched. On success every sequence's length grows by its k tokens,
- * and the outputs below describe this batch until the next forward. */
+ * and the outputs below describe this batch until the next forward. A context is used by one
+ * thread at a time; contexts sharing a pool must not run at the same time. */
 spex_status spex_forward(spex_context *ctx, const spex_batch *batch, spex_error *err);
 
 /* Rows of the last batch that asked for logits (in batch order). */
@@ -589,6 +590,161 @@ spex_status spex_kv_seq_truncate(spex_context *ctx, int32_t seq, int32_t new_len
 spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_t len, spex_error *err);
 /* Empties sequence seq (seq < 0: every sequence). */
 spex_status spex_kv_seq_clear(spex_context *ctx, int32_t seq, spex_error *err);
+
+/* ======================================================================== */
+/* Sampler                                                                   */
+/* ======================================================================== */
+
+/* Random numbers: xoshiro256** seeded through splitmix64. A plain value: copy it to fork a
+ * stream; keep one per purpose for independent streams (dflash2.md §15.5: draft walk,
+ * acceptance uniforms, residual/bonus sampling). Not cryptographic. */
+typedef struct spex_rng {
+    uint64_t s[4];
+} spex_rng;
+
+void spex_rng_seed(spex_rng *r, uint64_t seed);
+/* Stream `stream` of `seed`: distinct (seed, stream) pairs give unrelated sequences. */
+void spex_rng_seed_stream(spex_rng *r, uint64_t seed, uint64_t stream);
+uint64_t spex_rng_next(spex_rng *r);
+float spex_rng_uniform(spex_rng *r);       /* [0, 1) from the top 24 bits */
+double spex_rng_uniform_f64(spex_rng *r);  /* [0, 1) from the top 53 bits */
+
+/* The stages of the sampling chain (docs/sampling.md). After the chain, the final
+ * distribution is the softmax of the surviving logits. */
+typedef enum spex_sampler_stage {
+    SPEX_SAMPLER_PENALTIES = 1,    /* repeat / frequency / presence over the last n accepted  */
+    SPEX_SAMPLER_TOP_K = 2,        /* keep the k largest logits (ties: lower id)              */
+    SPEX_SAMPLER_TOP_P = 3,        /* keep the smallest prefix of mass >= top_p               */
+    SPEX_SAMPLER_MIN_P = 4,        /* keep p >= min_p * p_max                                 */
+    SPEX_SAMPLER_TEMPERATURE = 5,  /* logits /= temp                                          */
+} spex_sampler_stage;
+
+#define SPEX_SAMPLER_MAX_STAGES 16
+/* llama.cpp's default chain (common_params_sampling::samplers: penalties; dry; top_n_sigma;
+ * top_k; typ_p; top_p; min_p; xtc; temperature) less the stages spex lacks, all of which are
+ * off at llama.cpp's defaults. The spex default. */
+#define SPEX_SAMPLER_ORDER_LLAMA "penalties;top_k;top_p;min_p;temperature"
+/* dflash2.md §15.1's reference order (temperature before the truncations). */
+#define SPEX_SAMPLER_ORDER_REFERENCE "penalties;temperature;top_k;top_p;min_p"
+#define SPEX_SEED_RANDOM 0xFFFFFFFFu   /* llama.cpp's LLAMA_DEFAULT_SEED: seed from the clock */
+
+typedef struct spex_sampler_params {
+    float temp;               /* 0.8; <= 0: greedy (argmax after penalties, lowest id on ties) */
+    int32_t top_k;            /* 40; <= 0: off                                                  */
+    float top_p;              /* 0.95; >= 1: off                                                */
+    float min_p;              /* 0.05; <= 0: off; must be <= 1                                  */
+    float repeat_penalty;     /* 1.0 (off); > 0                                                 */
+    int32_t repeat_last_n;    /* 64; tokens of history the penalties see; 0: off; >= 0 (map
+                                 llama.cpp's -1 to the context size before init)               */
+    float frequency_penalty;  /* 0.0: subtract count * this                                     */
+    float presence_penalty;   /* 0.0: subtract this once if count > 0                           */
+    uint64_t seed;            /* SPEX_SEED_RANDOM                                               */
+    int32_t n_stages;         /* the chain, in order; a stage may be absent (then it is off)   */
+    spex_sampler_stage stages[SPEX_SAMPLER_MAX_STAGES];
+} spex_sampler_params;
+
+/* llama.cpp's defaults (common_params_sampling) and SPEX_SAMPLER_ORDER_LLAMA. */
+spex_sampler_params spex_sampler_default_params(void);
+/* Sets p->stages from a ';'- or ','-separated list of llama.cpp's --samplers names: penalties,
+ * top_k, top_p, min_p, temperature (also top-k, top-p, min-p, temp). dry, top_n_sigma, typ_p,
+ * typical_p and xtc are accepted and skipped (spex lacks them; llama.cpp's defaults disable
+ * them). Anything else is SPEX_ERR_INVALID_ARG naming it. */
+spex_status spex_sampler_parse_stages(const char *names, spex_sampler_params *p, spex_error *err);
+
+/* One entry of a final distribution. */
+typedef struct spex_token_prob {
+    int32_t id;
+    float p;
+} spex_token_prob;
+
+/* A sampler for one sequence: penalty history, RNG and scratch for a vocabulary of n_vocab,
+ * all allocated by init (no allocation per token). Not thread-safe; use one per sequence. */
+typedef struct spex_sampler spex_sampler;
+
+/* Checks the params (SPEX_ERR_INVALID_ARG naming the field) and allocates. */
+spex_status spex_sampler_init(const spex_sampler_params *params, int32_t n_vocab, spex_sampler **out,
+                              spex_error *err);
+void spex_sampler_free(spex_sampler *s);
+/* Empties the penalty history and reseeds the RNG from params.seed (a random seed is redrawn). */
+void spex_sampler_reset(spex_sampler *s);
+const spex_sampler_params *spex_sampler_get_params(const spex_sampler *s);
+int32_t spex_sampler_n_vocab(const spex_sampler *s);
+/* The sampler's own RNG (the stream spex_sampler_sample draws from); owned by s. */
+spex_rng *spex_sampler_rng(spex_sampler *s);
+/* Appends an emitted token to the penalty history (sample does not accept by itself).
+ * SPEX_ERR_RANGE for an id outside [0, n_vocab). */
+spex_status spex_sampler_accept(spex_sampler *s, int32_t token);
+
+/* The final distribution p for logits[0 .. n_vocab): the whole chain applied to the logits
+ * with the current penalty history, then softmax over the survivors. Writes the tokens of
+ * nonzero probability to out[0 .. *n_out) as (id, p), p summing to 1 (within float rounding),
+ * in an unspecified but deterministic order (the chain's working order; descending after a
+ * top-k that nothing later reorders). Greedy (temp <= 0) gives the single entry (argmax, 1). At most
+ * n_vocab entries, so cap = n_vocab always suffices; SPEX_ERR_RANGE with the needed count in
+ * *n_out if cap is smaller. NaN logits count as -inf; SPEX_ERR_INVALID_ARG if no logit is
+ * finite after the chain (greedy always picks by the argmax rule). Exactly what
+ * spex_sampler_sample draws from (dflash2.md §15.1). */
+spex_status spex_sampler_dist(spex_sampler *s, const float *logits, spex_token_prob *out, int32_t cap,
+                              int32_t *n_out, spex_error *err);
+/* One token from logits: greedy, or spex_sampler_sample_from(dist, u) with u drawn from the
+ * sampler's RNG (one spex_rng_uniform_f64 per call; greedy draws none). */
+spex_status spex_sampler_sample(spex_sampler *s, const float *logits, int32_t *token, spex_error *err);
+/* Inverse CDF over dist in its order: the first entry whose running sum exceeds u * sum(p)
+ * (running sums in double), u in [0, 1). Entries with p <= 0 are never chosen. -1 if n <= 0. */
+int32_t spex_sampler_sample_from(const spex_token_prob *dist, int32_t n, double u);
+
+/* ======================================================================== */
+/* Chat templates                                                            */
+/* ======================================================================== */
+
+/* Built-in renderers for the templates spex's targets ship (targets.md §13); there is no Jinja
+ * engine. src/tok/chat.c's opening comment lists what each reproduces and which substrings
+ * recognise a template text. */
+typedef enum spex_chat_template {
+    SPEX_CHAT_NONE = 0,            /* plain completion: the contents concatenated            */
+    SPEX_CHAT_CHATML_QWEN3 = 1,    /* Qwen3's tokenizer_config.json template                 */
+    SPEX_CHAT_CHATML_QWEN35 = 2,   /* Qwen3.5 / 3.6 / 3.8 (contents trimmed, template opens
+                                      <think> when thinking)                                  */
+} spex_chat_template;
+
+typedef enum spex_chat_role {
+    SPEX_CHAT_SYSTEM = 0,
+    SPEX_CHAT_USER = 1,
+    SPEX_CHAT_ASSISTANT = 2,
+    SPEX_CHAT_TOOL = 3,            /* a tool result                                          */
+} spex_chat_role;
+
+/* Strings are borrowed, NUL-terminated UTF-8; NULL reads as "". */
+typedef struct spex_chat_msg {
+    spex_chat_role role;
+    const char *content;
+    /* Assistant only: the reasoning text. NULL: the template splits it out of content at
+     * </think> as the Jinja template does. */
+    const char *reasoning_content;
+} spex_chat_msg;
+
+const char *spex_chat_template_name(spex_chat_template t);   /* "none", "chatml-qwen3", ... */
+/* "none", "chatml" (= chatml-qwen3), "chatml-qwen3", "qwen3", "chatml-qwen35", "qwen35". */
+bool spex_chat_template_from_name(const char *name, spex_chat_template *out);
+/* "system", "user", "assistant", "tool". */
+bool spex_chat_role_from_name(const char *name, spex_chat_role *out);
+
+/* Picks the renderer for a GGUF's tokenizer.chat_template (NULL or "" if absent). A recognised
+ * Qwen3 or Qwen3.5 template: *warned = false. Anything else: ChatML (Qwen3 rules) when the
+ * template or the vocabulary has <|im_start|>, else plain completion; *warned = true when a
+ * template was given but not recognised, or when ChatML is guessed without one. */
+void spex_chat_detect(const char *jinja_template, bool vocab_has_im_start, spex_chat_template *out,
+                      bool *warned);
+
+/* Renders msgs[0 .. n) as the template does for add_generation_prompt and enable_thinking
+ * (the Jinja variables of those names). Writes the text and a NUL to buf and its length
+ * (without the NUL) to *len. If cap < length + 1: SPEX_ERR_RANGE, *len = the length needed
+ * (allocate *len + 1), buf holds a NUL-terminated prefix when cap > 0 (buf may be NULL when
+ * cap is 0). SPEX_ERR_INVALID_ARG where the Jinja template raises (Qwen3.5: no messages, no
+ * user query, a system message not first) and for an unknown role or template. */
+spex_status spex_chat_apply(spex_chat_template tmpl, const spex_chat_msg *msgs, size_t n,
+                            bool add_generation_prompt, bool enable_thinking, char *buf, size_t cap,
+                            size_t *len, spex_error *err);
 
 #ifdef __cplusplus
 }
