@@ -107,7 +107,7 @@ FUZZ_LIB_SRC := $(filter src/core/% src/gguf/% src/tensor/% src/tok/%,$(LIB_SRC)
 fuzz: $(FUZZ_SRC:fuzz/%.c=$(FUZZ_OUT)/%)
 $(FUZZ_OUT)/%: fuzz/%.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(FUZZ_OUT)
-	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lpcre2-8 -lm
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
 # Runs each fuzz target for FUZZ_SECONDS on its seed corpus (fuzz/corpus/<name>/).
 FUZZ_SECONDS ?= 30
