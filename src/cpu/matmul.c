@@ -1,0 +1,275 @@
+/*
+ * matmul.c — the matmul kernel tables (one per ISA) and the driver that runs a weight ×
+ * activation multiplication on the thread pool in the three regimes.
+ *
+ * What it is: the implementation of the table and driver halves of src/cpu/matmul.h.
+ * What it is not: the kernels (ref/dot_ref.c, arch/x86/avx2/dot_avx2.c,
+ * arch/x86/avx512/dot_avx512.c, and matmul_kquants.c for the K-quants).
+ *
+ * Dimension legend: n inner dimension, n_out weight rows (outputs), n_rows activation rows;
+ * W [n_out][n] weight type, X [n_rows][ldx] f32, Y [n_rows][ldy] f32, Y = X · Wᵀ.
+ *
+ * Tables. Every table starts as a copy of the scalar one; the ISA's registration then
+ * overwrites what it implements, so an entry is never NULL where the scalar table has it.
+ * All tables are built once (pthread_once) on first use, after CPU detection.
+ *
+ * Driver (spex_matmul_task). Phase 1 converts each activation row to the weight type's
+ * activation type (ggml's scheme: Q8_0 / Q8_1 / Q8_K; float weights read X in place), the
+ * rows split statically over threads, then a barrier. Phase 2 splits the work into chunks
+ * of (activation-row tile) × (output rows), handed out by the pool's atomic counter:
+ *  - decode and small batches (n_rows <= 16): one tile holds every activation row, so each
+ *    chunk streams its weight rows from memory once and the kernel applies every weight
+ *    block to all rows while it is in registers (the regime that decides spex's speed:
+ *    speculative verify and drafting);
+ *  - prompt batches: activation rows are tiled so one tile's converted activations
+ *    (TILE_BYTES) stay in L2 while all threads sweep the weights; tiles are the outer
+ *    index, so threads work on the same tile at the same time.
+ * Chunks hold a multiple of 8 output rows (the kernels' register tiles) and about
+ * CHUNK_BYTES_1 (decode) or CHUNK_BYTES_N (batches) of weights, fewer when that would
+ * leave fewer than 4 chunks per thread.
+ * The kernels compute every output with the same instruction sequence whatever the tile
+ * shape, so results do not depend on the number of threads (tests check bit equality).
+ */
+#include "cpu/matmul.h"
+#include "cpu/isa.h"
+#include "cpu/kquants_internal.h" /* spex_matmul_register_kquants_variant: VNNI on/off */
+#include "tensor/blocks.h"
+
+#include <pthread.h>
+#include <string.h>
+
+/* ======================================================================== */
+/* Tables                                                                    */
+/* ======================================================================== */
+
+spex_type spex_matmul_act_type(spex_type wtype) {
+    switch (wtype) {
+    case SPEX_TYPE_F32:
+    case SPEX_TYPE_F16:
+    case SPEX_TYPE_BF16: return SPEX_TYPE_F32;
+    case SPEX_TYPE_Q8_0:
+    case SPEX_TYPE_Q4_0:
+    case SPEX_TYPE_Q5_0: return SPEX_TYPE_Q8_0;
+    case SPEX_TYPE_Q4_1:
+    case SPEX_TYPE_Q5_1: return SPEX_TYPE_Q8_1;
+    case SPEX_TYPE_Q4_K:
+    case SPEX_TYPE_Q5_K:
+    case SPEX_TYPE_Q6_K: return SPEX_TYPE_Q8_K;
+    default: return SPEX_TYPE_COUNT;
+    }
+}
+
+#define N_ISA 4 /* scalar, avx2, avx512, neon */
+
+static spex_matmul_kernels g_tables[N_ISA];
+static bool g_have[N_ISA];
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+/* Mirrors isa.c's availability rule (AVX2 means AVX2+FMA+F16C; AVX-512 means F/BW/VL/DQ
+ * on top of AVX2) and adds "compiled in". */
+static bool isa_usable(spex_isa isa) {
+    const spex_cpu_features *f = spex_cpu_get_features();
+    switch (isa) {
+    case SPEX_ISA_SCALAR: return true;
+#if SPEX_HAVE_X86
+    case SPEX_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
+    case SPEX_ISA_AVX512:
+        return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
+#endif
+#if defined(__aarch64__)
+    case SPEX_ISA_NEON: return f->neon;
+#endif
+    default: return false;
+    }
+}
+
+bool spex_matmul_kernels_build(spex_matmul_kernels *k, spex_isa isa, unsigned feat) {
+    if ((unsigned)isa >= N_ISA || !isa_usable(isa)) return false;
+    if ((feat & SPEX_MATMUL_FEAT_VNNI) && !spex_cpu_get_features()->avx512vnni) return false;
+    spex_matmul_kernels t;
+    memset(&t, 0, sizeof t);
+    spex_matmul_register_scalar(&t);
+    spex_matmul_register_kquants_variant(&t, SPEX_ISA_SCALAR, false);
+    t.isa = isa;
+    switch (isa) {
+#if SPEX_HAVE_X86
+    case SPEX_ISA_AVX2:
+        spex_matmul_register_avx2(&t);
+        spex_matmul_register_kquants_variant(&t, isa, false);
+        break;
+    case SPEX_ISA_AVX512:
+        /* AVX-512 without its own kernel for a type inherits the AVX2 one. */
+        spex_matmul_register_avx2(&t);
+        spex_matmul_register_kquants_variant(&t, SPEX_ISA_AVX2, false);
+        spex_matmul_register_avx512(&t, feat);
+        spex_matmul_register_kquants_variant(&t, isa, (feat & SPEX_MATMUL_FEAT_VNNI) != 0);
+        break;
+#endif
+    case SPEX_ISA_NEON: spex_matmul_register_kquants_variant(&t, isa, false); break;
+    default: break;
+    }
+    *k = t;
+    return true;
+}
+
+static void build_tables(void) {
+    unsigned feat = spex_cpu_get_features()->avx512vnni ? SPEX_MATMUL_FEAT_VNNI : 0u;
+    for (int i = 0; i < N_ISA; i++)
+        g_have[i] = spex_matmul_kernels_build(&g_tables[i], (spex_isa)i, i == SPEX_ISA_AVX512 ? feat : 0u);
+}
+
+const spex_matmul_kernels *spex_matmul_kernels_for(spex_isa isa) {
+    pthread_once(&g_once, build_tables);
+    if ((unsigned)isa >= N_ISA || !g_have[isa]) return NULL;
+    return &g_tables[isa];
+}
+
+const spex_matmul_kernels *spex_matmul_kernels_get(void) {
+    const spex_matmul_kernels *k = spex_matmul_kernels_for(spex_cpu_isa());
+    return k ? k : spex_matmul_kernels_for(SPEX_ISA_SCALAR);
+}
+
+uint64_t spex_matmul_stream_probe(const void *buf, size_t bytes) { return spex_matmul_stream_probe_n(buf, bytes, 1); }
+
+uint64_t spex_matmul_stream_probe_n(const void *buf, size_t bytes, int streams) {
+    if (streams < 1) streams = 1;
+    if (streams > 8) streams = 8;
+#if SPEX_HAVE_X86
+    if (spex_cpu_isa() == SPEX_ISA_AVX512) return spex_stream_read_avx512(buf, bytes, streams);
+    if (spex_cpu_isa() == SPEX_ISA_AVX2) return spex_stream_read_avx2(buf, bytes, streams);
+#endif
+    const size_t part = bytes / (size_t)streams / 256 * 256;
+    uint64_t acc[8] = {0};
+    for (size_t i = 0; i < part; i += 256)
+        for (int s = 0; s < streams; s++) {
+            const uint64_t *p = (const uint64_t *)((const uint8_t *)buf + (size_t)s * part + i);
+            for (int k = 0; k < 32; k++) acc[s] += p[k];
+        }
+    return acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+}
+
+/* ======================================================================== */
+/* Driver                                                                    */
+/* ======================================================================== */
+
+#define WS_ALIGN 64                  /* converted activation rows start on cache lines   */
+#define TILE_BYTES (384u * 1024u)    /* converted activations of one prompt tile (< L2)  */
+#define SMALL_BATCH 16               /* up to this many rows: one tile holds them all    */
+#define CHUNK_BYTES_1 (64u * 1024u)  /* weight bytes per chunk for one activation row   */
+#define CHUNK_BYTES_N (256u * 1024u) /* ... for several: the kernels convert the rows'
+                                      * layout once per call, so calls should be long   */
+#define ROW_QUANTUM 8                /* output rows per chunk: a multiple of this (the
+                                      * kernels' register tiles are 4 or 8 rows)         */
+
+static size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
+
+/* Bytes between converted activation rows in the workspace. */
+static size_t act_stride(spex_type act, int64_t n) {
+    return round_up(spex_type_row_size(act, n), WS_ALIGN);
+}
+
+size_t spex_matmul_ws_size(spex_type wtype, int64_t n, int64_t n_rows) {
+    spex_type act = spex_matmul_act_type(wtype);
+    if (act == SPEX_TYPE_COUNT || act == SPEX_TYPE_F32 || n <= 0 || n_rows <= 0) return 0;
+    size_t rs = spex_type_row_size(act, n);
+    if (rs == 0) return 0;
+    return (size_t)n_rows * round_up(rs, WS_ALIGN) + WS_ALIGN;
+}
+
+static uint8_t *ws_base(void *ws) {
+    uintptr_t p = (uintptr_t)ws;
+    return (uint8_t *)((p + WS_ALIGN - 1) & ~(uintptr_t)(WS_ALIGN - 1));
+}
+
+/* How phase 2 is cut: tiles of `tile` activation rows × chunks of `crows` output rows. */
+typedef struct {
+    int64_t tile, n_tiles, crows, n_wchunks;
+} mm_plan;
+
+static mm_plan make_plan(const spex_matmul_args *a, size_t wrow, size_t xs, int nth) {
+    mm_plan p;
+    if (a->n_rows <= SMALL_BATCH) {
+        p.tile = a->n_rows;
+    } else {
+        int64_t t = (int64_t)(TILE_BYTES / (xs ? xs : 1));
+        t = t / 8 * 8;
+        if (t < 8) t = 8;
+        p.tile = t < a->n_rows ? t : a->n_rows;
+    }
+    p.n_tiles = (a->n_rows + p.tile - 1) / p.tile;
+    const size_t target = a->n_rows == 1 ? CHUNK_BYTES_1 : CHUNK_BYTES_N;
+    int64_t cr = (int64_t)round_up(target / (wrow ? wrow : 1) + 1, ROW_QUANTUM);
+    if (cr > 256) cr = 256;
+    /* load balance: at least 4 chunks per thread when the matrix allows it */
+    while (cr > ROW_QUANTUM && p.n_tiles * ((a->n_out + cr - 1) / cr) < 4 * (int64_t)nth) cr -= ROW_QUANTUM;
+    p.crows = cr;
+    p.n_wchunks = (a->n_out + cr - 1) / cr;
+    return p;
+}
+
+void spex_matmul_task(const spex_matmul_args *a, int ith, int nth) {
+    const spex_matmul_kernels *k = spex_matmul_kernels_get();
+    const spex_type act = spex_matmul_act_type(a->wtype);
+    const size_t wrow = spex_type_row_size(a->wtype, a->n);
+    const uint8_t *xq;
+    size_t xs;
+
+    /* phase 1: convert activation rows (none for float weights: X is read in place) */
+    if (act == SPEX_TYPE_F32) {
+        xq = (const uint8_t *)a->X;
+        xs = (size_t)a->ldx * sizeof(float);
+    } else {
+        uint8_t *base = ws_base(a->ws);
+        xs = act_stride(act, a->n);
+        const int64_t r0 = a->n_rows * ith / nth, r1 = a->n_rows * (ith + 1) / nth;
+        for (int64_t r = r0; r < r1; r++) k->act_quant[act](a->X + r * a->ldx, base + (size_t)r * xs, a->n);
+        if (a->pool && nth > 1) spex_pool_barrier(a->pool);
+        xq = base;
+    }
+
+    /* phase 2: (activation tile × output rows) chunks */
+    const mm_plan p = make_plan(a, wrow, xs, nth);
+    const int64_t n_chunks = p.n_tiles * p.n_wchunks;
+    const spex_dot_fn dot = k->dot[a->wtype];
+    const uint8_t *W = (const uint8_t *)a->W;
+    int64_t c = a->pool ? spex_pool_next_chunk(a->pool) : ith;
+    while (c < n_chunks) {
+        const int64_t t = c / p.n_wchunks, wc = c % p.n_wchunks;
+        const int64_t r0 = t * p.tile, o0 = wc * p.crows;
+        const int64_t nr = a->n_rows - r0 < p.tile ? a->n_rows - r0 : p.tile;
+        const int64_t no = a->n_out - o0 < p.crows ? a->n_out - o0 : p.crows;
+        dot(a->n, W + (size_t)o0 * wrow, wrow, (int)no, xq + (size_t)r0 * xs, xs, (int)nr,
+            a->Y + r0 * a->ldy + o0, (size_t)a->ldy);
+        c = a->pool ? spex_pool_next_chunk(a->pool) : c + nth;
+    }
+}
+
+spex_status spex_matmul_check(const spex_matmul_args *a) {
+    if (!a) return SPEX_ERR_INVALID_ARG;
+    const spex_type_info *wi = spex_type_get_info((int)a->wtype);
+    const spex_type act = spex_matmul_act_type(a->wtype);
+    const spex_matmul_kernels *k = spex_matmul_kernels_get();
+    if (!wi || act == SPEX_TYPE_COUNT || !k->dot[a->wtype] || !k->act_quant[act]) return SPEX_ERR_UNSUPPORTED;
+    const spex_type_info *ai = spex_type_get_info((int)act);
+    if (a->n <= 0 || a->n_out <= 0 || a->n_rows <= 0) return SPEX_ERR_INVALID_ARG;
+    if (a->n % wi->block_size != 0 || a->n % ai->block_size != 0) return SPEX_ERR_INVALID_ARG;
+    if (a->n_out > INT32_MAX || a->n_rows > INT32_MAX) return SPEX_ERR_INVALID_ARG;
+    if (a->ldx < a->n || a->ldy < a->n_out) return SPEX_ERR_INVALID_ARG;
+    if (!a->W || !a->X || !a->Y) return SPEX_ERR_INVALID_ARG;
+    if (spex_matmul_ws_size(a->wtype, a->n, a->n_rows) > 0 && !a->ws) return SPEX_ERR_INVALID_ARG;
+    return SPEX_OK;
+}
+
+static void matmul_pool_task(void *ctx, int ith, int nth) {
+    spex_matmul_task((const spex_matmul_args *)ctx, ith, nth);
+}
+
+spex_status spex_matmul(spex_pool *pool, const spex_matmul_args *a) {
+    spex_status st = spex_matmul_check(a);
+    if (st != SPEX_OK) return st;
+    spex_matmul_args args = *a;
+    args.pool = pool;
+    if (pool) spex_pool_run(pool, matmul_pool_task, &args);
+    else spex_matmul_task(&args, 0, 1);
+    return SPEX_OK;
+}

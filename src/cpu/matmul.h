@@ -1,0 +1,128 @@
+/*
+ * matmul.h — weight × activation matrix multiplication: the kernel table and the driver.
+ *
+ * Dimension legend (used in every matmul file):
+ *   n      inner dimension: elements per weight row = elements per activation row
+ *   n_out  weight rows (output features)
+ *   n_rows activation rows (tokens): 1 = decode, 2..64 = speculative verify / drafting,
+ *          > 64 = prompt batches
+ *   W      [n_out][n] in the weight type (ggml layout, rows contiguous)
+ *   X      [n_rows][n] f32, row stride ldx floats
+ *   Y      [n_rows][n_out] f32, row stride ldy floats:  Y[r][o] = sum_i W[o][i] * X[r][i]
+ *
+ * As in ggml, activations are first converted to the weight type's "activation type"
+ * (Q8_0 for q4_0/q5_0/q8_0, Q8_1 for q4_1/q5_1, Q8_K for the K-quants, F32 for float
+ * weights), then integer (or float) dot products run block by block.
+ *
+ * Kernel contract (spex_dot_fn): a tile of nw weight rows × nx activation rows,
+ *   y[j*ldy + i] = dot(W row i, X row j)   for 0 <= i < nw, 0 <= j < nx,
+ * with w pointing at the first weight row (rows w_stride bytes apart) and x at the first
+ * converted activation row (rows x_stride bytes apart). Any nw >= 1, nx >= 1 must work;
+ * kernels block internally so that each weight block is loaded once per tile and used for
+ * all nx rows (the small-batch regime streams weights once for all rows).
+ * The scalar kernels are the specification; SIMD kernels must agree within the per-type
+ * bounds stated in tests/test_matmul.c.
+ */
+#ifndef SPEX_CPU_MATMUL_H
+#define SPEX_CPU_MATMUL_H
+
+#include "spex.h"
+
+typedef void (*spex_dot_fn)(int64_t n, const void *w, size_t w_stride, int nw,
+                            const void *x, size_t x_stride, int nx, float *y, size_t ldy);
+/* Converts one f32 row of n elements to an activation type (n multiple of its block). */
+typedef void (*spex_act_quant_fn)(const float *x, void *dst, int64_t n);
+
+typedef struct spex_matmul_kernels {
+    spex_isa isa;
+    spex_dot_fn dot[SPEX_TYPE_COUNT];               /* indexed by weight type     */
+    spex_act_quant_fn act_quant[SPEX_TYPE_COUNT];   /* indexed by activation type */
+} spex_matmul_kernels;
+
+/* The activation type a weight type's dot product consumes (SPEX_TYPE_F32 for float
+ * weights); SPEX_TYPE_COUNT if the weight type has no matmul. */
+spex_type spex_matmul_act_type(spex_type wtype);
+
+/* The table for an ISA (every entry filled: an ISA without its own kernel for a type
+ * falls back to the scalar one). NULL if that ISA is not compiled in or not on this CPU.
+ * spex_matmul_kernels_get() is the table for spex_cpu_isa(). */
+const spex_matmul_kernels *spex_matmul_kernels_for(spex_isa isa);
+const spex_matmul_kernels *spex_matmul_kernels_get(void);
+
+/* Filled by the kernel files: each sets the entries it implements for `isa`
+ * (matmul_kquants.c: Q4_K, Q5_K, Q6_K and the Q8_K activation quantizer). */
+void spex_matmul_register_kquants(spex_matmul_kernels *k, spex_isa isa);
+
+/* ---- per-ISA registration of the 32-element-block and float kernels (matmul.c calls
+ * these while building a table; each overwrites the entries it implements). ------------ */
+
+/* Feature bits of an AVX-512 table variant. The default table uses what the CPU has;
+ * tests build the other variants with spex_matmul_kernels_build to check them too. */
+#define SPEX_MATMUL_FEAT_VNNI 1u   /* vpdpbusd (AVX512_VNNI) instead of vpmaddubsw+vpmaddwd */
+
+void spex_matmul_register_scalar(spex_matmul_kernels *k);   /* ref/dot_ref.c                 */
+void spex_matmul_register_avx2(spex_matmul_kernels *k);     /* arch/x86/avx2/dot_avx2.c      */
+void spex_matmul_register_avx512(spex_matmul_kernels *k, unsigned feat); /* avx512/dot_avx512.c */
+
+/* Streaming-read probe of `spex bench kernels`: reads `bytes` from buf as `streams` (1..8)
+ * equal consecutive parts read in lockstep, 256 bytes of each per step (several streams
+ * keep more DRAM requests in flight, as the kernels' interleaved rows do), with the widest
+ * loads of the ISA in use; bytes beyond a multiple of 256 * streams are not read. Returns
+ * a value derived from every byte read, so the reads cannot be optimized away. */
+uint64_t spex_matmul_stream_probe_n(const void *buf, size_t bytes, int streams);
+/* The same with one stream. */
+uint64_t spex_matmul_stream_probe(const void *buf, size_t bytes);
+uint64_t spex_stream_read_avx2(const void *buf, size_t bytes, int streams);    /* dot_avx2.c   */
+uint64_t spex_stream_read_avx512(const void *buf, size_t bytes, int streams);  /* dot_avx512.c */
+
+/* Fills *k with the table for `isa` restricted to the feature bits `feat` (scalar entries
+ * where the ISA has no kernel, K-quants included). false (and *k untouched) if that ISA is
+ * not compiled in or not on this CPU, or `feat` asks for a feature the CPU lacks. */
+bool spex_matmul_kernels_build(spex_matmul_kernels *k, spex_isa isa, unsigned feat);
+
+/* ======================================================================== */
+/* The driver: Y = X * W^T for the three regimes (matmul.c)                  */
+/* ======================================================================== */
+
+/* Arguments of one matrix multiplication (shapes: see the legend above).
+ * W rows are contiguous (row i at W + i * spex_type_row_size(wtype, n)); X and Y are
+ * row-major f32 with strides ldx >= n and ldy >= n_out (in floats); ws is a caller-owned
+ * workspace of spex_matmul_ws_size(wtype, n, n_rows) bytes (any alignment; NULL if 0),
+ * which receives the converted activations. Nothing is allocated per call. */
+typedef struct spex_matmul_args {
+    spex_pool *pool;      /* pool the task runs on; NULL: single thread (ith 0, nth 1)    */
+    spex_type wtype;      /* weight type                                                 */
+    const void *W;        /* [n_out] rows of the weight type                             */
+    int64_t n_out;        /* weight rows = output columns                                */
+    int64_t n;            /* inner dimension (multiple of the weight and activation block) */
+    const float *X;       /* [n_rows][ldx]                                               */
+    int64_t ldx;
+    int64_t n_rows;       /* activation rows                                             */
+    float *Y;             /* [n_rows][ldy], written, never read                          */
+    int64_t ldy;
+    void *ws;             /* workspace, spex_matmul_ws_size bytes                        */
+} spex_matmul_args;
+
+/* Workspace bytes for the converted activations (0 for float weights, which read X
+ * directly, and for types without a matmul). */
+size_t spex_matmul_ws_size(spex_type wtype, int64_t n, int64_t n_rows);
+
+/* The task body, run on every thread of a spex_pool_run (ith in [0, nth)). Assumes
+ * arguments validated by spex_matmul_check. Phase 1 converts the activation rows (split
+ * over threads), then a barrier; phase 2 hands out chunks of (activation-row tile ×
+ * output rows) through spex_pool_next_chunk, so it must be the task's only chunked work
+ * since the counter was reset (the start of the run). With pool NULL it runs everything
+ * on the calling thread (nth must be 1). The result does not depend on nth: every output
+ * is computed by the same kernel code whatever the split. */
+void spex_matmul_task(const spex_matmul_args *a, int ith, int nth);
+
+/* SPEX_OK if the arguments are consistent (type has kernels, n a multiple of the blocks,
+ * strides, non-NULL pointers, workspace given when needed); SPEX_ERR_UNSUPPORTED for a
+ * weight type without kernels, SPEX_ERR_INVALID_ARG otherwise. */
+spex_status spex_matmul_check(const spex_matmul_args *a);
+
+/* Validates, then runs spex_matmul_task on `pool` (or on the calling thread if NULL;
+ * a->pool is ignored). */
+spex_status spex_matmul(spex_pool *pool, const spex_matmul_args *a);
+
+#endif
