@@ -1,0 +1,40 @@
+/*
+ * matmul_kquants.c — registers the K-quant kernels (Q4_K, Q5_K, Q6_K × Q8_K, and the Q8_K
+ * activation quantizer) in a matmul kernel table (contract: src/cpu/matmul.h).
+ *
+ * What it is: the choice of kernel per ISA. What it is not: the kernels themselves
+ * (ref/dot_kquants_ref.c, arch/x86/avx2/dot_kquants_avx2.c,
+ * arch/x86/avx512/dot_kquants_avx512.c; declarations in cpu/kquants_internal.h).
+ */
+#include "cpu/kquants_internal.h"
+#include "cpu/isa.h"
+
+void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, bool vnni) {
+    switch (isa) {
+    case SPEX_ISA_SCALAR:
+        k->dot[SPEX_TYPE_Q4_K] = spex_dot_q4_K_ref;
+        k->dot[SPEX_TYPE_Q5_K] = spex_dot_q5_K_ref;
+        k->dot[SPEX_TYPE_Q6_K] = spex_dot_q6_K_ref;
+        k->act_quant[SPEX_TYPE_Q8_K] = spex_act_quant_q8_K_ref;
+        break;
+#if SPEX_HAVE_X86
+    case SPEX_ISA_AVX2:
+        k->dot[SPEX_TYPE_Q4_K] = spex_dot_q4_K_avx2;
+        k->dot[SPEX_TYPE_Q5_K] = spex_dot_q5_K_avx2;
+        k->dot[SPEX_TYPE_Q6_K] = spex_dot_q6_K_avx2;
+        k->act_quant[SPEX_TYPE_Q8_K] = spex_act_quant_q8_K_avx2;
+        break;
+    case SPEX_ISA_AVX512:
+        k->dot[SPEX_TYPE_Q4_K] = vnni ? spex_dot_q4_K_avx512_vnni : spex_dot_q4_K_avx512;
+        k->dot[SPEX_TYPE_Q5_K] = vnni ? spex_dot_q5_K_avx512_vnni : spex_dot_q5_K_avx512;
+        k->dot[SPEX_TYPE_Q6_K] = vnni ? spex_dot_q6_K_avx512_vnni : spex_dot_q6_K_avx512;
+        k->act_quant[SPEX_TYPE_Q8_K] = spex_act_quant_q8_K_avx512;
+        break;
+#endif
+    default: break; /* NEON and others: the scalar entries stay */
+    }
+}
+
+void spex_matmul_register_kquants(spex_matmul_kernels *k, spex_isa isa) {
+    spex_matmul_register_kquants_variant(k, isa, spex_cpu_get_features()->avx512vnni);
+}
