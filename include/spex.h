@@ -286,6 +286,11 @@ void spex_pool_barrier(spex_pool *pool);
  * A pool is driven by one thread at a time; a task must not call spex_pool_run. A pool of 1
  * thread runs tasks inline; n_threads <= 0 means the number of online CPUs. */
 int64_t spex_pool_next_chunk(spex_pool *pool);
+/* Inside a task: puts the chunk counter back to 0 for another chunked phase in the same run.
+ * Contract: exactly one thread calls it, between two barriers — every thread has finished its
+ * previous chunked loop (barrier), one thread resets, barrier — and after that second barrier
+ * every thread's next spex_pool_next_chunk numbers from 0 again. */
+void spex_pool_chunk_reset(spex_pool *pool);
 
 /* ======================================================================== */
 /* Quantization of whole files                                               */
@@ -419,6 +424,22 @@ void spex_detok_stream_free(spex_detok_stream *s);
 void spex_detok_stream_reset(spex_detok_stream *s);
 spex_status spex_detok_stream_push(spex_detok_stream *s, int32_t id, spex_str *out, spex_error *err);
 spex_str spex_detok_stream_flush(spex_detok_stream *s);
+
+/* Converters: the tokenizer.ggml.* keys of a vocabulary read from its original files, added to
+ * a GGUF writer (the caller sets general.architecture and writes; tools/convert.c does so for
+ * `spex convert-vocab`). docs/tokenizers.md, "Converting tokenizers", lists the keys.
+ *  - hf_json: a Hugging Face byte-level BPE tokenizer.json (model gpt2; pre qwen2, qwen35,
+ *    llama-bpe or gpt-2, recognised from the Split regex); tokenizer_config.json (NULL: none)
+ *    gives bos/eos/pad/unk, add_bos/add_eos and tokenizer.chat_template. The _padded form
+ *    pads with unused "[PADn]" tokens up to n_vocab (the model's embedding rows, config.json
+ *    vocab_size), as llama.cpp's converter does.
+ *  - spm_model: a SentencePiece BPE tokenizer.model (model llama: scores, types, add_bos on).
+ * Malformed or unsupported input is an error naming the file and the field. */
+spex_status spex_vocab_from_hf_json(const char *tokenizer_json_path, const char *tokenizer_config_json_path,
+                                    spex_gguf_writer *w, spex_error *err);
+spex_status spex_vocab_from_hf_json_padded(const char *tokenizer_json_path, const char *tokenizer_config_json_path,
+                                           int32_t n_vocab, spex_gguf_writer *w, spex_error *err);
+spex_status spex_vocab_from_spm_model(const char *tokenizer_model_path, spex_gguf_writer *w, spex_error *err);
 
 /* ======================================================================== */
 /* Models: target architectures, contexts, batched forward, KV cache         */

@@ -308,4 +308,61 @@ TEST(pool_overhead) {
     }
 }
 
+/* ---- several chunked phases in one run (spex_pool_chunk_reset) -------------------------- */
+
+#define RESET_PHASES 12
+
+typedef struct {
+    spex_pool *pool;
+    _Atomic int taken[RESET_PHASES][64];   /* times chunk c of phase p was claimed     */
+    _Atomic int64_t beyond[RESET_PHASES];  /* largest index seen past the phase's end  */
+} reset_ctx;
+
+static int reset_chunks(int p) { return 1 + (p * 7) % 23; } /* 1..23 chunks, varying */
+
+static void reset_task(void *arg, int ith, int nth) {
+    reset_ctx *c = arg;
+    for (int p = 0; p < RESET_PHASES; p++) {
+        const int n = reset_chunks(p);
+        int64_t k = spex_pool_next_chunk(c->pool);
+        for (; k < n; k = spex_pool_next_chunk(c->pool)) atomic_fetch_add(&c->taken[p][k], 1);
+        int64_t prev = atomic_load(&c->beyond[p]);
+        while (k > prev && !atomic_compare_exchange_weak(&c->beyond[p], &prev, k)) {
+        }
+        spex_pool_barrier(c->pool);
+        if (ith == (p % nth)) spex_pool_chunk_reset(c->pool); /* a different thread each time */
+        spex_pool_barrier(c->pool);
+    }
+}
+
+static void check_reset(int n_threads, int reps) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(n_threads, &pool, NULL));
+    int nth = spex_pool_n_threads(pool);
+    reset_ctx *c = calloc(1, sizeof *c);
+    CHECK(c);
+    c->pool = pool;
+    int bad = 0;
+    for (int r = 0; r < reps && !bad; r++) {
+        for (int p = 0; p < RESET_PHASES; p++) {
+            for (int k = 0; k < 64; k++) atomic_store(&c->taken[p][k], 0);
+            atomic_store(&c->beyond[p], 0);
+        }
+        spex_pool_run(pool, reset_task, c);
+        for (int p = 0; p < RESET_PHASES; p++) {
+            for (int k = 0; k < 64; k++) bad |= atomic_load(&c->taken[p][k]) != (k < reset_chunks(p));
+            /* each thread stops at its first index >= n: with a reset, the last one seen is
+             * exactly n + nth - 1 (without it indices would keep climbing across phases) */
+            bad |= atomic_load(&c->beyond[p]) != reset_chunks(p) + nth - 1;
+        }
+    }
+    free(c);
+    spex_pool_free(pool);
+    CHECK_MSG(!bad, "chunk reset: a phase lost, duplicated or misnumbered chunks with %d threads", nth);
+}
+
+TEST(pool_chunk_reset_1) { check_reset(1, 3); }
+TEST(pool_chunk_reset_2) { check_reset(2, 50); }
+TEST(pool_chunk_reset_3) { check_reset(3, 50); }
+
 TEST_MAIN()

@@ -32,7 +32,11 @@
  * and every thread, thread 0 included, takes part. There is one counter per run: a task that
  * needs two chunked phases may continue numbering after a barrier — when every thread stops at
  * its first index >= n1, the counter stands at exactly n1 + nth after the barrier, so the
- * second phase's chunk c is index - (n1 + nth).
+ * second phase's chunk c is index - (n1 + nth). Simpler: spex_pool_chunk_reset puts the counter
+ * back to 0. Exactly one thread calls it, between two barriers — after the barrier that ends
+ * every thread's last chunked loop, before the barrier after which the next loop starts — so
+ * no thread can be inside a chunked loop while the counter moves. That lets one run hold any
+ * number of chunked phases (the forward pass runs a whole token step in one run).
  *
  * The barrier is sense-reversing in its generation-counter form: each thread reads the
  * barrier generation, then increments the arrival count; the last to arrive resets the count
@@ -316,3 +320,7 @@ void spex_pool_barrier(spex_pool *pool) {
 int64_t spex_pool_next_chunk(spex_pool *pool) {
     return atomic_fetch_add_explicit(&pool->chunk, 1, memory_order_relaxed);
 }
+
+/* Release store: the barrier that follows (acq_rel on bar_count / bar_gen) carries it to the
+ * other threads before any of them takes its next chunk. */
+void spex_pool_chunk_reset(spex_pool *pool) { atomic_store_explicit(&pool->chunk, 0, memory_order_release); }
