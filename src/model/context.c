@@ -1,0 +1,379 @@
+/*
+ * context.c — spex_context: parameters, allocation of every per-run buffer, the KV cache
+ * API, and spex_forward's batch validation and ordering (include/spex.h, "Models").
+ *
+ * What it is: everything around the forward pass that owns memory or state. All memory is
+ * allocated in spex_context_init; spex_forward and the KV functions allocate nothing.
+ * What it is not: the arithmetic of the forward pass (forward.c).
+ *
+ * KV cache (model.h has the layout): per-sequence contiguous regions, so the length of a
+ * sequence is its whole state. Truncate = set the length (O(1), rows beyond it are left as
+ * they are and overwritten by later forwards); clear = length 0; copy = a memcpy of the
+ * prefix region in each layer for K and V.
+ */
+#include "model/model.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SEQ_MAX 65536        /* sanity bound on n_seq_max                        */
+#define BUF_ALIGN 64
+
+/* ======================================================================== */
+/* Parameters                                                                */
+/* ======================================================================== */
+
+spex_context_params spex_context_default_params(void) {
+    spex_context_params p;
+    memset(&p, 0, sizeof p);
+    p.n_seq_max = 1;
+    p.n_ctx_per_seq = 0;
+    p.n_batch_max = 512;
+    p.n_outputs_max = 0;
+    p.kv_type = SPEX_TYPE_F16;
+    p.n_threads = 1;
+    p.tap_clamp = true;
+    return p;
+}
+
+/* ======================================================================== */
+/* Allocation                                                                */
+/* ======================================================================== */
+
+static void *buf_alloc(uint64_t bytes, uint64_t *total) {
+    if (bytes == 0) bytes = BUF_ALIGN;
+    uint64_t r = (bytes + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
+    if (r > SIZE_MAX / 2) return NULL;
+    void *p = aligned_alloc(BUF_ALIGN, (size_t)r);
+    if (p) {
+        memset(p, 0, (size_t)r);
+        *total += r;
+    }
+    return p;
+}
+
+void spex_context_free(spex_context *ctx) {
+    if (!ctx) return;
+    if (ctx->own_pool) spex_pool_free(ctx->pool);
+    free(ctx->k_cache);
+    free(ctx->v_cache);
+    fwd_bufs *b = &ctx->b;
+    void *bufs[] = {b->x, b->xn, b->tmp, b->q, b->k, b->v, b->att, b->gate, b->up, b->rope, b->hout, b->logits,
+                    b->taps, b->mm_ws, b->attn_ws, b->kv_f32, ctx->tap_ids, ctx->tap_slot, ctx->seq_len, ctx->perm,
+                    ctx->row_of, ctx->tok, ctx->pos, ctx->out_row, ctx->out_of, ctx->seq_start, ctx->seq_next};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(ctx);
+}
+
+static spex_status resolve_params(const spex_model *m, spex_context_params *p, spex_error *err) {
+    const spex_model_hparams *hp = &m->hp;
+    if (p->n_seq_max < 1 || p->n_seq_max > SEQ_MAX)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: n_seq_max %d, expected 1 .. %d", p->n_seq_max,
+                              SEQ_MAX);
+    if (p->n_ctx_per_seq < 0)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: n_ctx_per_seq %d, expected >= 0", p->n_ctx_per_seq);
+    if (p->n_ctx_per_seq == 0) p->n_ctx_per_seq = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (p->n_ctx_per_seq > hp->n_ctx_train)
+        spex_model_log(m, "context: warning: n_ctx_per_seq %d exceeds the training context %d", p->n_ctx_per_seq,
+                       hp->n_ctx_train);
+    if (p->n_batch_max < 1)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: n_batch_max %d, expected >= 1", p->n_batch_max);
+    /* A batch can never hold more tokens than all sequences have room for. */
+    const int64_t cap = (int64_t)p->n_seq_max * p->n_ctx_per_seq;
+    if (p->n_batch_max > cap) p->n_batch_max = (int32_t)cap;
+    if (p->n_outputs_max < 0)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: n_outputs_max %d, expected >= 0", p->n_outputs_max);
+    if (p->n_outputs_max == 0) p->n_outputs_max = 64;
+    if (p->n_outputs_max > p->n_batch_max) p->n_outputs_max = p->n_batch_max;
+    const int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
+    if (p->kv_type != SPEX_TYPE_F16 && p->kv_type != SPEX_TYPE_F32 && p->kv_type != SPEX_TYPE_Q8_0) {
+        const spex_type_info *ti = spex_type_get_info((int)p->kv_type);
+        return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "context: kv_type %s: expected f16, f32 or q8_0",
+                              ti ? ti->name : "unknown");
+    }
+    if (p->kv_type == SPEX_TYPE_Q8_0 && kv_dim % 32 != 0)
+        return spex_error_set(err, SPEX_ERR_UNSUPPORTED,
+                              "context: kv_type q8_0 needs n_head_kv * head_dim (%" PRId64 ") to be a multiple of 32",
+                              kv_dim);
+    if (p->n_taps < 0 || (p->n_taps > 0 && !p->tap_layers))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: n_taps %d with tap_layers %s", p->n_taps,
+                              p->tap_layers ? "set" : "NULL");
+    for (int i = 0; i < p->n_taps; i++) {
+        if (p->tap_layers[i] < 0 || p->tap_layers[i] > hp->n_layer)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: tap layer id %d, expected 0 .. %d (n_layer)",
+                                  p->tap_layers[i], hp->n_layer);
+        for (int j = 0; j < i; j++)
+            if (p->tap_layers[j] == p->tap_layers[i])
+                return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: tap layer id %d listed twice",
+                                      p->tap_layers[i]);
+    }
+    return SPEX_OK;
+}
+
+static const char *type_name(spex_type t) {
+    const spex_type_info *ti = spex_type_get_info((int)t);
+    return ti ? ti->name : "?";
+}
+
+spex_status spex_context_init(const spex_model *m, const spex_context_params *params, spex_context **out,
+                              spex_error *err) {
+    if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_context_init: out is NULL");
+    *out = NULL;
+    if (!m) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_context_init: model is NULL");
+    spex_context_params p = params ? *params : spex_context_default_params();
+    spex_status s = resolve_params(m, &p, err);
+    if (s != SPEX_OK) return s;
+
+    spex_context *c = calloc(1, sizeof *c);
+    if (!c) return spex_error_set(err, SPEX_ERR_NOMEM, "context: out of memory");
+    c->model = m;
+    const spex_model_hparams *hp = &m->hp;
+    const uint64_t E = (uint64_t)hp->n_embd, N = (uint64_t)hp->n_layer, S = (uint64_t)p.n_seq_max;
+    const uint64_t C = (uint64_t)p.n_ctx_per_seq, nb = (uint64_t)p.n_batch_max, no = (uint64_t)p.n_outputs_max;
+    const uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    const uint64_t kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    const uint64_t F = (uint64_t)hp->n_ff, V = (uint64_t)hp->n_vocab;
+    uint64_t compute = 0, small = 0;
+
+    /* pool */
+    if (p.pool) {
+        c->pool = p.pool;
+    } else {
+        if ((s = spex_pool_create(p.n_threads, &c->pool, err)) != SPEX_OK) goto fail;
+        c->own_pool = true;
+    }
+    c->nth = spex_pool_n_threads(c->pool);
+
+    /* KV cache: calloc, so pages a short conversation never reaches are not committed. */
+    c->kv_row_bytes = spex_type_row_size(p.kv_type, (int64_t)kvd);
+    const uint64_t rows = N * S * C;
+    if (c->kv_row_bytes == 0 || rows > (uint64_t)SIZE_MAX / 4 / c->kv_row_bytes) {
+        s = spex_error_set(err, SPEX_ERR_RANGE, "context: KV cache of %" PRIu64 " rows is too large", rows);
+        goto fail;
+    }
+    c->k_cache = calloc((size_t)rows, c->kv_row_bytes);
+    c->v_cache = calloc((size_t)rows, c->kv_row_bytes);
+    c->params = p;
+
+    fwd_bufs *b = &c->b;
+    spex_attn_args aa = {.n_q = p.n_batch_max, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                         .head_dim = hp->head_dim};
+    b->attn_ws_floats = (spex_attn_scratch_floats(&aa) + 15) / 16 * 16;
+    b->x = buf_alloc(nb * E * 4, &compute);
+    b->xn = buf_alloc(nb * E * 4, &compute);
+    b->tmp = buf_alloc(nb * E * 4, &compute);
+    b->q = buf_alloc(nb * qd * 4, &compute);
+    b->k = buf_alloc(nb * kvd * 4, &compute);
+    b->v = buf_alloc(nb * kvd * 4, &compute);
+    b->att = buf_alloc(nb * qd * 4, &compute);
+    b->gate = buf_alloc(nb * F * 4, &compute);
+    b->up = buf_alloc(nb * F * 4, &compute);
+    b->rope = buf_alloc(nb * (uint64_t)hp->n_rot * 4, &compute);
+    b->hout = buf_alloc(no * E * 4, &compute);
+    b->logits = buf_alloc(no * V * 4, &compute);
+    b->taps = p.n_taps ? buf_alloc(nb * (uint64_t)p.n_taps * E * 4, &compute) : NULL;
+    b->mm_ws = buf_alloc(spex_forward_mm_ws_size(m, p.n_batch_max, p.n_outputs_max), &compute);
+    b->attn_ws = buf_alloc((uint64_t)c->nth * b->attn_ws_floats * 4, &compute);
+    b->kv_f32 = p.kv_type == SPEX_TYPE_Q8_0 ? buf_alloc(2 * C * kvd * 4, &compute) : NULL;
+
+    c->tap_ids = buf_alloc((uint64_t)(p.n_taps + 1) * 4, &small);
+    c->tap_slot = buf_alloc((N + 1) * 4, &small);
+    c->seq_len = buf_alloc(S * 4, &small);
+    c->perm = buf_alloc(nb * 4, &small);
+    c->row_of = buf_alloc(nb * 4, &small);
+    c->tok = buf_alloc(nb * 4, &small);
+    c->pos = buf_alloc(nb * 4, &small);
+    c->out_row = buf_alloc(no * 4, &small);
+    c->out_of = buf_alloc(nb * 4, &small);
+    c->seq_start = buf_alloc((S + 1) * 4, &small);
+    c->seq_next = buf_alloc(S * 4, &small);
+    if (!c->k_cache || !c->v_cache || !b->x || !b->xn || !b->tmp || !b->q || !b->k || !b->v || !b->att ||
+        !b->gate || !b->up || !b->rope || !b->hout || !b->logits || (p.n_taps && !b->taps) || !b->mm_ws ||
+        !b->attn_ws || (p.kv_type == SPEX_TYPE_Q8_0 && !b->kv_f32) || !c->tap_ids || !c->tap_slot ||
+        !c->seq_len || !c->perm || !c->row_of || !c->tok || !c->pos || !c->out_row || !c->out_of ||
+        !c->seq_start || !c->seq_next) {
+        s = spex_error_set(err, SPEX_ERR_NOMEM,
+                           "context: out of memory (KV %.1f MiB, compute %.1f MiB)",
+                           (double)(2 * rows * c->kv_row_bytes) / 1048576.0, (double)compute / 1048576.0);
+        goto fail;
+    }
+    for (uint64_t l = 0; l <= N; l++) c->tap_slot[l] = -1;
+    for (int i = 0; i < p.n_taps; i++) {
+        c->tap_ids[i] = p.tap_layers[i];
+        c->tap_slot[p.tap_layers[i]] = i;
+    }
+    c->params.tap_layers = p.n_taps ? c->tap_ids : NULL;
+    c->params.pool = c->own_pool ? NULL : p.pool;
+
+    c->mem.weights = m->weight_bytes;
+    c->mem.kv = 2 * rows * c->kv_row_bytes;
+    c->mem.compute = compute + small;
+    spex_model_log(m,
+                   "context: %d seq x %d ctx, batch %d, outputs %d, KV %s %.2f MiB, compute %.2f MiB, weights %.2f "
+                   "MiB, %d threads, %d taps",
+                   p.n_seq_max, p.n_ctx_per_seq, p.n_batch_max, p.n_outputs_max, type_name(p.kv_type),
+                   (double)c->mem.kv / 1048576.0, (double)c->mem.compute / 1048576.0,
+                   (double)c->mem.weights / 1048576.0, c->nth, p.n_taps);
+    *out = c;
+    return SPEX_OK;
+fail:
+    spex_context_free(c);
+    return s;
+}
+
+const spex_model *spex_context_model(const spex_context *ctx) { return ctx ? ctx->model : NULL; }
+const spex_context_params *spex_context_get_params(const spex_context *ctx) { return ctx ? &ctx->params : NULL; }
+
+spex_memory_usage spex_context_memory(const spex_context *ctx) {
+    spex_memory_usage z = {0, 0, 0};
+    return ctx ? ctx->mem : z;
+}
+
+/* ======================================================================== */
+/* KV cache                                                                  */
+/* ======================================================================== */
+
+void *spex_kv_row(const spex_context *ctx, bool v, int32_t layer, int32_t seq, int32_t pos) {
+    const uint64_t S = (uint64_t)ctx->params.n_seq_max, C = (uint64_t)ctx->params.n_ctx_per_seq;
+    const uint64_t row = ((uint64_t)layer * S + (uint64_t)seq) * C + (uint64_t)pos;
+    return (uint8_t *)(v ? ctx->v_cache : ctx->k_cache) + row * ctx->kv_row_bytes;
+}
+
+static bool seq_ok(const spex_context *ctx, int32_t seq) { return ctx && seq >= 0 && seq < ctx->params.n_seq_max; }
+
+int32_t spex_kv_seq_len(const spex_context *ctx, int32_t seq) { return seq_ok(ctx, seq) ? ctx->seq_len[seq] : -1; }
+
+spex_status spex_kv_seq_truncate(spex_context *ctx, int32_t seq, int32_t new_len, spex_error *err) {
+    if (!seq_ok(ctx, seq))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "kv truncate: sequence %d, expected 0 .. %d", seq,
+                              ctx ? ctx->params.n_seq_max - 1 : -1);
+    if (new_len < 0 || new_len > ctx->seq_len[seq])
+        return spex_error_set(err, SPEX_ERR_RANGE, "kv truncate: sequence %d holds %d tokens, cannot truncate to %d",
+                              seq, ctx->seq_len[seq], new_len);
+    ctx->seq_len[seq] = new_len;
+    return SPEX_OK;
+}
+
+spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_t len, spex_error *err) {
+    if (!seq_ok(ctx, src) || !seq_ok(ctx, dst))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "kv copy: sequences %d -> %d, expected 0 .. %d", src, dst,
+                              ctx ? ctx->params.n_seq_max - 1 : -1);
+    if (len < 0) len = ctx->seq_len[src];
+    if (len > ctx->seq_len[src])
+        return spex_error_set(err, SPEX_ERR_RANGE, "kv copy: sequence %d holds %d tokens, cannot copy %d", src,
+                              ctx->seq_len[src], len);
+    if (src != dst && len > 0) {
+        const size_t bytes = (size_t)len * ctx->kv_row_bytes;
+        for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
+            memcpy(spex_kv_row(ctx, false, l, dst, 0), spex_kv_row(ctx, false, l, src, 0), bytes);
+            memcpy(spex_kv_row(ctx, true, l, dst, 0), spex_kv_row(ctx, true, l, src, 0), bytes);
+        }
+    }
+    ctx->seq_len[dst] = len;
+    return SPEX_OK;
+}
+
+spex_status spex_kv_seq_clear(spex_context *ctx, int32_t seq, spex_error *err) {
+    if (!ctx) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "kv clear: context is NULL");
+    if (seq < 0) {
+        for (int32_t s = 0; s < ctx->params.n_seq_max; s++) ctx->seq_len[s] = 0;
+        return SPEX_OK;
+    }
+    if (!seq_ok(ctx, seq))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "kv clear: sequence %d, expected 0 .. %d (or < 0 for all)",
+                              seq, ctx->params.n_seq_max - 1);
+    ctx->seq_len[seq] = 0;
+    return SPEX_OK;
+}
+
+/* ======================================================================== */
+/* Forward: validation and ordering                                          */
+/* ======================================================================== */
+
+/* Checks the whole batch against the rules of spex_forward without changing any state. */
+static spex_status validate_batch(spex_context *ctx, const spex_batch *batch, spex_error *err) {
+    const spex_context_params *p = &ctx->params;
+    if (!batch || batch->n_tokens < 1 || !batch->tokens)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "forward: empty batch");
+    if (batch->n_tokens > p->n_batch_max)
+        return spex_error_set(err, SPEX_ERR_RANGE, "forward: batch of %d tokens exceeds n_batch_max %d",
+                              batch->n_tokens, p->n_batch_max);
+    const int32_t V = ctx->model->hp.n_vocab;
+    int32_t n_out = 0;
+    for (int32_t s = 0; s < p->n_seq_max; s++) ctx->seq_next[s] = ctx->seq_len[s];
+    for (int32_t i = 0; i < batch->n_tokens; i++) {
+        const spex_batch_token *t = &batch->tokens[i];
+        if (t->token < 0 || t->token >= V)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "forward: batch token %d: id %d, expected 0 .. %d", i,
+                                  t->token, V - 1);
+        if (t->seq < 0 || t->seq >= p->n_seq_max)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "forward: batch token %d: sequence %d, expected 0 .. %d",
+                                  i, t->seq, p->n_seq_max - 1);
+        const int32_t want = ctx->seq_next[t->seq];
+        if (t->pos != want)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                                  "forward: batch token %d (sequence %d): position %d, expected %d (the sequence "
+                                  "holds %d cached tokens and %d earlier in this batch)",
+                                  i, t->seq, t->pos, want, ctx->seq_len[t->seq], want - ctx->seq_len[t->seq]);
+        if (want >= p->n_ctx_per_seq)
+            return spex_error_set(err, SPEX_ERR_RANGE,
+                                  "forward: batch token %d: sequence %d is full (position %d, n_ctx_per_seq %d)", i,
+                                  t->seq, t->pos, p->n_ctx_per_seq);
+        ctx->seq_next[t->seq] = want + 1;
+        n_out += t->logits ? 1 : 0;
+    }
+    if (n_out > p->n_outputs_max)
+        return spex_error_set(err, SPEX_ERR_RANGE, "forward: %d tokens ask for logits, n_outputs_max is %d", n_out,
+                              p->n_outputs_max);
+    return SPEX_OK;
+}
+
+spex_status spex_forward(spex_context *ctx, const spex_batch *batch, spex_error *err) {
+    if (!ctx) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "forward: context is NULL");
+    spex_status s = validate_batch(ctx, batch, err);
+    if (s != SPEX_OK) return s;
+
+    /* Stable counting sort of the tokens by sequence (model.h, "Row order"). */
+    const int32_t n = batch->n_tokens, S = ctx->params.n_seq_max;
+    int32_t *start = ctx->seq_start;
+    for (int32_t q = 0; q <= S; q++) start[q] = 0;
+    for (int32_t i = 0; i < n; i++) start[batch->tokens[i].seq + 1]++;
+    for (int32_t q = 0; q < S; q++) start[q + 1] += start[q];
+    int32_t *fill = ctx->seq_next; /* reused as the per-sequence insertion cursor */
+    for (int32_t q = 0; q < S; q++) fill[q] = start[q];
+    int32_t n_out = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const spex_batch_token *t = &batch->tokens[i];
+        const int32_t r = fill[t->seq]++;
+        ctx->perm[r] = i;
+        ctx->row_of[i] = r;
+        ctx->tok[r] = t->token;
+        ctx->pos[r] = t->pos;
+        ctx->out_of[i] = t->logits ? n_out : -1;
+        if (t->logits) ctx->out_row[n_out++] = i;
+    }
+    ctx->n_tokens = n;
+    ctx->n_outputs = n_out;
+
+    spex_forward_dense(ctx);
+
+    for (int32_t q = 0; q < S; q++) ctx->seq_len[q] += start[q + 1] - start[q];
+    return SPEX_OK;
+}
+
+int32_t spex_n_outputs(const spex_context *ctx) { return ctx ? ctx->n_outputs : 0; }
+
+const float *spex_logits(const spex_context *ctx, int32_t i) {
+    if (!ctx || i < 0 || i >= ctx->n_outputs) return NULL;
+    return ctx->b.logits + (size_t)i * (size_t)ctx->model->hp.n_vocab;
+}
+
+const float *spex_logits_of_token(const spex_context *ctx, int32_t b) {
+    if (!ctx || b < 0 || b >= ctx->n_tokens || ctx->out_of[b] < 0) return NULL;
+    return spex_logits(ctx, ctx->out_of[b]);
+}
+
+const float *spex_taps(const spex_context *ctx) {
+    return ctx && ctx->params.n_taps > 0 && ctx->n_tokens > 0 ? ctx->b.taps : NULL;
+}

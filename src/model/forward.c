@@ -1,0 +1,295 @@
+/*
+ * forward.c — the forward pass of the dense target architectures, llama and qwen3
+ * (../shared/docs/targets.md §3.1–3.4, §4, §5), over a batch that mixes several sequences.
+ *
+ * What it is: per layer
+ *     n = RMSNorm(x; attn_norm)
+ *     q, k, v = W_q n, W_k n, W_v n;  qwen3: q_h, k_h = RMSNorm(q_h; q_norm), RMSNorm(k_h; k_norm)
+ *     q, k = RoPE(q, k, pos)          NORM pairs (llama) or NEOX pairs (qwen3), n_rot dims
+ *     K/V cache rows of (layer, seq, pos) = k, v
+ *     a = causal GQA attention of each token over its own sequence's rows 0..pos
+ *     x = x + W_o a
+ *     x = x + W_down( silu(W_gate m) * (W_up m) ),  m = RMSNorm(x; ffn_norm)
+ * then logits = W_out RMSNorm(x; output_norm) for the tokens that asked for them only. The
+ * taps (§3.4) are copies of x at the input of the chosen layers, in the same pass.
+ * What it is not: batch validation and ordering (context.c), kernels (src/cpu).
+ *
+ * Dimension legend: model.h (E, H, H_kv, hd, F, V, N, kv_dim, n, n_out, C).
+ *
+ * Threading. The work of a forward is a sequence of "phases", one spex_pool_run each: a
+ * prologue of row-wise ops (embedding, residual adds, norms, QK-norm, RoPE, cache stores,
+ * taps; rows split statically over the threads), then, after a barrier, one matmul through
+ * spex_matmul_task with every row of the batch, so each weight is streamed once for all rows.
+ * Attention runs inside the prologue of the W_o phase (one spex_attention call per sequence,
+ * all threads taking part, then a barrier). That is 7 pool runs per layer (one per weight
+ * matrix) plus one for the head, for any batch size. A single run per forward with a barrier
+ * between matmuls would need the matmul driver to take a chunk counter of its own: today
+ * spex_matmul_task uses the pool's one counter, which only resets at spex_pool_run.
+ *
+ * Determinism. Every op computes a row the same way whatever the other rows of the batch
+ * are (the matmul kernels use one instruction sequence for any tile shape, attention scores
+ * a query against fixed tiles of its own sequence), so a token's logits do not depend on how
+ * tokens are batched, nor on the thread count.
+ */
+#include "model/model.h"
+
+#include <math.h>
+#include <string.h>
+
+/* ======================================================================== */
+/* Phases                                                                    */
+/* ======================================================================== */
+
+typedef void (*pre_fn)(spex_context *c, const fwd_phase *ph, int ith, int nth);
+
+struct fwd_phase {
+    pre_fn pre;                    /* row-wise prologue, or NULL                         */
+    int layer;
+    const spex_ops_kernels *ops;   /* fetched once per forward                            */
+    bool has_mm;
+    spex_matmul_args mm;           /* the phase's matmul (rows in sorted order)           */
+};
+
+static void phase_task(void *arg, int ith, int nth) {
+    spex_context *c = arg;
+    const fwd_phase *ph = c->phase;
+    if (ph->pre) {
+        ph->pre(c, ph, ith, nth);
+        if (ph->has_mm && nth > 1) spex_pool_barrier(c->pool);
+    }
+    if (ph->has_mm) spex_matmul_task(&ph->mm, ith, nth);
+}
+
+/* Runs one phase: prologue `pre` (may be NULL), then Y[n_rows][w.n_out] = X · Wᵀ when w is
+ * non-NULL and n_rows > 0. */
+static void run_phase(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *w,
+                      const float *X, int64_t n_rows, float *Y) {
+    ph->pre = pre;
+    ph->layer = layer;
+    ph->has_mm = w != NULL && n_rows > 0;
+    if (ph->has_mm) {
+        ph->mm = (spex_matmul_args){
+            .pool = c->pool, .wtype = w->type, .W = w->data, .n_out = w->n_out, .n = w->n_in,
+            .X = X, .ldx = w->n_in, .n_rows = n_rows, .Y = Y, .ldy = w->n_out, .ws = c->b.mm_ws,
+        };
+    }
+    c->phase = ph;
+    spex_pool_run(c->pool, phase_task, c);
+}
+
+size_t spex_forward_mm_ws_size(const spex_model *m, int32_t n_batch_max, int32_t n_outputs_max) {
+    size_t ws = spex_matmul_ws_size(m->output.type, m->output.n_in, n_outputs_max);
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        const model_weight *ws_w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        for (int i = 0; i < 7; i++) {
+            size_t s = spex_matmul_ws_size(ws_w[i]->type, ws_w[i]->n_in, n_batch_max);
+            if (s > ws) ws = s;
+        }
+    }
+    return ws;
+}
+
+/* ======================================================================== */
+/* Prologues                                                                 */
+/* ======================================================================== */
+
+static inline void row_split(int64_t n, int ith, int nth, int64_t *r0, int64_t *r1) {
+    *r0 = n * ith / nth;
+    *r1 = n * (ith + 1) / nth;
+}
+
+/* Copies row r of the residual stream into its tap slot (batch order), sanitised as
+ * dflash2.md §6 says when tap_clamp is on. */
+static void tap_row(spex_context *c, int slot, int64_t r) {
+    const int64_t E = c->model->hp.n_embd;
+    const float *x = c->b.x + r * E;
+    float *dst = c->b.taps + ((int64_t)c->perm[r] * c->params.n_taps + slot) * E;
+    if (!c->params.tap_clamp) {
+        memcpy(dst, x, sizeof(float) * (size_t)E);
+        return;
+    }
+    for (int64_t i = 0; i < E; i++) {
+        float v = x[i];
+        if (isnan(v)) v = 0.0f;
+        else if (v > 65504.0f) v = 65504.0f;
+        else if (v < -65504.0f) v = -65504.0f;
+        dst[i] = v;
+    }
+}
+
+/* Layer input: x = embedding (layer 0) or x + ffn output of the previous layer; tap;
+ * xn = RMSNorm(x; attn_norm). Layer 0 also fills each row's RoPE angles. */
+static void pre_attn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth) {
+    const spex_model *m = c->model;
+    const spex_model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd;
+    const int l = ph->layer;
+    const int slot = c->tap_slot[l];
+    int64_t r0, r1;
+    row_split(c->n_tokens, ith, nth, &r0, &r1);
+    const size_t erow = spex_type_row_size(m->tok_embd.type, E);
+    for (int64_t r = r0; r < r1; r++) {
+        float *x = c->b.x + r * E;
+        if (l == 0) {
+            spex_dequantize_row_ref(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)c->tok[r] * erow, x,
+                                    E);
+            spex_rope_cache(c->b.rope + r * hp->n_rot, c->pos[r], hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale);
+        } else {
+            ph->ops->acc(x, c->b.tmp + r * E, E);
+        }
+        if (slot >= 0) tap_row(c, slot, r);
+        ph->ops->rmsnorm(x, m->layers[l].attn_norm, c->b.xn + r * E, E, hp->rms_eps);
+    }
+}
+
+/* Stores row r's k and v (already normed and rotated) at (layer, seq, pos) in kv_type. */
+static void store_kv(spex_context *c, int l, int64_t r, int32_t seq) {
+    const int64_t kvd = (int64_t)c->model->hp.n_head_kv * c->model->hp.head_dim;
+    const spex_type t = c->params.kv_type;
+    void *kd = spex_kv_row(c, false, l, seq, c->pos[r]);
+    void *vd = spex_kv_row(c, true, l, seq, c->pos[r]);
+    if (t == SPEX_TYPE_F32) {
+        memcpy(kd, c->b.k + r * kvd, sizeof(float) * (size_t)kvd);
+        memcpy(vd, c->b.v + r * kvd, sizeof(float) * (size_t)kvd);
+    } else {
+        spex_quantize_row_ref(t, c->b.k + r * kvd, kd, kvd);
+        spex_quantize_row_ref(t, c->b.v + r * kvd, vd, kvd);
+    }
+}
+
+/* The sequence a sorted row belongs to (seq_start is sorted: a short scan per row range). */
+static int32_t seq_of_row(const spex_context *c, int64_t r) {
+    int32_t s = 0;
+    while (c->seq_start[s + 1] <= r) s++;
+    return s;
+}
+
+/* QK-norm, RoPE, cache store; barrier; attention of each sequence's rows over its region. */
+static void pre_attention(spex_context *c, const fwd_phase *ph, int ith, int nth) {
+    const spex_model *m = c->model;
+    const spex_model_hparams *hp = &m->hp;
+    const model_layer *L = &m->layers[ph->layer];
+    const int l = ph->layer, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    const int64_t qd = (int64_t)H * hd, kvd = (int64_t)Hkv * hd;
+    const spex_ops_kernels *k = ph->ops;
+
+    int64_t r0, r1;
+    row_split(c->n_tokens, ith, nth, &r0, &r1);
+    int32_t seq = r0 < r1 ? seq_of_row(c, r0) : 0;
+    for (int64_t r = r0; r < r1; r++) {
+        while (c->seq_start[seq + 1] <= r) seq++;
+        float *q = c->b.q + r * qd, *kr = c->b.k + r * kvd;
+        if (hp->qk_norm) {
+            spex_rmsnorm_rows(k, q, hd, L->q_norm, q, hd, H, hd, hp->rms_eps);
+            spex_rmsnorm_rows(k, kr, hd, L->k_norm, kr, hd, Hkv, hd, hp->rms_eps);
+        }
+        const float *cs = c->b.rope + r * hp->n_rot;
+        k->rope(q, H, hd, hp->n_rot, (spex_rope_mode)hp->rope_mode, cs);
+        k->rope(kr, Hkv, hd, hp->n_rot, (spex_rope_mode)hp->rope_mode, cs);
+        store_kv(c, l, r, seq);
+    }
+    if (nth > 1) spex_pool_barrier(c->pool);
+
+    float *scratch = c->b.attn_ws + (size_t)ith * c->b.attn_ws_floats;
+    const bool q8 = c->params.kv_type == SPEX_TYPE_Q8_0;
+    for (int32_t s = 0; s < c->params.n_seq_max; s++) {
+        const int32_t a0 = c->seq_start[s], nq = c->seq_start[s + 1] - a0;
+        if (nq == 0) continue;
+        /* The sequence's rows 0 .. pos of its last token: cached ones and this batch's. */
+        const int32_t n_kv = c->pos[a0 + nq - 1] + 1;
+        spex_attn_args a = {
+            .n_q = nq, .n_head = H, .n_head_kv = Hkv, .head_dim = hd,
+            .q = c->b.q + (int64_t)a0 * qd, .q_stride = qd, .q_pos = c->pos + a0,
+            .kv_type = c->params.kv_type, .n_kv = n_kv,
+            .k = spex_kv_row(c, false, l, s, 0), .v = spex_kv_row(c, true, l, s, 0),
+            .k_stride = c->kv_row_bytes, .v_stride = c->kv_row_bytes, .kv_pos = NULL,
+            .scale = 0.0f, .causal = true, .window = 0,
+            .out = c->b.att + (int64_t)a0 * qd, .out_stride = qd,
+        };
+        if (q8) {
+            /* spex_attention reads F32/F16 caches: expand this region to f32 first. */
+            float *kf = c->b.kv_f32, *vf = c->b.kv_f32 + (size_t)c->params.n_ctx_per_seq * (size_t)kvd;
+            int64_t t0, t1;
+            row_split(n_kv, ith, nth, &t0, &t1);
+            for (int64_t t = t0; t < t1; t++) {
+                spex_dequantize_row_ref(SPEX_TYPE_Q8_0, spex_kv_row(c, false, l, s, (int32_t)t), kf + t * kvd, kvd);
+                spex_dequantize_row_ref(SPEX_TYPE_Q8_0, spex_kv_row(c, true, l, s, (int32_t)t), vf + t * kvd, kvd);
+            }
+            if (nth > 1) spex_pool_barrier(c->pool);
+            a.kv_type = SPEX_TYPE_F32;
+            a.k = kf;
+            a.v = vf;
+            a.k_stride = a.v_stride = sizeof(float) * (size_t)kvd;
+            spex_attention(k, &a, ith, nth, scratch);
+            if (nth > 1) spex_pool_barrier(c->pool); /* the expanded region is reused */
+        } else {
+            /* Outputs of different sequences are disjoint: no barrier between them. */
+            spex_attention(k, &a, ith, nth, scratch);
+        }
+    }
+}
+
+/* x += attention output projection; xn = RMSNorm(x; ffn_norm). */
+static void pre_ffn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth) {
+    const spex_model_hparams *hp = &c->model->hp;
+    const int64_t E = hp->n_embd;
+    int64_t r0, r1;
+    row_split(c->n_tokens, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        float *x = c->b.x + r * E;
+        ph->ops->acc(x, c->b.tmp + r * E, E);
+        ph->ops->rmsnorm(x, c->model->layers[ph->layer].ffn_norm, c->b.xn + r * E, E, hp->rms_eps);
+    }
+}
+
+/* gate = silu(gate) * up. */
+static void pre_swiglu(spex_context *c, const fwd_phase *ph, int ith, int nth) {
+    const int64_t F = c->model->hp.n_ff;
+    int64_t r0, r1;
+    row_split(c->n_tokens, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) ph->ops->swiglu(c->b.gate + r * F, c->b.up + r * F, c->b.gate + r * F, F);
+}
+
+/* x += ffn output of the last layer; tap id N; hout[i] = RMSNorm(x; output_norm) for the
+ * i-th token that wants logits. */
+static void pre_output(spex_context *c, const fwd_phase *ph, int ith, int nth) {
+    const spex_model *m = c->model;
+    const int64_t E = m->hp.n_embd;
+    const int slot = c->tap_slot[m->hp.n_layer];
+    int64_t r0, r1;
+    row_split(c->n_tokens, ith, nth, &r0, &r1);
+    for (int64_t r = r0; r < r1; r++) {
+        float *x = c->b.x + r * E;
+        ph->ops->acc(x, c->b.tmp + r * E, E);
+        if (slot >= 0) tap_row(c, slot, r);
+        const int32_t o = c->out_of[c->perm[r]];
+        if (o >= 0) ph->ops->rmsnorm(x, m->output_norm, c->b.hout + (int64_t)o * E, E, m->hp.rms_eps);
+    }
+}
+
+/* ======================================================================== */
+/* The pass                                                                  */
+/* ======================================================================== */
+
+void spex_forward_dense(spex_context *c) {
+    const spex_model *m = c->model;
+    const int64_t n = c->n_tokens;
+    fwd_bufs *b = &c->b;
+    fwd_phase ph;
+    memset(&ph, 0, sizeof ph);
+    ph.ops = spex_ops_get();
+
+    for (int l = 0; l < m->hp.n_layer; l++) {
+        const model_layer *L = &m->layers[l];
+        run_phase(c, &ph, pre_attn_norm, l, &L->wq, b->xn, n, b->q);
+        run_phase(c, &ph, NULL, l, &L->wk, b->xn, n, b->k);
+        run_phase(c, &ph, NULL, l, &L->wv, b->xn, n, b->v);
+        run_phase(c, &ph, pre_attention, l, &L->wo, b->att, n, b->tmp);
+        run_phase(c, &ph, pre_ffn_norm, l, &L->w_gate, b->xn, n, b->gate);
+        run_phase(c, &ph, NULL, l, &L->w_up, b->xn, n, b->up);
+        run_phase(c, &ph, pre_swiglu, l, &L->w_down, b->gate, n, b->tmp);
+    }
+    run_phase(c, &ph, pre_output, m->hp.n_layer, &m->output, b->hout, c->n_outputs, b->logits);
+    c->phase = NULL;
+}
