@@ -4,7 +4,7 @@
  *
  * The GGUFs are written once per process into a temporary directory (removed at exit) and
  * their paths cached, so a test program parses the 11 MB tokenizer.json only once. Linked
- * into every test program: depends on spex.h (the GGUF writer) and cJSON only.
+ * into every test program: depends on spex.h only (the converters and the GGUF writer).
  */
 #ifndef SPEX_TESTS_TOK_FIXTURES_H
 #define SPEX_TESTS_TOK_FIXTURES_H

@@ -409,13 +409,34 @@ int cmd_inspect(int argc, char **argv) {
             problem(&vd, "tensor %s has type %s, which spex cannot compute with", t->name,
                     spex_type_get_info((int)t->type)->name);
     }
-    bool dense = !strcmp(hp.arch, "llama") || !strcmp(hp.arch, "qwen3");
+    /* The tokenizer is part of the model: load it whenever the file carries one. */
+    char tok_desc[128] = "";
+    if (spex_gguf_find_key(g, "tokenizer.ggml.model") >= 0) {
+        spex_tokenizer *tok = NULL;
+        spex_error terr = {0};
+        if (spex_tokenizer_load_gguf(g, &tok, &terr) != SPEX_OK) {
+            problem(&vd, "tokenizer: %s", terr.msg);
+        } else {
+            snprintf(tok_desc, sizeof tok_desc, "%s%s%s, %d tokens",
+                     spex_tokenizer_get_kind(tok) == SPEX_TOKENIZER_SPM ? "SentencePiece BPE" : "byte-level BPE",
+                     spex_tokenizer_pre(tok)[0] ? " pre " : "", spex_tokenizer_pre(tok),
+                     (int)spex_tokenizer_n_vocab(tok));
+            printf("tokenizer:   %s\n", tok_desc);
+            spex_tokenizer_free(tok);
+        }
+    }
+    /* A vocab-only file (spex convert-vocab, llama.cpp's ggml-vocab-*.gguf) has no tensors:
+     * the hyper-parameter and tensor-set rules do not apply to it. */
+    bool vocab_only = spex_gguf_n_tensors(g) == 0 && tok_desc[0];
+    bool dense = !vocab_only && (!strcmp(hp.arch, "llama") || !strcmp(hp.arch, "qwen3"));
     uint32_t n_expert = 0;
     if (dense && get_hp(g, hp.arch, "expert_count", &n_expert) && n_expert > 0) dense = false;
     if (dense) validate_dense(g, &hp, !strcmp(hp.arch, "qwen3"), &vd);
     int rc = 0;
     if (vd.n_problems == 0) {
-        if (dense)
+        if (vocab_only)
+            printf("verdict:     OK: vocab-only file; the tokenizer loads (%s)\n", tok_desc);
+        else if (dense)
             printf("verdict:     OK: structure valid; %s hyper-parameters and all %" PRId64 " tensors match\n", hp.arch,
                    spex_gguf_n_tensors(g));
         else
