@@ -8,8 +8,12 @@
 
 int cmd_inspect(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_gen_smoke(int argc, char **argv);
+int cmd_convert_vocab(int argc, char **argv);
+int cmd_gen_model(int argc, char **argv);
+int bench_model(int argc, char **argv); /* `spex bench model`, tools/bench_model.c */
 
 /* Parses "-t N" style integers; prints an error naming the flag and returns false on bad input. */
 #include <stdbool.h>

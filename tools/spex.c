@@ -33,9 +33,12 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  inspect FILE              metadata, tensor table and validation of a GGUF file\n"
+            "  run -m MODEL [-p PROMPT]  generate text (greedy or sampled) with a llama/qwen3 GGUF\n"
             "  quantize IN OUT TYPE      requantize a GGUF (f16 bf16 q8_0 q4_0 q4_K_M q5_K_M q6_K)\n"
             "  bench kernels             matmul throughput vs memory bandwidth\n"
             "  gen-smoke OUT             write the small synthetic GGUF used by the smoke run\n"
+            "  convert-vocab ... -o OUT  vocab-only GGUF from tokenizer.json or tokenizer.model\n"
+            "  gen-model --shape S --type T -o OUT   random-weight qwen3 GGUF in real shapes\n"
             "  isa                       print the CPU features and the kernel ISA in use\n"
             "\n"
             "Run 'spex COMMAND --help' for a command's flags. SPEX_ISA=scalar|avx2|avx512 forces an ISA.\n");
@@ -57,9 +60,12 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "inspect")) return cmd_inspect(argc - 1, argv + 1);
+    if (!strcmp(cmd, "run")) return cmd_run(argc - 1, argv + 1);
     if (!strcmp(cmd, "quantize")) return cmd_quantize(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-smoke")) return cmd_gen_smoke(argc - 1, argv + 1);
+    if (!strcmp(cmd, "convert-vocab")) return cmd_convert_vocab(argc - 1, argv + 1);
+    if (!strcmp(cmd, "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "isa")) return cmd_isa();
     fprintf(stderr, "error: unknown command '%s'\n\n", cmd);
     usage(stderr);

@@ -10,14 +10,19 @@ against (layouts in tools/ref/README.md, section "Target model fixtures"):
     tiny-llama-tied.gguf       arch llama, F32, GQA 8/2, head dim E/H = 8, NORM RoPE base 5e5,
                                tied output (no output.weight), SentencePiece vocab of 260
     tiny-llama-tied.golden.gguf
+    tiny-qwen3-q8_0.gguf       tiny-qwen3 quantized to Q8_0 by ggml_formats.py (spex's recipe)
+    qwen3-e256-q4_k_m.gguf     a qwen3 with E = 256 (so K-quants apply) written directly as
+                               Q4_K_M: q4_K, q6_K (output, "more bits" attn_v / ffn_down)
+    *-q8_0.golden.gguf, *-q4_k_m.golden.gguf: 40-token logits of model_ref.py on the
+                               dequantized weights, per-position argmax and top-1/top-2 margin
 
 The goldens are computed by model_ref.py (float64) from the model files as written (so
 from the F32-rounded weights) and stored as F32. Deterministic: numpy's legacy
 RandomState streams with fixed seeds, so the same script gives the same bytes.
 
-What it is not: a test of the C code (that is tests/test_model*.c), or a producer of
-quantized goldens (the C side runs its quantizer and compares against this reference
-on the dequantized weights: model_ref.Model reads quantized files too).
+What it is not: a test of the C code (that is tests/test_model*.c). The quantized files are
+written by this folder's own quantizer, not by spex's (tests/test_model_quant.c checks that
+spex quantize gives the same bytes); model_ref.Model reads quantized files by dequantizing.
 
 Before writing, it runs the self-checks of the reference (--check runs only those):
 GGUF writer/reader round trips (every value type, nested and empty arrays; stories260K
@@ -340,6 +345,134 @@ def sha256_file(path):
 
 
 # ------------------------------------------------------------------------------------
+# quantized fixtures (README "Quantized model fixtures")
+# ------------------------------------------------------------------------------------
+
+import ggml_formats as gf  # noqa: E402
+
+# Files written directly in a quantized type by ggml_formats.py. "source" names the F32
+# model built from CONFIGS (written too, as the committed tiny-qwen3.gguf) or a config of
+# its own whose F32 file is never written (E = 256: 5 MB as F32).
+QUANT_FIXTURES = {
+    "tiny-qwen3-q8_0": dict(source="tiny-qwen3", ftype="Q8_0", seed=3101),
+    "qwen3-e256-q4_k_m": dict(
+        ftype="Q4_K_M", seed=3102,
+        cfg=dict(arch="qwen3", seed=3003, n_layer=2, n_embd=256, n_head=4, n_head_kv=2, head_dim=64,
+                 write_head_dim=True, n_ff=512, rope_base=1e6, write_rope_base=True, write_n_rot=False,
+                 eps=1e-6, tied=False, ctx=256, tokenizer="gpt2", embd_sigma=1.0)),
+}
+FILE_TYPE_ID = {"Q8_0": 7, "Q4_K_M": 15}
+
+
+def _more_bits(i, n):
+    """docs/quantization.md rule 4 (llama.cpp's use_more_bits): layers that get Q6_K."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def recipe_type(name, ne, ftype, n_layer, tied):
+    """The type spex quantize / llama-quantize give a tensor in ftype Q8_0 or Q4_K_M
+    (docs/quantization.md, without experts or fused qkv); None = copied as it is."""
+    if not name.endswith("weight") or len(ne) < 2 or "norm" in name:
+        return None
+    base = {"Q8_0": "q8_0", "Q4_K_M": "q4_K"}[ftype]
+    t = base
+    layer = int(name.split(".")[1]) if name.startswith("blk.") else -1
+    if name == "output.weight" or (tied and name == "token_embd.weight"):
+        t = "q8_0" if base == "q8_0" or ne[0] % 256 else "q6_K"
+    elif ftype == "Q4_K_M" and (name.endswith("attn_v.weight") or ".ffn_down" in name) and _more_bits(layer, n_layer):
+        # attn_v's n is the number of attn_v tensors, ffn_down's the block count: equal here
+        t = "q6_K"
+    fallback = {"q4_K": "q5_0", "q5_K": "q5_1", "q6_K": "q8_0"}
+    if ne[0] % gf.TYPES[t][1]:
+        t = fallback.get(t, "f16")
+        if ne[0] % gf.TYPES.get(t, (0, 1))[1]:
+            t = "f16"
+    return t
+
+
+def quantize_model(src, ftype):
+    """A Writer with src's metadata (general.file_type set, general.quantization_version = 2
+    appended, as spex quantize does) and its tensors converted by recipe_type."""
+    n_layer = int(src.kv[f"{src.kv['general.architecture'].value}.block_count"].value)
+    tied = not any(t[0] == "output.weight" for t in src.tensors)
+    w = gio.Writer(alignment=src.alignment)
+    w.kv = dict(src.kv)
+    w.add("general.file_type", gio.U32, FILE_TYPE_ID[ftype])
+    w.add("general.quantization_version", gio.U32, 2)
+    types = {}
+    for name, ne, gtype, raw in src.tensors:
+        t = recipe_type(name, ne, ftype, n_layer, tied)
+        if t is None or gtype != gio.GGML_F32:
+            w.tensors.append((name, list(ne), gtype, raw))
+            types[name] = "f32" if gtype == gio.GGML_F32 else str(gtype)
+            continue
+        x = np.frombuffer(raw, dtype="<f4")
+        if t == "f16":
+            w.add_tensor(name, x.reshape(tuple(reversed(ne))).astype(np.float16), gio.GGML_F16)
+        else:
+            w.add_tensor(name, gf.quantize(t, x), gf.TYPES[t][0], ne=ne)
+        types[name] = t
+    return w, types
+
+
+def make_quant_golden(model_path, spec):
+    """Golden of a quantized file: model_ref on its dequantized weights (float64), the
+    40-token single sequence's logits, and per position the argmax and the top-1 minus
+    top-2 margin, so a test can compare greedy ids only where its error bound allows."""
+    m = model_ref.Model(model_path)
+    rng = np.random.RandomState(spec["seed"])
+    tokens = random_tokens(rng, N_SINGLE, 0, m.n_vocab)
+    logits = m.forward_sequence(tokens)
+    top = np.argsort(-logits, axis=1, kind="stable")
+    argmax = top[:, 0]
+    margin = logits[np.arange(N_SINGLE), top[:, 0]] - logits[np.arange(N_SINGLE), top[:, 1]]
+    # self-check: the cached path agrees on these weights too
+    s = model_ref.Session(m)
+    lg, _ = s.decode([0] * N_SINGLE, range(N_SINGLE), tokens)
+    worst = expect_close("quantized: one batch vs whole sequence", lg, logits)
+    g = gio.Writer()
+    g.add("general.architecture", gio.STRING, "spex-golden")
+    g.add("golden.model", gio.STRING, os.path.basename(model_path))
+    g.add("golden.model_sha256", gio.STRING, sha256_file(model_path))
+    g.add("golden.ftype", gio.STRING, spec["ftype"])
+    g.add_array("golden.single.tokens", gio.I32, np.array(tokens, dtype=np.int32))
+    g.add_array("golden.single.argmax", gio.I32, argmax.astype(np.int32))
+    g.add_tensor("single.logits", logits.astype(np.float32))     # ne {V, 40}
+    g.add_tensor("single.margin", margin.astype(np.float32))     # ne {40}
+    info = dict(logit_absmax=float(np.abs(logits).max()), margin_min=float(margin.min()),
+                margin_median=float(np.median(margin)), worst=worst)
+    return g, info
+
+
+# Bounds on the relative RMS error |dequantize(quantize(w)) - w| / |w| of a whole tensor
+# (Gaussian weights; measured, worst tensor: q8_0 0.0054, q6_K 0.018, q4_K 0.072): about
+# 1.4x that, so a wrong scale or a type one step too coarse is caught.
+QUANT_REL_RMS = {"q8_0": 0.008, "q6_K": 0.025, "q4_K": 0.1}
+
+
+def check_quantized(src, w, types):
+    """Each converted tensor against its F32 source (relative RMS error within the type's
+    bound), and q8_0 idempotent (requantizing its own values gives the same bytes)."""
+    f32 = {name: raw for name, ne, gtype, raw in src.tensors}
+    worst = {}
+    for name, ne, gtype, raw in w.tensors:
+        t = types[name]
+        if t == "f32":
+            if raw != f32[name]:
+                raise CheckError(f"{name}: an F32 tensor was not copied byte for byte")
+            continue
+        x = gf.dequantize(t, raw).astype(np.float64)
+        ref = np.frombuffer(f32[name], dtype="<f4").astype(np.float64)
+        rel = float(np.sqrt(np.mean((x - ref) ** 2) / np.mean(ref ** 2)))
+        if not rel <= QUANT_REL_RMS.get(t, 0.0):
+            raise CheckError(f"{name}: {t} relative RMS error {rel:.3g} > {QUANT_REL_RMS.get(t, 0.0)}")
+        worst[t] = max(worst.get(t, 0.0), rel)
+        if t == "q8_0" and gf.quantize(t, x.astype(np.float32)) != raw:
+            raise CheckError(f"{name}: requantizing its own q8_0 values changes the bytes")
+    return worst
+
+
+# ------------------------------------------------------------------------------------
 # self-checks of the reference
 # ------------------------------------------------------------------------------------
 
@@ -467,8 +600,10 @@ def main():
         out = tmp.name if args.check else args.out
         os.makedirs(out, exist_ok=True)
         total = 0
+        built = {}
         for name, cfg in CONFIGS.items():
             w, _ = build_model(name, cfg)
+            built[name] = w
             data = w.to_bytes()
             mpath = os.path.join(out, f"{name}.gguf")
             with open(mpath, "wb") as f:
@@ -492,6 +627,35 @@ def main():
                 same = (open(committed, "rb").read() == gdata and
                         open(os.path.join(OUT_DEFAULT, f"{name}.gguf"), "rb").read() == data)
                 if not same:
+                    raise CheckError(f"{name}: the committed fixtures differ from what this script writes")
+                print(f"{name}: the committed fixtures are up to date")
+        for name, spec in QUANT_FIXTURES.items():
+            src = built[spec["source"]] if "source" in spec else build_model(name, spec["cfg"])[0]
+            w, types = quantize_model(src, spec["ftype"])
+            rel = check_quantized(src, w, types)
+            data = w.to_bytes()
+            mpath = os.path.join(out, f"{name}.gguf")
+            with open(mpath, "wb") as f:
+                f.write(data)
+            if gio.copy_writer(gio.read(mpath)).to_bytes() != data:
+                raise CheckError(f"{name}: read + write is not byte-identical")
+            g, info = make_quant_golden(mpath, spec)
+            gdata = g.to_bytes()
+            if not args.check:
+                with open(os.path.join(out, f"{name}.golden.gguf"), "wb") as f:
+                    f.write(gdata)
+            total += len(data) + len(gdata)
+            counts = {}
+            for t in types.values():
+                counts[t] = counts.get(t, 0) + 1
+            print(f"{name}: model {len(data)} B ({', '.join(f'{n} {t}' for t, n in sorted(counts.items()))}; "
+                  f"rel. RMS weight error {', '.join(f'{t} {r:.2g}' for t, r in sorted(rel.items()))}), "
+                  f"golden {len(gdata)} B; |logits| <= {info['logit_absmax']:.2f}; top-1 margin min "
+                  f"{info['margin_min']:.3g}, median {info['margin_median']:.3g}")
+            committed = os.path.join(OUT_DEFAULT, f"{name}.golden.gguf")
+            if args.check and os.path.exists(committed):
+                if not (open(committed, "rb").read() == gdata and
+                        open(os.path.join(OUT_DEFAULT, f"{name}.gguf"), "rb").read() == data):
                     raise CheckError(f"{name}: the committed fixtures differ from what this script writes")
                 print(f"{name}: the committed fixtures are up to date")
         print(f"total {total} B" + (" (--check: nothing written)" if args.check else f" in {out}"))

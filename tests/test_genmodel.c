@@ -1,0 +1,229 @@
+/*
+ * test_genmodel.c — `spex gen-model` (tools/genmodel.c): the random-weight qwen3 generator.
+ *
+ * Runs the spex binary of the same build folder (found next to this program: ../spex) on
+ * the tiny shape and checks that: the file loads with spex_model_load with the tiny shape's
+ * hyper-parameters and the Q4_K_M mix's tensor types; its gpt2 vocabulary loads and
+ * round-trips text; a forward pass gives finite logits that vary over the vocabulary and
+ * over positions; the F32, Q8_0 and Q4_K_M files hold the same underlying weights (their
+ * logits correlate, more closely for more bits); the bytes are a pure function of the seed
+ * (same seed, any thread count: identical files; another seed: different weights).
+ * SKIPs when the spex binary is absent (built by `make tests`).
+ */
+#include "spex.h"
+#include "test.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <unistd.h>
+
+static char g_spex[PATH_MAX + 8];
+static char g_tmp[64];
+
+/* Path of the spex binary: <build>/tests/test_genmodel -> <build>/spex. */
+static const char *spex_bin(void) {
+    if (g_spex[0]) return g_spex;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return NULL;
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (!slash) return NULL;
+    *slash = 0;
+    slash = strrchr(self, '/');
+    if (!slash) return NULL;
+    *slash = 0;
+    snprintf(g_spex, sizeof g_spex, "%s/spex", self);
+    if (access(g_spex, X_OK) != 0) g_spex[0] = 0;
+    return g_spex[0] ? g_spex : NULL;
+}
+
+static void cleanup(void) {
+    if (!g_tmp[0]) return;
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", g_tmp);
+}
+
+static const char *tmp_file(const char *name) {
+    static char buf[4][160];
+    static int k;
+    if (!g_tmp[0]) {
+        snprintf(g_tmp, sizeof g_tmp, "/tmp/spex_test_genmodel_XXXXXX");
+        if (!mkdtemp(g_tmp)) return NULL;
+        atexit(cleanup);
+    }
+    char *b = buf[k++ % 4];
+    snprintf(b, sizeof buf[0], "%s/%s", g_tmp, name);
+    return b;
+}
+
+/* Runs `spex gen-model --shape tiny --type type --seed seed -t threads -o out`; true on success. */
+static bool gen(const char *type, int seed, int threads, const char *out) {
+    const char *bin = spex_bin();
+    if (!bin || !out) return false;
+    char cmd[PATH_MAX + 256];
+    snprintf(cmd, sizeof cmd, "'%s' gen-model --shape tiny --type %s --seed %d -t %d -o '%s' > /dev/null", bin, type,
+             seed, threads, out);
+    return system(cmd) == 0;
+}
+
+static uint8_t *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long len = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(len > 0 ? (size_t)len : 1);
+    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+#define N_TOK 12
+#define V_TINY 512
+
+/* Logits [N_TOK][V] of a fixed 12-token prompt, one batch. */
+static bool run_logits(const char *path, float *out) {
+    spex_model *m = NULL;
+    spex_context *c = NULL;
+    spex_error err = {0};
+    bool ok = spex_model_load(path, NULL, &m, &err) == SPEX_OK;
+    spex_context_params p = spex_context_default_params();
+    p.n_ctx_per_seq = 64;
+    p.n_batch_max = N_TOK;
+    p.n_outputs_max = N_TOK;
+    p.n_threads = 2;
+    p.kv_type = SPEX_TYPE_F32;
+    ok = ok && spex_context_init(m, &p, &c, &err) == SPEX_OK;
+    spex_batch_token t[N_TOK];
+    for (int i = 0; i < N_TOK; i++) t[i] = (spex_batch_token){.token = (i * 37 + 5) % V_TINY, .pos = i, .logits = true};
+    spex_batch b = {t, N_TOK};
+    ok = ok && spex_forward(c, &b, &err) == SPEX_OK && spex_n_outputs(c) == N_TOK;
+    for (int i = 0; ok && i < N_TOK; i++) memcpy(out + (size_t)i * V_TINY, spex_logits(c, i), V_TINY * sizeof(float));
+    if (!ok) printf("  %s: %s\n", path, err.msg);
+    spex_context_free(c);
+    spex_model_free(m);
+    return ok;
+}
+
+static double correlation(const float *a, const float *b, size_t n) {
+    double sa = 0, sb = 0, saa = 0, sbb = 0, sab = 0;
+    for (size_t i = 0; i < n; i++) {
+        sa += a[i], sb += b[i];
+        saa += (double)a[i] * a[i], sbb += (double)b[i] * b[i], sab += (double)a[i] * b[i];
+    }
+    double cov = sab - sa * sb / (double)n, va = saa - sa * sa / (double)n, vb = sbb - sb * sb / (double)n;
+    return cov / sqrt(va * vb);
+}
+
+TEST(genmodel_tiny_loads_with_shape_and_mix) {
+    if (!spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    const char *f = tmp_file("q4km.gguf");
+    CHECK(gen("q4_K_M", 1, 2, f));
+    spex_model *m = NULL;
+    spex_error err = {0};
+    CHECK_MSG(spex_model_load(f, NULL, &m, &err) == SPEX_OK, "%s", err.msg);
+    const spex_model_hparams *hp = spex_model_get_hparams(m);
+    int ok = hp->arch == SPEX_ARCH_QWEN3 && hp->n_embd == 256 && hp->n_layer == 2 && hp->n_head == 4 &&
+             hp->n_head_kv == 2 && hp->head_dim == 64 && hp->n_ff == 512 && hp->n_vocab == V_TINY && hp->qk_norm &&
+             !hp->tied_output && hp->rope_mode == 2 && fabsf(hp->rope_freq_base - 1e6f) < 1.0f;
+    const spex_gguf *g = spex_model_gguf(m);
+    /* the Q4_K_M mix: Q4_K base, Q6_K LM head, Q6_K attn_v/ffn_down in the last layer of 2 */
+    const spex_tensor_info *q0 = spex_gguf_find_tensor(g, "blk.0.attn_q.weight");
+    const spex_tensor_info *v0 = spex_gguf_find_tensor(g, "blk.0.attn_v.weight");
+    const spex_tensor_info *v1 = spex_gguf_find_tensor(g, "blk.1.attn_v.weight");
+    const spex_tensor_info *d1 = spex_gguf_find_tensor(g, "blk.1.ffn_down.weight");
+    const spex_tensor_info *out = spex_gguf_find_tensor(g, "output.weight");
+    const spex_tensor_info *qn = spex_gguf_find_tensor(g, "blk.1.attn_q_norm.weight");
+    ok = ok && q0 && v0 && v1 && d1 && out && qn;
+    ok = ok && q0->type == SPEX_TYPE_Q4_K && v0->type == SPEX_TYPE_Q4_K && v1->type == SPEX_TYPE_Q6_K &&
+         d1->type == SPEX_TYPE_Q6_K && out->type == SPEX_TYPE_Q6_K && qn->type == SPEX_TYPE_F32 &&
+         ((const float *)qn->data)[63] == 1.0f;
+    ok = ok && spex_gguf_n_tensors(g) == 3 + 11 * 2;
+
+    spex_tokenizer *tk = NULL;
+    bool tok_ok = spex_tokenizer_load_gguf(g, &tk, &err) == SPEX_OK;
+    int32_t ids[64];
+    int n_ids = 0;
+    char back[64];
+    size_t n_back = 0;
+    const char *text = "Hello!! \"#world \xc3\xa9t\xc3\xa9"; /* "!!" and "\"#" are merges */
+    tok_ok = tok_ok && spex_tokenizer_n_vocab(tk) == V_TINY &&
+             spex_tokenize(tk, text, strlen(text), false, false, ids, 64, &n_ids, &err) == SPEX_OK &&
+             n_ids == (int)strlen(text) - 2 && /* two merges applied */
+             spex_detokenize(tk, ids, (size_t)n_ids, 0, back, sizeof back, &n_back, &err) == SPEX_OK &&
+             n_back == strlen(text) && !memcmp(back, text, n_back) && spex_token_is_eog(tk, spex_token_eos(tk));
+    if (!tok_ok) printf("  tokenizer: %d ids, %zu bytes back: %s\n", n_ids, n_back, err.msg);
+    spex_tokenizer_free(tk);
+    spex_model_free(m);
+    CHECK_MSG(ok, "tiny q4_K_M: wrong hyper-parameters or tensor types");
+    CHECK(tok_ok);
+}
+
+TEST(genmodel_forward_sane_and_types_agree) {
+    if (!spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    const char *f32 = tmp_file("f32.gguf"), *q8 = tmp_file("q8.gguf"), *q4 = tmp_file("q4.gguf");
+    CHECK(gen("f32", 3, 2, f32) && gen("q8_0", 3, 2, q8) && gen("q4_K_M", 3, 2, q4));
+    const size_t n = (size_t)N_TOK * V_TINY;
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *d = malloc(n * sizeof *d);
+    CHECK(a && b && d);
+    bool ok = run_logits(f32, a) && run_logits(q8, b) && run_logits(q4, d);
+    double mean = 0, var = 0, pos_diff = 0;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) finite &= isfinite(a[i]) && isfinite(b[i]) && isfinite(d[i]);
+    for (size_t i = 0; i < n; i++) mean += a[i];
+    mean /= (double)n;
+    for (size_t i = 0; i < n; i++) var += (a[i] - mean) * (a[i] - mean);
+    double sd = sqrt(var / (double)n);
+    for (int v = 0; v < V_TINY; v++) pos_diff += fabs(a[v] - a[(size_t)(N_TOK - 1) * V_TINY + v]);
+    pos_diff /= V_TINY;
+    double c8 = correlation(a, b, n), c4 = correlation(a, d, n);
+    free(a);
+    free(b);
+    free(d);
+    CHECK(ok);
+    CHECK(finite);
+    /* N(0, 0.02²) head over unit-RMS states: logits of standard deviation ~0.02·sqrt(256) */
+    CHECK_MSG(sd > 0.05 && sd < 5.0, "logit standard deviation %g: degenerate or exploding", sd);
+    CHECK_MSG(pos_diff > 0.01 * sd, "first and last positions give the same logits (%g)", pos_diff);
+    CHECK_MSG(c8 > 0.999, "f32 vs q8_0 logits correlate only %.5f", c8);
+    CHECK_MSG(c4 > 0.9 && c4 < c8, "f32 vs q4_K_M logits correlate %.5f (q8_0: %.5f)", c4, c8);
+}
+
+TEST(genmodel_deterministic_by_seed) {
+    if (!spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    const char *a = tmp_file("s5a.gguf"), *b = tmp_file("s5b.gguf"), *c = tmp_file("s6.gguf");
+    CHECK(gen("q8_0", 5, 1, a) && gen("q8_0", 5, 3, b) && gen("q8_0", 6, 2, c));
+    size_t na = 0, nb = 0, nc = 0;
+    uint8_t *ba = slurp(a, &na), *bb = slurp(b, &nb), *bc = slurp(c, &nc);
+    bool same = ba && bb && na == nb && !memcmp(ba, bb, na);
+    /* another seed: same size and metadata, different weights */
+    size_t differ = 0;
+    if (ba && bc && na == nc)
+        for (size_t i = 0; i < na; i++) differ += ba[i] != bc[i];
+    free(ba);
+    free(bb);
+    free(bc);
+    CHECK_MSG(same, "seed 5 with 1 and 3 threads gave different files");
+    CHECK_MSG(na == nc && differ > na / 2, "seed 6 differs from seed 5 in only %zu of %zu bytes", differ, na);
+}
+
+TEST(genmodel_rejects_bad_arguments) {
+    const char *bin = spex_bin();
+    if (!bin) SKIP("no spex binary next to the test folder (build it with make tests)");
+    char cmd[PATH_MAX + 200];
+    const char *bad[] = {"--shape qwen3-9b --type f16", "--shape tiny --type q3_K", "--shape tiny --type f16 --vocab 100",
+                         "--shape tiny --type f16 --arch llama"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(cmd, sizeof cmd, "'%s' gen-model %s -o '%s' 2>/dev/null", bin, bad[i], tmp_file("bad.gguf"));
+        CHECK_MSG(system(cmd) != 0, "accepted: %s", bad[i]);
+        CHECK_MSG(access(tmp_file("bad.gguf"), F_OK) != 0, "wrote a file for: %s", bad[i]);
+    }
+}
+
+TEST_MAIN()

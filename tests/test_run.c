@@ -1,0 +1,617 @@
+/*
+ * test_run.c — `spex run` end to end: drives the build's own spex binary (the sibling of this
+ * program's folder: build/tests/test_run -> build/spex, build-asan/tests/... -> build-asan/spex)
+ * as a subprocess and checks its stdout, stderr and exit status.
+ *
+ * What it checks: the stories260K greedy story byte for byte (the issue's must-show), prompt
+ * continuation and chunked prompt processing, chat mode on a tiny qwen3 (exact prompt ids of
+ * the ChatML render, and a stop on an end-of-generation token), and bad input — a prompt longer
+ * than the context, an unknown architecture, a missing tensor, a wrong shape, a file that is
+ * not a GGUF, invalid UTF-8 in the prompt, bad flags. Every error must be one "error: " line on
+ * stderr with exit 1 (run errors) or 2 (usage), and no sanitizer report: under the ASan build
+ * the spawned binary is the instrumented one, whose own exit code 1 would otherwise pass as an
+ * error exit. What it is not: a test of the forward pass or sampler (test_model, test_sample).
+ */
+#include "spex.h"
+#include "test.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TINY_QWEN3 "tests/data/models/tiny-qwen3.gguf"
+
+/* ======================================================================== */
+/* Running the binary                                                        */
+/* ======================================================================== */
+
+typedef struct run_result {
+    int rc;              /* exit status; 128 + signal if killed                  */
+    char *out, *err;     /* NUL-terminated captures (malloc'd)                   */
+    size_t out_len, err_len;
+} run_result;
+
+static const char *spex_bin(void) {
+    static char path[4096];
+    if (path[0]) return path;
+    char self[4000];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return NULL;
+    self[n] = 0;
+    char *slash = strrchr(self, '/');   /* .../build/tests/test_run -> .../build/tests */
+    if (!slash) return NULL;
+    *slash = 0;
+    slash = strrchr(self, '/');         /* -> .../build */
+    if (!slash) return NULL;
+    *slash = 0;
+    snprintf(path, sizeof path, "%s/spex", self);
+    if (access(path, X_OK) != 0) path[0] = 0;
+    return path[0] ? path : NULL;
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)(n > 0 ? n : 0) + 1);
+    if (b && n > 0 && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) b[n > 0 ? n : 0] = 0, *len = (size_t)(n > 0 ? n : 0);
+    return b;
+}
+
+/* Runs spex with args (NULL-terminated, without argv[0]); false if it could not be started. */
+static bool run_spex(const char *const *args, run_result *r) {
+    memset(r, 0, sizeof *r);
+    r->rc = -1;
+    const char *bin = spex_bin();
+    if (!bin) return false;
+    char out_path[] = "/tmp/spex_test_run_out_XXXXXX", err_path[] = "/tmp/spex_test_run_err_XXXXXX";
+    int fo = mkstemp(out_path), fe = mkstemp(err_path);
+    if (fo < 0 || fe < 0) return false;
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = bin;
+    argv[n++] = "run";
+    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fo, 1);
+    posix_spawn_file_actions_adddup2(&fa, fe, 2);
+    pid_t pid;
+    fflush(stdout);
+    int e = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fo);
+    close(fe);
+    bool ok = e == 0;
+    if (ok) {
+        int st;
+        if (waitpid(pid, &st, 0) != pid) ok = false;
+        else r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    }
+    r->out = slurp(out_path, &r->out_len);
+    r->err = slurp(err_path, &r->err_len);
+    unlink(out_path);
+    unlink(err_path);
+    return ok && r->out && r->err;
+}
+
+static void run_free(run_result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+static bool sanitizer_clean(const char *err) {
+    return !strstr(err, "Sanitizer") && !strstr(err, "runtime error") && !strstr(err, "LeakSanitizer");
+}
+
+/* stderr is exactly one line "error: ...\n". */
+static bool one_error_line(const char *err) {
+    if (strncmp(err, "error: ", 7) != 0) return false;
+    const char *nl = strchr(err, '\n');
+    return nl && nl[1] == 0;
+}
+
+static bool valid_utf8(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!k || i + k > n) return false;
+        if (k == 2 && c < 0xC2) return false;
+        for (size_t j = 1; j < k; j++)
+            if ((s[i + j] & 0xC0) != 0x80) return false;
+        i += k;
+    }
+    return true;
+}
+
+/* The value after "generated: " in the stats, -1 if absent. */
+static long generated_count(const char *err) {
+    const char *p = strstr(err, "generated: ");
+    return p ? strtol(p + 11, NULL, 10) : -1;
+}
+
+/* The stop reason line's value ("n_predict", ...), copied into buf. */
+static const char *stop_reason(const char *err, char *buf, size_t cap) {
+    const char *p = strstr(err, "stop:");
+    buf[0] = 0;
+    if (!p) return buf;
+    p += 5;
+    while (*p == ' ') p++;
+    size_t n = 0;
+    while (p[n] && p[n] != '\n' && n + 1 < cap) n++;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    return buf;
+}
+
+#define REQUIRE_BIN()                                                            \
+    do {                                                                         \
+        if (!spex_bin()) SKIP("no spex binary next to this test's folder");      \
+    } while (0)
+
+#define RUN(r, ...)                                                              \
+    do {                                                                         \
+        const char *const a_[] = {__VA_ARGS__, NULL};                            \
+        CHECK_MSG(run_spex(a_, &(r)), "could not run %s", spex_bin());            \
+    } while (0)
+
+/* ======================================================================== */
+/* Writing modified GGUFs                                                    */
+/* ======================================================================== */
+
+typedef struct variant {
+    const char *arch;          /* general.architecture override                          */
+    const char *drop_tensor;   /* leave this tensor out                                   */
+    const char *halve_tensor;  /* write this 2-D tensor with ne[1] halved (first half)    */
+    bool chat_vocab;           /* tokens 250..253 become <|im_start|> <|im_end|> <think> </think> */
+    int32_t eos;               /* >= 0: tokenizer.ggml.eos_token_id                        */
+} variant;
+
+#define CHAT_IM_START 250
+#define CHAT_IM_END 251
+#define CHAT_THINK 252
+#define CHAT_THINK_END 253
+
+static spex_status write_variant(const char *src, const char *dst, const variant *v) {
+    spex_error err = {0};
+    spex_gguf *g = NULL;
+    spex_gguf_writer *w = NULL;
+    spex_str *toks = NULL;
+    int32_t *types = NULL;
+    spex_status s = spex_gguf_open(src, &g, &err);
+    if (s == SPEX_OK) s = spex_gguf_writer_init(&w, &err);
+    for (int64_t i = 0; s == SPEX_OK && i < spex_gguf_n_kv(g); i++) {
+        spex_gguf_value val;
+        s = spex_gguf_value_at(g, i, &val);
+        if (s == SPEX_OK) s = spex_gguf_writer_set_value(w, spex_gguf_key(g, i), &val);
+    }
+    if (s == SPEX_OK && v->arch) s = spex_gguf_writer_set_str(w, "general.architecture", v->arch, strlen(v->arch));
+    if (s == SPEX_OK && v->eos >= 0) s = spex_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos);
+    if (s == SPEX_OK && v->chat_vocab) {
+        spex_gguf_value arr;
+        s = spex_gguf_get_arr(g, "tokenizer.ggml.tokens", &arr, &err);
+        uint64_t n = s == SPEX_OK ? arr.n : 0;
+        toks = calloc(n ? n : 1, sizeof *toks);
+        types = calloc(n ? n : 1, sizeof *types);
+        if (!toks || !types || n <= CHAT_THINK_END) s = SPEX_ERR_NOMEM;
+        for (uint64_t i = 0; s == SPEX_OK && i < n; i++) {
+            s = spex_gguf_arr_str(g, &arr, i, &toks[i], &err);
+            types[i] = SPEX_TOKEN_NORMAL;
+        }
+        static const char *specials[] = {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};
+        for (int k = 0; s == SPEX_OK && k < 4; k++) {
+            toks[CHAT_IM_START + k] = (spex_str){specials[k], strlen(specials[k])};
+            types[CHAT_IM_START + k] = SPEX_TOKEN_CONTROL;
+        }
+        if (s == SPEX_OK) s = spex_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", toks, n);
+        if (s == SPEX_OK) s = spex_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", SPEX_GGUF_I32, types, n);
+    }
+    for (int64_t i = 0; s == SPEX_OK && i < spex_gguf_n_tensors(g); i++) {
+        const spex_tensor_info *t = spex_gguf_tensor(g, i);
+        if (v->drop_tensor && !strcmp(t->name, v->drop_tensor)) continue;
+        int64_t ne[SPEX_MAX_DIMS];
+        memcpy(ne, t->ne, sizeof ne);
+        uint64_t nbytes = t->nbytes;
+        if (v->halve_tensor && !strcmp(t->name, v->halve_tensor)) {
+            ne[1] /= 2;
+            nbytes = spex_type_row_size(t->type, ne[0]) * (uint64_t)ne[1];
+        }
+        s = spex_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, ne, t->data, nbytes, &err);
+    }
+    if (s == SPEX_OK) s = spex_gguf_writer_write(w, dst, &err);
+    if (s != SPEX_OK) printf("  write_variant: %s\n", err.msg);
+    free(toks);
+    free(types);
+    spex_gguf_writer_free(w);
+    spex_gguf_close(g);
+    return s;
+}
+
+static void tmp_path(char *buf, size_t cap, const char *what) {
+    snprintf(buf, cap, "/tmp/spex_test_run_%d_%s.gguf", (int)getpid(), what);
+}
+
+/* ======================================================================== */
+/* The must-show: stories260K greedy                                         */
+/* ======================================================================== */
+
+TEST(stories_greedy_equals_golden) {
+    REQUIRE_BIN();
+    const char *model = test_shared_path("data/stories260K/stories260K.gguf");
+    const char *gold = test_shared_path("data/stories260K/stories260K.greedy.txt");
+    if (!model || !gold) SKIP("../shared/data/stories260K absent");
+    size_t glen = 0;
+    char *golden = slurp(gold, &glen);
+    CHECK(golden && glen == 464);
+    run_result r;
+    RUN(r, "-m", model, "-n", "200", "--temp", "0", "-t", "1");
+    bool same = r.out_len == glen && !memcmp(r.out, golden, glen);
+    char reason[64];
+    stop_reason(r.err, reason, sizeof reason);
+    long gen = generated_count(r.err);
+    int rc = r.rc;
+    if (!same) printf("  got %zu bytes: %.80s...\n  stderr: %s\n", r.out_len, r.out, r.err);
+    bool clean = sanitizer_clean(r.err);
+    run_free(&r);
+    free(golden);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+    CHECK(same);
+    CHECK_EQ_INT(gen, 200);
+    CHECK_MSG(!strcmp(reason, "n_predict"), "stop reason '%s'", reason);
+}
+
+/* A prompt is not echoed; greedy from "Once upon" follows the golden story (whose first tokens are
+ * exactly BOS "▁Once" "▁upon"), and chunking the prompt (-b 1) changes nothing. */
+TEST(stories_prompt_continuation_and_chunks) {
+    REQUIRE_BIN();
+    const char *model = test_shared_path("data/stories260K/stories260K.gguf");
+    const char *gold = test_shared_path("data/stories260K/stories260K.greedy.txt");
+    if (!model || !gold) SKIP("../shared/data/stories260K absent");
+    size_t glen = 0;
+    char *golden = slurp(gold, &glen);
+    CHECK(golden && glen > 40);
+    run_result a, b;
+    RUN(a, "-m", model, "-p", "Once upon", "-n", "30", "--temp", "0", "-t", "1");
+    RUN(b, "-m", model, "-p", "Once upon", "-n", "30", "--temp", "0", "-t", "1", "-b", "1");
+    const char *cont = golden + strlen("Once upon");
+    bool prefix = a.out_len > 20 && a.out_len <= strlen(cont) && !memcmp(a.out, cont, a.out_len);
+    bool same = a.out_len == b.out_len && !memcmp(a.out, b.out, a.out_len);
+    int rca = a.rc, rcb = b.rc;
+    bool tokens3 = strstr(a.err, "prompt:    3 tokens") != NULL;
+    if (!prefix) printf("  got '%s'\n", a.out);
+    run_free(&a);
+    run_free(&b);
+    free(golden);
+    CHECK_EQ_INT(rca, 0);
+    CHECK_EQ_INT(rcb, 0);
+    CHECK(prefix);
+    CHECK(same);
+    CHECK(tokens3);
+}
+
+/* ======================================================================== */
+/* Chat mode                                                                 */
+/* ======================================================================== */
+
+/* Parses "prompt ids (N): a b c" from --verbose stderr into ids; returns N or -1. */
+static int parse_prompt_ids(const char *err, int32_t *ids, int cap) {
+    const char *p = strstr(err, "prompt ids (");
+    if (!p) return -1;
+    char *end;
+    long n = strtol(p + 12, &end, 10);
+    if (strncmp(end, "):", 2) != 0 || n < 0 || n > cap) return -1;
+    p = end + 2;
+    for (long i = 0; i < n; i++) {
+        ids[i] = (int32_t)strtol(p, &end, 10);
+        if (end == p) return -1;
+        p = end;
+    }
+    return (int)n;
+}
+
+/* The ids the byte-level tiny vocab must give for text: one id per byte (token i is byte i),
+ * except the four control tokens written in it. */
+static int expected_ids(const char *text, int32_t *ids, int cap) {
+    static const char *sp[] = {"<|im_start|>", "<|im_end|>", "<think>", "</think>"};
+    int n = 0;
+    for (const char *p = text; *p && n < cap;) {
+        int k = 0;
+        for (; k < 4; k++)
+            if (!strncmp(p, sp[k], strlen(sp[k]))) break;
+        if (k < 4) {
+            ids[n++] = CHAT_IM_START + k;
+            p += strlen(sp[k]);
+        } else {
+            ids[n++] = (unsigned char)*p++;
+        }
+    }
+    return n;
+}
+
+/* Greedy next token after ids, computed in-process with the library (for picking an eos). */
+static int32_t greedy_next(const char *model, const int32_t *ids, int n, int32_t extra) {
+    spex_model *m = NULL;
+    spex_context *ctx = NULL;
+    int32_t best = -1;
+    if (spex_model_load(model, NULL, &m, NULL) != SPEX_OK) return -1;
+    spex_context_params cp = spex_context_default_params();
+    cp.n_ctx_per_seq = 256;
+    cp.n_batch_max = 256;
+    cp.n_outputs_max = 1;
+    spex_batch_token bt[257];
+    if (n > 255 || spex_context_init(m, &cp, &ctx, NULL) != SPEX_OK) goto done;
+    for (int i = 0; i < n; i++) bt[i] = (spex_batch_token){ids[i], i, 0, i == n - 1 && extra < 0};
+    if (extra >= 0) bt[n] = (spex_batch_token){extra, n, 0, true};
+    if (spex_forward(ctx, &(spex_batch){bt, n + (extra >= 0)}, NULL) != SPEX_OK) goto done;
+    const float *l = spex_logits(ctx, 0);
+    int32_t V = spex_model_get_hparams(m)->n_vocab;
+    best = 0;
+    for (int32_t i = 1; i < V; i++)
+        if (l[i] > l[best]) best = i;
+done:
+    spex_context_free(ctx);
+    spex_model_free(m);
+    return best;
+}
+
+TEST(chat_prompt_ids_and_eog_stop) {
+    REQUIRE_BIN();
+    char path[256], path_eos[256];
+    tmp_path(path, sizeof path, "chat");
+    tmp_path(path_eos, sizeof path_eos, "chat_eos");
+    CHECK_OK(write_variant(TINY_QWEN3, path, &(variant){.chat_vocab = true, .eos = -1}));
+
+    /* ChatML is guessed from <|im_start|> in the vocab (with a warning); --no-think adds the
+     * empty think block to the generation prompt. */
+    run_result r;
+    RUN(r, "-m", path, "--chat", "--system", "Be brief.", "-p", "Hi there", "--no-think", "-n", "6", "--temp",
+        "0", "-t", "1", "-v");
+    int32_t got[256], want[256];
+    int n_got = parse_prompt_ids(r.err, got, 256);
+    int n_want = expected_ids("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi there<|im_end|>\n"
+                              "<|im_start|>assistant\n<think>\n\n</think>\n\n",
+                              want, 256);
+    bool ids_equal = n_got == n_want && !memcmp(got, want, sizeof *got * (size_t)n_want);
+    bool warned = strstr(r.err, "warning:") != NULL;
+    long gen = generated_count(r.err);
+    int rc = r.rc;
+    bool clean = sanitizer_clean(r.err);
+    if (!ids_equal || rc) printf("  stderr: %s\n", r.err);
+    run_free(&r);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+    CHECK_MSG(ids_equal, "prompt ids: %d, expected %d", n_got, n_want);
+    CHECK(warned);
+    CHECK_EQ_INT(gen, 6);
+
+    /* Make the second greedy token the eos: the run must print one token and stop on "eos". */
+    int32_t t1 = greedy_next(path, want, n_want, -1);
+    CHECK(t1 >= 0 && t1 < 256);
+    int32_t t2 = greedy_next(path, want, n_want, t1);
+    CHECK(t2 >= 0 && t2 < 256);
+    if (t2 == t1) SKIP("first two greedy tokens coincide (%d); eos choice ambiguous", t1);
+    CHECK_OK(write_variant(path, path_eos, &(variant){.eos = t2}));
+    RUN(r, "-m", path_eos, "--chat", "--system", "Be brief.", "-p", "Hi there", "--no-think", "-n", "50",
+        "--temp", "0", "-t", "1");
+    char reason[64];
+    stop_reason(r.err, reason, sizeof reason);
+    gen = generated_count(r.err);
+    rc = r.rc;
+    clean = sanitizer_clean(r.err);
+    run_free(&r);
+    unlink(path);
+    unlink(path_eos);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+    CHECK_MSG(!strcmp(reason, "eos"), "stop reason '%s'", reason);
+    CHECK_EQ_INT(gen, 1);
+}
+
+/* Thinking on: the generation prompt ends at "assistant\n"; no system message. Sampled run. */
+TEST(chat_thinking_sampled_runs) {
+    REQUIRE_BIN();
+    char path[256];
+    tmp_path(path, sizeof path, "chat2");
+    CHECK_OK(write_variant(TINY_QWEN3, path, &(variant){.chat_vocab = true, .eos = -1}));
+    run_result r;
+    RUN(r, "-m", path, "--chat", "-p", "x", "-n", "20", "--temp", "0.9", "--top-k", "20", "--top-p", "0.9",
+        "--min-p", "0.01", "--repeat-penalty", "1.1", "--presence-penalty", "0.5", "--frequency-penalty", "0.1",
+        "--seed", "7", "-t", "2", "-v");
+    int32_t got[64], want[64];
+    int n_got = parse_prompt_ids(r.err, got, 64);
+    int n_want = expected_ids("<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n", want, 64);
+    bool ids_equal = n_got == n_want && !memcmp(got, want, sizeof *got * (size_t)n_want);
+    bool utf8 = valid_utf8((const unsigned char *)r.out, r.out_len);
+    long gen = generated_count(r.err);
+    int rc = r.rc;
+    bool clean = sanitizer_clean(r.err);
+    run_free(&r);
+    unlink(path);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+    CHECK(ids_equal);
+    CHECK(utf8);
+    CHECK(gen >= 0 && gen <= 20);
+}
+
+/* ======================================================================== */
+/* Bad input                                                                 */
+/* ======================================================================== */
+
+/* Runs and checks: exit status want_rc, stderr one "error: " line containing needle. */
+static bool expect_error(const char *const *args, int want_rc, const char *needle) {
+    run_result r;
+    if (!run_spex(args, &r)) {
+        printf("  could not run spex\n");
+        run_free(&r);
+        return false;
+    }
+    bool ok = r.rc == want_rc && one_error_line(r.err) && sanitizer_clean(r.err) && (!needle || strstr(r.err, needle));
+    if (!ok) {
+        printf("  args:");
+        for (int i = 0; args[i]; i++) printf(" '%s'", args[i]);
+        printf("\n  rc %d (want %d), stderr: %s\n", r.rc, want_rc, r.err);
+    }
+    run_free(&r);
+    return ok;
+}
+
+#define EXPECT_ERROR(rc, needle, ...)                                             \
+    do {                                                                          \
+        const char *const a_[] = {__VA_ARGS__, NULL};                             \
+        CHECK(expect_error(a_, rc, needle));                                      \
+    } while (0)
+
+TEST(error_prompt_longer_than_context) {
+    REQUIRE_BIN();
+    char prompt[200];
+    memset(prompt, 'a', sizeof prompt - 1);   /* 199 byte tokens in the tiny vocab */
+    prompt[sizeof prompt - 1] = 0;
+    EXPECT_ERROR(1, "context", "-m", TINY_QWEN3, "-p", prompt, "-c", "32", "-t", "1");
+    /* Exactly the context: processed, then the context is full right after one token. */
+    run_result r;
+    RUN(r, "-m", TINY_QWEN3, "-p", prompt + 199 - 32, "-c", "32", "-t", "1", "--temp", "0", "-b", "5");
+    char reason[64];
+    stop_reason(r.err, reason, sizeof reason);
+    long gen = generated_count(r.err);
+    int rc = r.rc;
+    run_free(&r);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_MSG(!strcmp(reason, "context full"), "stop reason '%s'", reason);
+    CHECK_EQ_INT(gen, 1);
+}
+
+TEST(error_unknown_architecture) {
+    REQUIRE_BIN();
+    char path[256];
+    tmp_path(path, sizeof path, "foo");
+    CHECK_OK(write_variant(TINY_QWEN3, path, &(variant){.arch = "foo", .eos = -1}));
+    bool ok = expect_error((const char *const[]){"-m", path, "-p", "hi", NULL}, 1, "'foo'");
+    unlink(path);
+    CHECK(ok);
+}
+
+TEST(error_missing_tensor) {
+    REQUIRE_BIN();
+    char path[256];
+    tmp_path(path, sizeof path, "missing");
+    CHECK_OK(write_variant(TINY_QWEN3, path, &(variant){.drop_tensor = "blk.1.ffn_up.weight", .eos = -1}));
+    bool ok = expect_error((const char *const[]){"-m", path, NULL}, 1, "blk.1.ffn_up.weight");
+    unlink(path);
+    CHECK(ok);
+}
+
+TEST(error_wrong_shape) {
+    REQUIRE_BIN();
+    char path[256];
+    tmp_path(path, sizeof path, "shape");
+    CHECK_OK(write_variant(TINY_QWEN3, path, &(variant){.halve_tensor = "blk.2.attn_k.weight", .eos = -1}));
+    run_result r;
+    RUN(r, "-m", path);
+    bool ok = r.rc == 1 && one_error_line(r.err) && sanitizer_clean(r.err) &&
+              strstr(r.err, "blk.2.attn_k.weight") && strstr(r.err, "[64, 32]") && strstr(r.err, "[64, 64]");
+    if (!ok) printf("  rc %d, stderr: %s\n", r.rc, r.err);
+    run_free(&r);
+    unlink(path);
+    CHECK(ok);
+}
+
+TEST(error_not_a_model) {
+    REQUIRE_BIN();
+    char path[256];
+    tmp_path(path, sizeof path, "junk");
+    FILE *f = fopen(path, "wb");
+    CHECK(f);
+    fputs("this is not a GGUF file at all", f);
+    fclose(f);
+    bool ok = expect_error((const char *const[]){"-m", path, NULL}, 1, NULL);
+    unlink(path);
+    CHECK(ok);
+    EXPECT_ERROR(1, NULL, "-m", "/nonexistent/model.gguf");
+    EXPECT_ERROR(1, "prompt file", "-m", TINY_QWEN3, "-f", "/nonexistent/prompt.txt");
+}
+
+/* Invalid UTF-8 (and a lone truncated sequence at the end) is tokenized losslessly through byte
+ * tokens and runs; the output stays valid UTF-8. */
+TEST(invalid_utf8_prompt_runs) {
+    REQUIRE_BIN();
+    const char *bad = "\xff\xfe caf\xc3 \xe2\x82 \xed\xa0\x80 end \xc3";
+    run_result r;
+    RUN(r, "-m", TINY_QWEN3, "-p", bad, "-n", "12", "--temp", "0", "-t", "1");
+    bool utf8 = valid_utf8((const unsigned char *)r.out, r.out_len);
+    int rc = r.rc;
+    bool clean = sanitizer_clean(r.err);
+    long gen = generated_count(r.err);
+    run_free(&r);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+    CHECK(utf8);
+    CHECK_EQ_INT(gen, 12);
+    const char *model = test_shared_path("data/stories260K/stories260K.gguf");
+    if (!model) return;
+    RUN(r, "-m", model, "-p", bad, "-n", "12", "--temp", "0", "-t", "1");
+    utf8 = valid_utf8((const unsigned char *)r.out, r.out_len);
+    rc = r.rc;
+    clean = sanitizer_clean(r.err);
+    run_free(&r);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+    CHECK(utf8);
+}
+
+TEST(error_bad_flags) {
+    REQUIRE_BIN();
+    const char *m = TINY_QWEN3;
+    EXPECT_ERROR(2, "--temp", "-m", m, "--temp", "abc");
+    EXPECT_ERROR(2, "--temp", "-m", m, "--temp", "nan");
+    EXPECT_ERROR(2, "--top-k", "-m", m, "--top-k", "-3");
+    EXPECT_ERROR(2, "--top-p", "-m", m, "--top-p", "1.5");
+    EXPECT_ERROR(2, "--min-p", "-m", m, "--min-p", "2");
+    EXPECT_ERROR(2, "--repeat-penalty", "-m", m, "--repeat-penalty", "0");
+    EXPECT_ERROR(2, "-n", "-m", m, "-n", "-5");
+    EXPECT_ERROR(2, "-n", "-m", m, "-n");
+    EXPECT_ERROR(2, "-c", "-m", m, "-c", "12x");
+    EXPECT_ERROR(2, "-b", "-m", m, "-b", "0");
+    EXPECT_ERROR(2, "-t", "-m", m, "-t", "-2");
+    EXPECT_ERROR(2, "--seed", "-m", m, "--seed", "-7");
+    EXPECT_ERROR(2, "--samplers", "-m", m, "--samplers", "top_k;bogus");
+    EXPECT_ERROR(2, "--frobnicate", "-m", m, "--frobnicate");
+    EXPECT_ERROR(2, "-m", "-p", "hi");
+    EXPECT_ERROR(2, "not both", "-m", m, "-p", "a", "-f", "b");
+    EXPECT_ERROR(2, "--chat", "-m", m, "--system", "s");
+    EXPECT_ERROR(2, "--chat-template", "-m", m, "--chat", "--chat-template", "jinja2");
+}
+
+TEST(help_documents_every_flag) {
+    REQUIRE_BIN();
+    run_result r;
+    RUN(r, "--help");
+    static const char *flags[] = {"-m,", "-p,", "-f,", "-n,", "--temp", "--top-k", "--top-p", "--min-p",
+                                  "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
+                                  "--frequency-penalty", "--samplers", "--seed", "--ctx-size", "--batch-size",
+                                  "--threads", "--chat", "--system", "--no-think", "--chat-template",
+                                  "--no-bos", "--special", "--verbose", "--help"};
+    const char *missing = NULL;
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
+        if (!strstr(r.out, flags[i])) missing = flags[i];
+    int rc = r.rc;
+    run_free(&r);
+    CHECK_EQ_INT(rc, 0);
+    CHECK_MSG(!missing, "--help does not mention %s", missing);
+}
+
+TEST_MAIN()

@@ -1,0 +1,241 @@
+/*
+ * bench_model.c — `spex bench model`: prefill and decode throughput of a whole model, with
+ * decode also as GB/s of weights read per token next to a streaming-read probe measured in
+ * the same run on the same pool.
+ *
+ * What it is: a tool, not a test (it asserts nothing). Prefill ppN is one spex_forward of N
+ * tokens of one sequence from an empty cache, logits for the last token only (as a prompt is
+ * processed); decode tgN is N single-token forwards from an empty cache. Each number is the
+ * best of --reps runs, after one warm-up run: other processes on a shared machine only ever
+ * make a run slower. "Weights per token" counts every matrix the decode step streams (all
+ * layer matrices and the LM head; of an untied embedding table only the one row it reads).
+ * The probe reads a 512 MiB buffer (larger than any last-level cache) with the kernels' load
+ * width (spex_matmul_stream_probe), split over the same threads, once before every timed run;
+ * its best is the reference.
+ * What it is not: a kernel benchmark (`spex bench kernels`) nor an end-to-end generation
+ * benchmark (no sampling, no tokenizer).
+ *
+ * Targets (issue 3): decode >= 85% of the probe; pp64 throughput >= 4x decode throughput
+ * (the speculative verify regime). Results and commands: docs/performance.md.
+ */
+#include "spex.h"
+#include "cli.h"
+#include "cpu/matmul.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define BM_MAX_PP 8
+#define BM_PROBE_BYTES (512ull << 20)
+
+static double bm_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    const uint8_t *buf;
+    size_t bytes;
+    uint64_t sink[64];
+} bm_probe;
+
+static void bm_probe_task(void *ctx, int ith, int nth) {
+    bm_probe *p = ctx;
+    size_t part = p->bytes / (size_t)nth / 256 * 256;
+    uint64_t s = spex_matmul_stream_probe(p->buf + part * (size_t)ith, part);
+    if (ith < 64) p->sink[ith] = s;
+}
+
+/* Bytes of weights one decode step streams. */
+static uint64_t decode_bytes(const spex_model *m) {
+    const spex_gguf *g = spex_model_gguf(m);
+    const spex_tensor_info *embd = spex_model_token_embd(m), *head = spex_model_lm_head(m);
+    uint64_t sum = 0;
+    for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) sum += spex_gguf_tensor(g, i)->nbytes;
+    if (head != embd) sum -= embd->nbytes - embd->nbytes / (uint64_t)embd->ne[1];
+    return sum;
+}
+
+/* Parses "64,512" into pp[]; false on bad input. */
+static bool parse_list(const char *s, long *out, int *n) {
+    *n = 0;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (*n == BM_MAX_PP || !cli_parse_int("--pp", tok, 1, 1 << 16, &out[*n])) return false;
+        (*n)++;
+    }
+    return *n > 0;
+}
+
+/* One ppN run: clear, one forward of n tokens. Seconds, or < 0 on error. */
+static double run_pp(spex_context *ctx, spex_batch_token *toks, int n, int32_t n_vocab) {
+    spex_error err = {0};
+    spex_kv_seq_clear(ctx, -1, NULL);
+    for (int i = 0; i < n; i++)
+        toks[i] = (spex_batch_token){.token = (int32_t)((i * 7919 + 13) % n_vocab), .pos = i, .seq = 0,
+                                     .logits = i == n - 1};
+    spex_batch b = {toks, n};
+    double t0 = bm_now();
+    if (spex_forward(ctx, &b, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return -1;
+    }
+    return bm_now() - t0;
+}
+
+static double run_tg(spex_context *ctx, int n, int32_t n_vocab) {
+    spex_error err = {0};
+    spex_kv_seq_clear(ctx, -1, NULL);
+    double t0 = bm_now();
+    for (int i = 0; i < n; i++) {
+        spex_batch_token t = {.token = (int32_t)((i * 7919 + 13) % n_vocab), .pos = i, .seq = 0, .logits = true};
+        spex_batch b = {&t, 1};
+        if (spex_forward(ctx, &b, &err) != SPEX_OK) {
+            fprintf(stderr, "error: %s\n", err.msg);
+            return -1;
+        }
+    }
+    return bm_now() - t0;
+}
+
+static void bm_usage(FILE *f) {
+    fprintf(f, "usage: spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--reps R]\n"
+               "  prefill ppN (one forward of N tokens) and decode tgN (N one-token forwards), best of R;\n"
+               "  decode also as GB/s of weights per token next to a streaming-read probe on the same threads\n");
+}
+
+int bench_model(int argc, char **argv) {
+    const char *path = NULL;
+    long threads = 2, tg = 32, reps = 3, pp[BM_MAX_PP] = {64, 512};
+    int n_pp = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            bm_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "-m") && val) {
+            path = argv[++i];
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!cli_parse_int(a, val, 1, 1024, &threads)) return 2;
+            i++;
+        } else if (!strcmp(a, "--tg")) {
+            if (!cli_parse_int(a, val, 0, 1 << 16, &tg)) return 2;
+            i++;
+        } else if (!strcmp(a, "--reps")) {
+            if (!cli_parse_int(a, val, 1, 1000, &reps)) return 2;
+            i++;
+        } else if (!strcmp(a, "--pp") && val) {
+            if (!parse_list(argv[++i], pp, &n_pp)) {
+                fprintf(stderr, "error: --pp expects a list like 64,512\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "error: bench model: unknown or incomplete argument '%s'\n", a);
+            bm_usage(stderr);
+            return 2;
+        }
+    }
+    if (!path) {
+        bm_usage(stderr);
+        return 2;
+    }
+    long max_pp = 1;
+    for (int i = 0; i < n_pp; i++)
+        if (pp[i] > max_pp) max_pp = pp[i];
+
+    spex_error err = {0};
+    spex_model *m = NULL;
+    spex_pool *pool = NULL;
+    spex_context *ctx = NULL;
+    uint8_t *probe = NULL;
+    spex_batch_token *toks = NULL;
+    int rc = 1;
+    if (spex_model_load(path, NULL, &m, &err) != SPEX_OK) goto fail;
+    if (spex_pool_create((int)threads, &pool, &err) != SPEX_OK) goto fail;
+    spex_context_params cp = spex_context_default_params();
+    cp.n_batch_max = (int32_t)max_pp;
+    cp.n_outputs_max = 1;
+    cp.n_ctx_per_seq = (int32_t)(max_pp > tg ? max_pp : tg) + 1;
+    cp.pool = pool;
+    if (spex_context_init(m, &cp, &ctx, &err) != SPEX_OK) goto fail;
+    probe = malloc(BM_PROBE_BYTES);
+    toks = malloc((size_t)max_pp * sizeof *toks);
+    if (!probe || !toks) {
+        spex_error_set(&err, SPEX_ERR_NOMEM, "bench model: out of memory");
+        goto fail;
+    }
+    /* Not zeros (malloc + memset 0 may become calloc, whose untouched pages all map the one
+     * zero page and read from cache); small words, so the probe's 64-bit sums cannot overflow. */
+    for (size_t i = 0; i < BM_PROBE_BYTES / sizeof(uint64_t); i++) ((uint64_t *)(void *)probe)[i] = i & 0xff;
+
+    const spex_model_hparams *hp = spex_model_get_hparams(m);
+    const uint64_t wbytes = decode_bytes(m);
+    printf("model: %s (%s, %d layers, E %d, V %d), %.1f MiB of weights per decode step\n", path,
+           spex_arch_name(hp->arch), hp->n_layer, hp->n_embd, hp->n_vocab, (double)wbytes / 1048576.0);
+    printf("threads: %ld, isa: %s, best of %ld reps (after one warm-up)\n\n", threads, spex_isa_name(spex_cpu_isa()),
+           reps);
+
+    /* The probe runs once before every timed run (prefill and decode alike) and the best of
+     * all is kept, so a busy moment cannot make it look slow next to a lucky decode run. */
+    bm_probe pr = {.buf = probe, .bytes = BM_PROBE_BYTES};
+    double probe_best = 1e30;
+#define PROBE()                                              \
+    do {                                                     \
+        double t0_ = bm_now();                               \
+        spex_pool_run(pool, bm_probe_task, &pr);             \
+        double dt_ = bm_now() - t0_;                         \
+        if (dt_ < probe_best) probe_best = dt_;              \
+    } while (0)
+    PROBE(); /* warm-up: pages of the buffer, workers */
+    probe_best = 1e30;
+
+    printf("| test | tokens | best ms | t/s | weights GB/s | %% probe |\n");
+    printf("|---|---|---|---|---|---|\n");
+    double pp64_tps = 0, tg_tps = 0;
+    for (int i = 0; i < n_pp; i++) {
+        double best = 1e30;
+        for (long r = 0; r <= reps; r++) {
+            PROBE();
+            double dt = run_pp(ctx, toks, (int)pp[i], hp->n_vocab);
+            if (dt < 0) goto fail_quiet;
+            if (r > 0 && dt < best) best = dt;
+        }
+        double tps = (double)pp[i] / best;
+        if (pp[i] == 64) pp64_tps = tps;
+        printf("| pp%ld | %ld | %.1f | %.1f | — | — |\n", pp[i], pp[i], best * 1e3, tps);
+        fflush(stdout);
+    }
+    if (tg > 0) {
+        double best = 1e30;
+        for (long r = 0; r <= reps; r++) {
+            PROBE();
+            double dt = run_tg(ctx, (int)tg, hp->n_vocab);
+            if (dt < 0) goto fail_quiet;
+            if (r > 0 && dt < best) best = dt;
+        }
+        tg_tps = (double)tg / best;
+        const double probe_gbs = (double)BM_PROBE_BYTES / probe_best * 1e-9;
+        double gbs = (double)wbytes * tg_tps * 1e-9;
+        printf("| tg%ld | %ld | %.1f | %.2f | %.2f | %.0f%% |\n", tg, tg, best * 1e3, tg_tps, gbs,
+               100.0 * gbs / probe_gbs);
+    }
+    printf("| probe | — | %.1f | — | %.2f | 100%% |\n", probe_best * 1e3, (double)BM_PROBE_BYTES / probe_best * 1e-9);
+    if (pp64_tps > 0 && tg_tps > 0) printf("\npp64 / decode throughput: %.2fx (target >= 4x)\n", pp64_tps / tg_tps);
+    rc = 0;
+    goto done;
+fail:
+    fprintf(stderr, "error: %s\n", err.msg);
+fail_quiet:
+    rc = 1;
+done:
+    free(toks);
+    free(probe);
+    spex_context_free(ctx);
+    spex_pool_free(pool);
+    spex_model_free(m);
+    return rc;
+}

@@ -1,0 +1,455 @@
+/*
+ * genmodel.c — `spex gen-model`: writes a qwen3 GGUF with deterministic pseudo-random
+ * weights in the real shapes of ../shared/docs/targets.md §11.1 (Qwen3-0.6B, Qwen3-1.7B) or
+ * a tiny shape for tests, in any file type spex can quantize to.
+ *
+ * What it is: a benchmark and test fixture generator. Matrices are N(0, 0.02²) and norm
+ * weights 1.0 (targets.md §11.4: numerically sane, not realistic); every row is drawn from
+ * its own stream (seed, tensor index, row), so the bytes depend only on --seed, never on
+ * the thread count. Rows are generated and quantized one at a time with
+ * spex_quantize_row_ref straight into the writer's buffer (the fill callback), so memory
+ * stays at one output tensor plus a row per thread. The vocabulary is a minimal valid gpt2
+ * (byte-level BPE) one: the 256 byte tokens, two-byte tokens of printable ASCII with their
+ * merges, <|endoftext|> / <|im_start|> / <|im_end|> as control tokens, and "[PADn]"
+ * unused tokens up to --vocab (as llama.cpp pads Qwen vocabularies).
+ * What it is not: a trained model (its text is gibberish) nor a converter.
+ *
+ * Type mixes follow the quantizer's recipe (src/quant/quantize_file.c, llama.cpp's rules):
+ * the LM head (token_embd when tied) is Q6_K for the K-quant and Q4_0 mixes, attn_v and
+ * ffn_down of the "more bits" layers are Q6_K in the _M mixes, and a row that is not a whole
+ * number of blocks falls back (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, else F16).
+ *
+ * The normal draw is Irwin-Hall: four 16-bit uniforms of one 64-bit splitmix output, centred
+ * and scaled to unit variance (bounded at ±3.46σ). Cheap enough for 1.7 B weights, and the
+ * exact tails do not matter for speed or for numerical sanity.
+ */
+#include "spex.h"
+#include "cli.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- shapes --------------------------------------------------------------------------- */
+
+typedef struct gm_shape {
+    const char *name;
+    int32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
+    bool tied;
+} gm_shape;
+
+/* targets.md §11.1; "tiny" keeps every row a whole number of 256-element super-blocks so the
+ * K-quant kernels run in tests, and is untied to exercise output.weight. */
+static const gm_shape g_shapes[] = {
+    {"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, 40960, true},
+    {"qwen3-1.7b", 28, 2048, 16, 8, 128, 6144, 151936, 40960, true},
+    {"tiny", 2, 256, 4, 2, 64, 512, 512, 512, false},
+};
+
+#define GM_MAX_TENSORS (4 + 11 * 64)
+#define GM_SEED_DEFAULT 1234
+
+typedef struct gm_tensor {
+    char name[48];
+    uint32_t n_dims;
+    int64_t ne[2];
+    spex_type type;
+    bool norm;       /* 1.0 everywhere (f32) */
+} gm_tensor;
+
+typedef struct gm_ctx {
+    gm_tensor t[GM_MAX_TENSORS];
+    int n;
+    uint64_t seed;
+    spex_pool *pool;
+    float *rows;       /* [nth][max_row] */
+    int64_t max_row;
+    /* the tensor being filled */
+    int64_t index;
+    uint8_t *dst;
+    _Atomic int failed;
+} gm_ctx;
+
+/* ---- deterministic weights ------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Unit-variance approximately normal draw from one 64-bit output (see the file comment). */
+static inline float approx_normal(uint64_t *s) {
+    uint64_t r = splitmix64(s);
+    uint32_t sum = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) + (uint32_t)((r >> 32) & 0xffff) +
+                   (uint32_t)(r >> 48);
+    /* sum + 2 in [2, 262142]: four (u + 0.5) / 65536 terms, mean 2, variance 1/3 */
+    return ((float)(sum + 2) * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
+}
+
+static void gen_row(uint64_t seed, int64_t index, int64_t row, float *out, int64_t n) {
+    uint64_t s = seed;
+    s = splitmix64(&s) ^ ((uint64_t)index * 0xd1b54a32d192ed03ull);
+    s = splitmix64(&s) ^ ((uint64_t)row * 0x8cb92ba72f3d8dd7ull);
+    for (int64_t i = 0; i < n; i++) out[i] = 0.02f * approx_normal(&s);
+}
+
+static void fill_task(void *arg, int ith, int nth) {
+    gm_ctx *c = arg;
+    const gm_tensor *t = &c->t[c->index];
+    const int64_t n = t->ne[0], n_rows = t->ne[1];
+    const size_t rs = spex_type_row_size(t->type, n);
+    float *row = c->rows + (size_t)ith * (size_t)c->max_row;
+    /* rows interleaved over threads: every thread gets the same mix of work */
+    for (int64_t r = ith; r < n_rows; r += nth) {
+        uint8_t *d = c->dst + (size_t)r * rs;
+        if (t->type == SPEX_TYPE_F32) {
+            gen_row(c->seed, c->index, r, (float *)(void *)d, n);
+            continue;
+        }
+        gen_row(c->seed, c->index, r, row, n);
+        if (spex_quantize_row_ref(t->type, row, d, n) != SPEX_OK) c->failed = 1;
+    }
+}
+
+static spex_status fill_tensor(void *ctx, int64_t index, void *dst, uint64_t nbytes, spex_error *err) {
+    gm_ctx *c = ctx;
+    const gm_tensor *t = &c->t[index];
+    if (t->norm) {
+        float *f = dst;
+        for (uint64_t i = 0; i < nbytes / sizeof(float); i++) f[i] = 1.0f;
+        return SPEX_OK;
+    }
+    c->index = index;
+    c->dst = dst;
+    c->failed = 0;
+    spex_pool_run(c->pool, fill_task, c);
+    if (c->failed)
+        return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "gen-model: cannot quantize %s to %s", t->name,
+                              spex_type_get_info((int)t->type)->name);
+    return SPEX_OK;
+}
+
+/* ---- type recipe ---------------------------------------------------------------------- */
+
+static bool ftype_base(spex_ftype ft, spex_type *base) {
+    switch (ft) {
+    case SPEX_FTYPE_F32: *base = SPEX_TYPE_F32; return true;
+    case SPEX_FTYPE_F16: *base = SPEX_TYPE_F16; return true;
+    case SPEX_FTYPE_BF16: *base = SPEX_TYPE_BF16; return true;
+    case SPEX_FTYPE_Q4_0: *base = SPEX_TYPE_Q4_0; return true;
+    case SPEX_FTYPE_Q8_0: *base = SPEX_TYPE_Q8_0; return true;
+    case SPEX_FTYPE_Q4_K_M: *base = SPEX_TYPE_Q4_K; return true;
+    case SPEX_FTYPE_Q5_K_M: *base = SPEX_TYPE_Q5_K; return true;
+    case SPEX_FTYPE_Q6_K: *base = SPEX_TYPE_Q6_K; return true;
+    }
+    return false;
+}
+
+static bool more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+static spex_type fit_row(spex_type ty, int64_t n) {
+    if (n % spex_type_get_info((int)ty)->block_size == 0) return ty;
+    spex_type fb = ty == SPEX_TYPE_Q4_K ? SPEX_TYPE_Q5_0
+                 : ty == SPEX_TYPE_Q5_K ? SPEX_TYPE_Q5_1
+                 : ty == SPEX_TYPE_Q6_K ? SPEX_TYPE_Q8_0
+                 : SPEX_TYPE_F16;
+    return n % spex_type_get_info((int)fb)->block_size == 0 ? fb : SPEX_TYPE_F16;
+}
+
+/* kind: 0 other matrix, 1 LM head, 2 attn_v, 3 ffn_down */
+static spex_type pick_type(spex_ftype ft, spex_type base, int kind, int layer, int n_layer, int64_t n) {
+    bool quant = base != SPEX_TYPE_F32 && base != SPEX_TYPE_F16 && base != SPEX_TYPE_BF16;
+    bool mix_m = ft == SPEX_FTYPE_Q4_K_M || ft == SPEX_FTYPE_Q5_K_M;
+    spex_type ty = base;
+    if (quant && kind == 1 && base != SPEX_TYPE_Q8_0) ty = SPEX_TYPE_Q6_K;
+    if (mix_m && (kind == 2 || kind == 3) && more_bits(layer, n_layer)) ty = SPEX_TYPE_Q6_K;
+    return fit_row(ty, n);
+}
+
+static void add(gm_ctx *c, const char *name, int64_t ne0, int64_t ne1, spex_type type, bool norm) {
+    gm_tensor *t = &c->t[c->n++];
+    snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = ne1 > 1 || !norm ? 2 : 1;
+    t->ne[0] = ne0;
+    t->ne[1] = ne1;
+    t->type = norm ? SPEX_TYPE_F32 : type;
+    t->norm = norm;
+}
+
+static void list_tensors(gm_ctx *c, const gm_shape *sh, spex_ftype ft, spex_type base) {
+    const int64_t E = sh->n_embd, F = sh->n_ff, V = sh->n_vocab, hd = sh->head_dim;
+    const int64_t qd = sh->n_head * hd, kvd = sh->n_head_kv * hd;
+    const int N = sh->n_layer;
+    c->n = 0;
+    add(c, "token_embd.weight", E, V, pick_type(ft, base, sh->tied ? 1 : 0, 0, N, E), false);
+    for (int l = 0; l < N; l++) {
+        char nm[48];
+#define L(suffix) (snprintf(nm, sizeof nm, "blk.%d." suffix, l), nm)
+        add(c, L("attn_norm.weight"), E, 1, SPEX_TYPE_F32, true);
+        add(c, L("attn_q.weight"), E, qd, pick_type(ft, base, 0, l, N, E), false);
+        add(c, L("attn_k.weight"), E, kvd, pick_type(ft, base, 0, l, N, E), false);
+        add(c, L("attn_v.weight"), E, kvd, pick_type(ft, base, 2, l, N, E), false);
+        add(c, L("attn_output.weight"), qd, E, pick_type(ft, base, 0, l, N, qd), false);
+        add(c, L("attn_q_norm.weight"), hd, 1, SPEX_TYPE_F32, true);
+        add(c, L("attn_k_norm.weight"), hd, 1, SPEX_TYPE_F32, true);
+        add(c, L("ffn_norm.weight"), E, 1, SPEX_TYPE_F32, true);
+        add(c, L("ffn_gate.weight"), E, F, pick_type(ft, base, 0, l, N, E), false);
+        add(c, L("ffn_up.weight"), E, F, pick_type(ft, base, 0, l, N, E), false);
+        add(c, L("ffn_down.weight"), F, E, pick_type(ft, base, 3, l, N, F), false);
+#undef L
+    }
+    add(c, "output_norm.weight", E, 1, SPEX_TYPE_F32, true);
+    if (!sh->tied) add(c, "output.weight", E, V, pick_type(ft, base, 1, 0, N, E), false);
+}
+
+/* ---- vocabulary ----------------------------------------------------------------------- */
+
+/* GPT-2's byte -> code point map (targets.md §12.1), as UTF-8 (at most 2 bytes). */
+static int byte_char(int b, char *out) {
+    int cp;
+    if ((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255)) {
+        cp = b;
+    } else {
+        int k = 0; /* rank of b among the remapped bytes */
+        for (int i = 0; i < b; i++)
+            if (!((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || (i >= 174 && i <= 255))) k++;
+        cp = 256 + k;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xc0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3f));
+    return 2;
+}
+
+typedef struct gm_vocab {
+    int32_t n;
+    char *text;          /* all token texts, concatenated */
+    spex_str *tok;       /* [n] views into text           */
+    int32_t *type;       /* [n]                           */
+    spex_str *merge;     /* [n_merge]                     */
+    char *merge_text;
+    int32_t n_merge;
+    int32_t eos;
+} gm_vocab;
+
+static void vocab_free(gm_vocab *v) {
+    free(v->text);
+    free(v->tok);
+    free(v->type);
+    free(v->merge);
+    free(v->merge_text);
+}
+
+/* Needs n >= 259 (bytes + 3 specials). */
+static bool vocab_build(gm_vocab *v, int32_t n) {
+    memset(v, 0, sizeof *v);
+    v->n = n;
+    v->text = malloc((size_t)n * 16);
+    v->tok = malloc((size_t)n * sizeof *v->tok);
+    v->type = malloc((size_t)n * sizeof *v->type);
+    v->merge = malloc(94 * 94 * sizeof *v->merge);
+    v->merge_text = malloc(94 * 94 * 8);
+    if (!v->text || !v->tok || !v->type || !v->merge || !v->merge_text) return false;
+    char *p = v->text, *mp = v->merge_text;
+    int32_t i = 0;
+    for (int b = 0; b < 256; b++, i++) {
+        v->tok[i] = (spex_str){p, (uint64_t)byte_char(b, p)};
+        v->type[i] = SPEX_TOKEN_NORMAL;
+        p += v->tok[i].len;
+    }
+    const int32_t n_plain = n - 3;
+    for (int a = 33; a <= 126 && i < n_plain; a++) {
+        for (int b = 33; b <= 126 && i < n_plain; b++, i++) {
+            p[0] = (char)a;
+            p[1] = (char)b;
+            v->tok[i] = (spex_str){p, 2};
+            v->type[i] = SPEX_TOKEN_NORMAL;
+            p += 2;
+            mp[0] = (char)a;
+            mp[1] = ' ';
+            mp[2] = (char)b;
+            v->merge[v->n_merge++] = (spex_str){mp, 3};
+            mp += 3;
+        }
+    }
+    for (; i < n_plain; i++) {
+        int len = snprintf(p, 16, "[PAD%d]", (int)i);
+        v->tok[i] = (spex_str){p, (uint64_t)len};
+        v->type[i] = SPEX_TOKEN_UNUSED;
+        p += len;
+    }
+    static const char *const specials[3] = {"<|endoftext|>", "<|im_start|>", "<|im_end|>"};
+    v->eos = i;
+    for (int k = 0; k < 3; k++, i++) {
+        size_t len = strlen(specials[k]);
+        memcpy(p, specials[k], len);
+        v->tok[i] = (spex_str){p, len};
+        v->type[i] = SPEX_TOKEN_CONTROL;
+        p += len;
+    }
+    return true;
+}
+
+/* ---- metadata and the command --------------------------------------------------------- */
+
+#define TRY(x)                          \
+    do {                                \
+        spex_status s_ = (x);           \
+        if (s_ != SPEX_OK) return s_;   \
+    } while (0)
+
+static spex_status set_metadata(spex_gguf_writer *w, const gm_shape *sh, spex_ftype ft, const gm_vocab *v) {
+    char name[64];
+    int len = snprintf(name, sizeof name, "spex-random-%s", sh->name);
+    TRY(spex_gguf_writer_set_str(w, "general.architecture", "qwen3", 5));
+    TRY(spex_gguf_writer_set_str(w, "general.name", name, (uint64_t)len));
+    TRY(spex_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ft));
+    TRY(spex_gguf_writer_set_u32(w, "qwen3.block_count", (uint32_t)sh->n_layer));
+    TRY(spex_gguf_writer_set_u32(w, "qwen3.context_length", (uint32_t)sh->n_ctx));
+    TRY(spex_gguf_writer_set_u32(w, "qwen3.embedding_length", (uint32_t)sh->n_embd));
+    TRY(spex_gguf_writer_set_u32(w, "qwen3.feed_forward_length", (uint32_t)sh->n_ff));
+    TRY(spex_gguf_writer_set_u32(w, "qwen3.attention.head_count", (uint32_t)sh->n_head));
+    TRY(spex_gguf_writer_set_u32(w, "qwen3.attention.head_count_kv", (uint32_t)sh->n_head_kv));
+    TRY(spex_gguf_writer_set_u32(w, "qwen3.attention.key_length", (uint32_t)sh->head_dim));
+    TRY(spex_gguf_writer_set_u32(w, "qwen3.attention.value_length", (uint32_t)sh->head_dim));
+    TRY(spex_gguf_writer_set_f32(w, "qwen3.rope.freq_base", 1000000.0f));
+    TRY(spex_gguf_writer_set_f32(w, "qwen3.attention.layer_norm_rms_epsilon", 1e-6f));
+    TRY(spex_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", 4));
+    TRY(spex_gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2", 5));
+    TRY(spex_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", v->tok, (uint64_t)v->n));
+    TRY(spex_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", SPEX_GGUF_I32, v->type, (uint64_t)v->n));
+    TRY(spex_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", v->merge, (uint64_t)v->n_merge));
+    TRY(spex_gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos));
+    TRY(spex_gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->eos));
+    TRY(spex_gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->eos));
+    TRY(spex_gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false));
+    return SPEX_OK;
+}
+
+static void gen_usage(FILE *f) {
+    fprintf(f,
+            "usage: spex gen-model --shape SHAPE --type TYPE -o OUT.gguf [--arch qwen3] [--seed S] [--vocab N]\n"
+            "                      [-t THREADS]\n"
+            "  --shape   qwen3-0.6b | qwen3-1.7b | tiny   (targets.md §11.1; tiny: 2 layers, E 256)\n"
+            "  --type    f32 f16 bf16 q8_0 q4_0 q4_K_M q5_K_M q6_K (llama.cpp's mixes for _M)\n"
+            "  --seed    weights are a pure function of the seed (default %d)\n"
+            "  --vocab   vocabulary size, >= 259 (default: the shape's)\n"
+            "  -t        threads generating and quantizing rows (default 2; no effect on the bytes)\n",
+            GM_SEED_DEFAULT);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cmd_gen_model(int argc, char **argv) {
+    const char *shape_name = NULL, *type_name = NULL, *out = NULL, *arch = "qwen3";
+    long seed = GM_SEED_DEFAULT, vocab = 0, threads = 2;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            gen_usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--shape") && val) {
+            shape_name = argv[++i];
+        } else if (!strcmp(a, "--type") && val) {
+            type_name = argv[++i];
+        } else if (!strcmp(a, "-o") && val) {
+            out = argv[++i];
+        } else if (!strcmp(a, "--arch") && val) {
+            arch = argv[++i];
+        } else if (!strcmp(a, "--seed")) {
+            if (!cli_parse_int(a, val, 0, 0x7fffffffL, &seed)) return 2;
+            i++;
+        } else if (!strcmp(a, "--vocab")) {
+            if (!cli_parse_int(a, val, 259, 1L << 24, &vocab)) return 2;
+            i++;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!cli_parse_int(a, val, 1, 1024, &threads)) return 2;
+            i++;
+        } else {
+            fprintf(stderr, "error: gen-model: unknown or incomplete argument '%s'\n", a);
+            gen_usage(stderr);
+            return 2;
+        }
+    }
+    if (!shape_name || !type_name || !out) {
+        gen_usage(stderr);
+        return 2;
+    }
+    if (strcmp(arch, "qwen3") != 0) {
+        fprintf(stderr, "error: gen-model: --arch %s: only qwen3 is supported\n", arch);
+        return 2;
+    }
+    const gm_shape *sh = NULL;
+    for (size_t k = 0; k < sizeof g_shapes / sizeof g_shapes[0]; k++)
+        if (!strcmp(shape_name, g_shapes[k].name)) sh = &g_shapes[k];
+    spex_ftype ft;
+    spex_type base;
+    if (!sh) {
+        fprintf(stderr, "error: gen-model: unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, tiny)\n", shape_name);
+        return 2;
+    }
+    if (!spex_ftype_from_name(type_name, &ft) || !ftype_base(ft, &base)) {
+        fprintf(stderr, "error: gen-model: unknown type '%s'\n", type_name);
+        return 2;
+    }
+    gm_shape shape = *sh;
+    if (vocab) shape.n_vocab = (int32_t)vocab;
+
+    static gm_ctx c; /* ~40 KiB of tensor descriptors */
+    memset(&c, 0, sizeof c);
+    c.seed = (uint64_t)seed;
+    list_tensors(&c, &shape, ft, base);
+    for (int i = 0; i < c.n; i++)
+        if (c.t[i].ne[0] > c.max_row) c.max_row = c.t[i].ne[0];
+
+    gm_vocab v;
+    spex_gguf_writer *w = NULL;
+    spex_error err = {0};
+    spex_status s = SPEX_OK;
+    if (!vocab_build(&v, shape.n_vocab)) s = spex_error_set(&err, SPEX_ERR_NOMEM, "gen-model: out of memory");
+    if (s == SPEX_OK) s = spex_pool_create((int)threads, &c.pool, &err);
+    if (s == SPEX_OK) {
+        c.rows = malloc((size_t)threads * (size_t)c.max_row * sizeof(float));
+        if (!c.rows) s = spex_error_set(&err, SPEX_ERR_NOMEM, "gen-model: out of memory");
+    }
+    if (s == SPEX_OK) s = spex_gguf_writer_init(&w, &err);
+    if (s == SPEX_OK && (s = set_metadata(w, &shape, ft, &v)) != SPEX_OK)
+        spex_error_set(&err, s, "gen-model: cannot set metadata: %s", spex_status_str(s));
+    uint64_t total = 0, n_params = 0;
+    for (int i = 0; s == SPEX_OK && i < c.n; i++) {
+        const gm_tensor *t = &c.t[i];
+        uint64_t nbytes = (uint64_t)spex_type_row_size(t->type, t->ne[0]) * (uint64_t)t->ne[1];
+        total += nbytes;
+        n_params += (uint64_t)(t->ne[0] * t->ne[1]);
+        s = spex_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, NULL, nbytes, &err);
+    }
+    double t0 = now_s();
+    if (s == SPEX_OK) {
+        spex_gguf_writer_set_fill(w, fill_tensor, &c);
+        s = spex_gguf_writer_write(w, out, &err);
+    }
+    spex_gguf_writer_free(w);
+    spex_pool_free(c.pool);
+    free(c.rows);
+    vocab_free(&v);
+    if (s != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 1;
+    }
+    printf("wrote %s: qwen3 %s, %s, %d tensors, %.3f B params, %.1f MiB of tensors, seed %ld, %.1f s\n", out,
+           shape.name, spex_ftype_name(ft), c.n, (double)n_params * 1e-9, (double)total / 1048576.0, seed,
+           now_s() - t0);
+    return 0;
+}

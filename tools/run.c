@@ -1,0 +1,597 @@
+/*
+ * run.c — `spex run`: text generation with one target model, the target alone (no drafter).
+ *
+ * What it is: a thin driver over the public API — load the model and its tokenizer, render the
+ * prompt (plain, or through the chat template with --chat), tokenize it, feed it in chunks of
+ * -b tokens, then sample one token at a time until an end-of-generation token, -n tokens, or a
+ * full context. Flag names follow llama.cpp's llama-cli where it has one. What it is not: an
+ * interactive chat loop or a speculative decoder (those come with the server and DFlash2).
+ *
+ * Output contract (docs/run.md):
+ *  - stdout carries only the generated text, streamed through the UTF-8-safe detokenizer and
+ *    flushed after every token: no prompt echo, no trailing newline, the stopping token itself
+ *    not printed. With an SPM vocab the prompt's tokens are pushed through the stream first, so
+ *    the dummy-prefix space after BOS is dropped exactly as llama2.c's run.c drops it (this is
+ *    what makes the stories260K greedy story byte-identical to stories260K.greedy.txt).
+ *  - stderr gets a newline, then the prompt and generation counts with their speeds and the stop
+ *    reason: eos / eot (an end-of-generation token), bos (BOS sampled: llama2.c's rule for
+ *    models trained on BOS-separated stories), n_predict (-n reached), context full.
+ *  - Exit status: 0 on success; 2 with a one-line "error: ..." for bad usage or a bad flag value;
+ *    1 with a one-line "error: ..." for anything the run itself cannot do (unreadable prompt
+ *    file, a model the library refuses, a prompt longer than the context).
+ */
+#include "spex.h"
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+typedef struct run_opts {
+    const char *model;
+    const char *prompt;        /* -p (NULL: none)                       */
+    const char *prompt_file;   /* -f (NULL: none)                       */
+    const char *system;        /* --system (chat only)                  */
+    const char *chat_template; /* --chat-template NAME (chat only)      */
+    long n_predict;            /* -1: until eog or a full context       */
+    long n_ctx;                /* 0: the library default                */
+    long n_batch;
+    long n_threads;            /* 0: every online CPU                   */
+    bool chat, no_think, no_bos, special, verbose;
+    spex_sampler_params sp;
+} run_opts;
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: spex run -m MODEL [-p PROMPT | -f FILE] [options]\n"
+            "\n"
+            "Generates text with a llama or qwen3 GGUF. The generated text goes to stdout (streamed, no\n"
+            "prompt echo, no trailing newline); token counts, speeds and the stop reason go to stderr.\n"
+            "\n"
+            "model and prompt:\n"
+            "  -m, --model FILE           GGUF model (required)\n"
+            "  -p, --prompt TEXT          prompt (default: empty, i.e. BOS only where the vocab adds BOS)\n"
+            "  -f, --file FILE            read the prompt from FILE (not with -p)\n"
+            "      --no-bos               do not add BOS/EOS as the vocab asks\n"
+            "      --special              print control tokens (e.g. <think>, <|im_end|>) as text\n"
+            "\n"
+            "chat:\n"
+            "      --chat                 render the prompt as one user turn with the model's chat template\n"
+            "                             (from tokenizer.chat_template; ChatML if the vocab has <|im_start|>)\n"
+            "      --system TEXT          system message (with --chat)\n"
+            "      --no-think             enable_thinking = false in the template (with --chat)\n"
+            "      --chat-template NAME   override the detected template: none, chatml, qwen3, qwen35\n"
+            "\n"
+            "generation:\n"
+            "  -n, --n-predict N          tokens to generate; -1 = until end of generation or full context (-1)\n"
+            "  -c, --ctx-size N           context in tokens, prompt included; 0 = min(context_length, 4096) (0)\n"
+            "  -b, --batch-size N         prompt tokens per forward pass (512)\n"
+            "  -t, --threads N            threads; 0 = every online CPU (0)\n"
+            "\n"
+            "sampling (llama.cpp's defaults and order: penalties;top_k;top_p;min_p;temperature):\n"
+            "      --temp T               temperature; 0 = greedy (0.8)\n"
+            "      --top-k K              keep the K most likely tokens; 0 = off (40)\n"
+            "      --top-p P              nucleus: smallest set of mass >= P; 1 = off (0.95)\n"
+            "      --min-p M              drop tokens below M * p_max; 0 = off (0.05)\n"
+            "      --repeat-penalty R     divide/multiply logits of recent tokens; 1 = off (1.0)\n"
+            "      --repeat-last-n N      history the penalties see; -1 = the context size (64)\n"
+            "      --presence-penalty X   subtract X once from tokens seen (0.0)\n"
+            "      --frequency-penalty X  subtract X per occurrence (0.0)\n"
+            "      --samplers LIST        the chain, ';'-separated (e.g. \"penalties;temperature;top_k\")\n"
+            "  -s, --seed S               RNG seed; -1 = from the clock (-1)\n"
+            "\n"
+            "  -v, --verbose              model/context lines at load, the prompt's token ids, the seed\n"
+            "  -h, --help                 this text\n");
+}
+
+/* ======================================================================== */
+/* Flags                                                                     */
+/* ======================================================================== */
+
+static bool parse_float(const char *flag, const char *s, float *out) {
+    if (!s) {
+        fprintf(stderr, "error: %s needs a value\n", flag);
+        return false;
+    }
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        fprintf(stderr, "error: %s expects a finite number, got '%s'\n", flag, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+/* a is the short or the long spelling (s2 may be NULL). */
+static bool flag_is(const char *a, const char *s1, const char *s2) {
+    return !strcmp(a, s1) || (s2 && !strcmp(a, s2));
+}
+
+static bool need_value(const char *flag, const char *v) {
+    if (!v) fprintf(stderr, "error: %s needs a value\n", flag);
+    return v != NULL;
+}
+
+/* Returns 0 when the run should go on, else the exit status (0 for --help is signalled by -1). */
+static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        float f;
+        long n;
+        if (flag_is(a, "-h", "--help")) {
+            usage(stdout);
+            return -1;
+        } else if (flag_is(a, "-m", "--model")) {
+            if (!need_value(a, v)) return 2;
+            o->model = v, i++;
+        } else if (flag_is(a, "-p", "--prompt")) {
+            if (!need_value(a, v)) return 2;
+            o->prompt = v, i++;
+        } else if (flag_is(a, "-f", "--file")) {
+            if (!need_value(a, v)) return 2;
+            o->prompt_file = v, i++;
+        } else if (flag_is(a, "--system", "--system-prompt") || !strcmp(a, "-sys")) {
+            if (!need_value(a, v)) return 2;
+            o->system = v, i++;
+        } else if (flag_is(a, "--chat-template", NULL)) {
+            if (!need_value(a, v)) return 2;
+            o->chat_template = v, i++;
+        } else if (flag_is(a, "-n", "--n-predict")) {
+            if (!cli_parse_int(a, v, -1, 1L << 30, &o->n_predict)) return 2;
+            i++;
+        } else if (flag_is(a, "-c", "--ctx-size")) {
+            if (!cli_parse_int(a, v, 0, 1L << 24, &o->n_ctx)) return 2;
+            i++;
+        } else if (flag_is(a, "-b", "--batch-size")) {
+            if (!cli_parse_int(a, v, 1, 1L << 16, &o->n_batch)) return 2;
+            i++;
+        } else if (flag_is(a, "-t", "--threads")) {
+            if (!cli_parse_int(a, v, 0, 1024, &o->n_threads)) return 2;
+            i++;
+        } else if (flag_is(a, "--temp", "--temperature")) {
+            if (!parse_float(a, v, &f)) return 2;
+            o->sp.temp = f, i++;
+        } else if (flag_is(a, "--top-k", NULL)) {
+            if (!cli_parse_int(a, v, 0, 1L << 30, &n)) return 2;
+            o->sp.top_k = (int32_t)n, i++;
+        } else if (flag_is(a, "--top-p", NULL)) {
+            if (!parse_float(a, v, &f)) return 2;
+            if (f < 0 || f > 1) {
+                fprintf(stderr, "error: %s expects a value in [0, 1], got '%s'\n", a, v);
+                return 2;
+            }
+            o->sp.top_p = f, i++;
+        } else if (flag_is(a, "--min-p", NULL)) {
+            if (!parse_float(a, v, &f)) return 2;
+            if (f < 0 || f > 1) {
+                fprintf(stderr, "error: %s expects a value in [0, 1], got '%s'\n", a, v);
+                return 2;
+            }
+            o->sp.min_p = f, i++;
+        } else if (flag_is(a, "--repeat-penalty", NULL)) {
+            if (!parse_float(a, v, &f)) return 2;
+            if (f <= 0) {
+                fprintf(stderr, "error: %s expects a value > 0, got '%s'\n", a, v);
+                return 2;
+            }
+            o->sp.repeat_penalty = f, i++;
+        } else if (flag_is(a, "--repeat-last-n", NULL)) {
+            if (!cli_parse_int(a, v, -1, 1L << 24, repeat_last_n)) return 2;
+            i++;
+        } else if (flag_is(a, "--presence-penalty", NULL)) {
+            if (!parse_float(a, v, &f)) return 2;
+            o->sp.presence_penalty = f, i++;
+        } else if (flag_is(a, "--frequency-penalty", NULL)) {
+            if (!parse_float(a, v, &f)) return 2;
+            o->sp.frequency_penalty = f, i++;
+        } else if (flag_is(a, "--samplers", NULL)) {
+            if (!need_value(a, v)) return 2;
+            spex_error err = {0};
+            if (spex_sampler_parse_stages(v, &o->sp, &err) != SPEX_OK) {
+                fprintf(stderr, "error: %s: %s\n", a, err.msg);
+                return 2;
+            }
+            i++;
+        } else if (flag_is(a, "-s", "--seed")) {
+            if (!cli_parse_int(a, v, -1, 0xFFFFFFFEL, &n)) return 2;
+            o->sp.seed = n < 0 ? SPEX_SEED_RANDOM : (uint64_t)n, i++;
+        } else if (flag_is(a, "--chat", "-cnv")) {
+            o->chat = true;
+        } else if (flag_is(a, "--no-think", NULL)) {
+            o->no_think = true;
+        } else if (flag_is(a, "--no-bos", NULL)) {
+            o->no_bos = true;
+        } else if (flag_is(a, "--special", "-sp")) {
+            o->special = true;
+        } else if (flag_is(a, "-v", "--verbose")) {
+            o->verbose = true;
+        } else {
+            fprintf(stderr, "error: unknown flag '%s' (see 'spex run --help')\n", a);
+            return 2;
+        }
+    }
+    if (!o->model) {
+        fprintf(stderr, "error: -m MODEL is required (see 'spex run --help')\n");
+        return 2;
+    }
+    if (o->prompt && o->prompt_file) {
+        fprintf(stderr, "error: give the prompt with -p or -f, not both\n");
+        return 2;
+    }
+    spex_chat_template tmpl;
+    if (o->chat_template && !spex_chat_template_from_name(o->chat_template, &tmpl)) {
+        fprintf(stderr, "error: unknown --chat-template '%s' (none, chatml, qwen3, qwen35)\n", o->chat_template);
+        return 2;
+    }
+    if (!o->chat && (o->system || o->no_think || o->chat_template)) {
+        fprintf(stderr, "error: --system, --no-think and --chat-template need --chat\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* ======================================================================== */
+/* Prompt                                                                    */
+/* ======================================================================== */
+
+/* Whole file into a malloc'd buffer (any bytes; a NUL is appended for convenience). */
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "error: cannot read prompt file '%s': %s\n", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - 1 - n, f);
+        if (ferror(f)) {
+            fprintf(stderr, "error: cannot read prompt file '%s': %s\n", path, strerror(errno));
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        if (feof(f)) break;
+        char *nb = cap < ((size_t)1 << 30) ? realloc(buf, cap * 2) : NULL;
+        if (!nb) {
+            fprintf(stderr, "error: prompt file '%s' is too large\n", path);
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = nb;
+        cap *= 2;
+    }
+    fclose(f);
+    if (buf) buf[n] = 0, *len = n;
+    return buf;
+}
+
+/* The chat rendering of [system,] user: malloc'd, NUL-terminated; NULL after printing an error. */
+static char *render_chat(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const char *user,
+                         size_t *len) {
+    spex_chat_template tmpl;
+    if (o->chat_template) {
+        (void)spex_chat_template_from_name(o->chat_template, &tmpl);   /* checked by parse_args */
+    } else {
+        /* tokenizer.chat_template is not NUL-terminated in the mapping: copy it. */
+        spex_str js = {0};
+        char *jinja = NULL;
+        if (spex_gguf_get_str(spex_model_gguf(m), "tokenizer.chat_template", &js, NULL) == SPEX_OK) {
+            jinja = malloc(js.len + 1);
+            if (!jinja) {
+                fprintf(stderr, "error: out of memory\n");
+                return NULL;
+            }
+            memcpy(jinja, js.ptr, js.len);
+            jinja[js.len] = 0;
+        }
+        bool has_im_start = spex_token_find(tok, "<|im_start|>", 12) != SPEX_TOKEN_NONE;
+        bool warned = false;
+        spex_chat_detect(jinja, has_im_start, &tmpl, &warned);
+        if (warned)
+            fprintf(stderr, "warning: %s; using the %s template\n",
+                    jinja ? "tokenizer.chat_template is not one spex knows" : "the model has no chat template",
+                    spex_chat_template_name(tmpl));
+        free(jinja);
+    }
+    if (o->verbose) fprintf(stderr, "chat template: %s\n", spex_chat_template_name(tmpl));
+
+    spex_chat_msg msgs[2];
+    size_t n = 0;
+    if (o->system) msgs[n++] = (spex_chat_msg){.role = SPEX_CHAT_SYSTEM, .content = o->system};
+    msgs[n++] = (spex_chat_msg){.role = SPEX_CHAT_USER, .content = user};
+    spex_error err = {0};
+    size_t need = 0;
+    spex_status st = spex_chat_apply(tmpl, msgs, n, true, !o->no_think, NULL, 0, &need, &err);
+    if (st != SPEX_OK && st != SPEX_ERR_RANGE) {
+        fprintf(stderr, "error: chat template: %s\n", err.msg);
+        return NULL;
+    }
+    char *buf = malloc(need + 1);
+    if (!buf) {
+        fprintf(stderr, "error: out of memory\n");
+        return NULL;
+    }
+    if (spex_chat_apply(tmpl, msgs, n, true, !o->no_think, buf, need + 1, len, &err) != SPEX_OK) {
+        fprintf(stderr, "error: chat template: %s\n", err.msg);
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
+/* Tokenizes text into a malloc'd array; NULL after printing an error. */
+static int32_t *tokenize_all(const spex_tokenizer *tok, const char *text, size_t len, bool add_special,
+                             int *n_out) {
+    spex_error err = {0};
+    int n = 0;
+    spex_status st = spex_tokenize(tok, text, len, add_special, true, NULL, 0, &n, &err);
+    if (st != SPEX_OK && st != SPEX_ERR_RANGE) {
+        fprintf(stderr, "error: tokenize: %s\n", err.msg);
+        return NULL;
+    }
+    int32_t *ids = malloc(sizeof *ids * (size_t)(n > 0 ? n : 1));
+    if (!ids) {
+        fprintf(stderr, "error: out of memory\n");
+        return NULL;
+    }
+    if (n > 0 && spex_tokenize(tok, text, len, add_special, true, ids, n, &n, &err) != SPEX_OK) {
+        fprintf(stderr, "error: tokenize: %s\n", err.msg);
+        free(ids);
+        return NULL;
+    }
+    *n_out = n;
+    return ids;
+}
+
+/* ======================================================================== */
+/* Generation                                                                */
+/* ======================================================================== */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void write_str(spex_str s) {
+    if (s.len) fwrite(s.ptr, 1, s.len, stdout);
+}
+
+static void log_stderr(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "%s\n", line);
+}
+
+static double rate(long n, double secs) {
+    return secs > 0 ? (double)n / secs : 0.0;
+}
+
+/* Everything after the flags; the caller frees nothing (this function owns its resources). */
+static int run_generate(const run_opts *o, const char *text, size_t text_len) {
+    int rc = 1;
+    spex_error err = {0};
+    spex_model *m = NULL;
+    spex_tokenizer *tok = NULL;
+    spex_context *ctx = NULL;
+    spex_sampler *smp = NULL;
+    spex_detok_stream *ds = NULL;
+    char *chat_text = NULL;
+    int32_t *ids = NULL;
+    spex_batch_token *bt = NULL;
+
+    spex_model_params mp = spex_model_default_params();
+    mp.verbose = o->verbose;
+    mp.log = log_stderr;
+    if (spex_model_load(o->model, &mp, &m, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+    if (spex_tokenizer_load_gguf(spex_model_gguf(m), &tok, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s: tokenizer: %s\n", o->model, err.msg);
+        goto done;
+    }
+    const spex_model_hparams *hp = spex_model_get_hparams(m);
+    if (spex_tokenizer_n_vocab(tok) > hp->n_vocab) {
+        fprintf(stderr, "error: %s: the tokenizer has %d tokens but the model only %d logits\n", o->model,
+                spex_tokenizer_n_vocab(tok), hp->n_vocab);
+        goto done;
+    }
+
+    if (o->chat) {
+        size_t n = 0;
+        chat_text = render_chat(o, m, tok, text, &n);
+        if (!chat_text) goto done;
+        text = chat_text;
+        text_len = n;
+    }
+    int n_prompt = 0;
+    ids = tokenize_all(tok, text, text_len, !o->no_bos, &n_prompt);
+    if (!ids) goto done;
+    if (n_prompt == 0) {
+        fprintf(stderr, "error: the prompt is empty and %s; give a prompt with -p or -f\n",
+                o->no_bos ? "--no-bos is set" : "the vocab adds no BOS token");
+        goto done;
+    }
+    if (o->verbose) {
+        fprintf(stderr, "prompt ids (%d):", n_prompt);
+        for (int i = 0; i < n_prompt; i++) fprintf(stderr, " %d", ids[i]);
+        fprintf(stderr, "\n");
+    }
+
+    spex_context_params cp = spex_context_default_params();
+    if (o->n_ctx > 0) cp.n_ctx_per_seq = (int32_t)o->n_ctx;
+    cp.n_batch_max = (int32_t)o->n_batch;
+    cp.n_outputs_max = 1;   /* only the last prompt token and each generated token need logits */
+    cp.n_threads = o->n_threads > 0 ? (int32_t)o->n_threads : 0;
+    if (o->n_threads == 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        cp.n_threads = (int32_t)(cpus > 0 ? cpus : 1);
+    }
+    /* The prompt check comes before the (possibly large) context allocation. */
+    int32_t n_ctx = o->n_ctx > 0 ? (int32_t)o->n_ctx : cp.n_ctx_per_seq;
+    if (n_ctx <= 0) n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    if (n_prompt > n_ctx) {
+        fprintf(stderr, "error: the prompt is %d tokens, longer than the context of %d (raise -c)\n", n_prompt,
+                n_ctx);
+        goto done;
+    }
+    if (spex_context_init(m, &cp, &ctx, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+    n_ctx = spex_context_get_params(ctx)->n_ctx_per_seq;
+    int32_t n_batch = spex_context_get_params(ctx)->n_batch_max;
+    if (n_prompt > n_ctx) {
+        fprintf(stderr, "error: the prompt is %d tokens, longer than the context of %d (raise -c)\n", n_prompt,
+                n_ctx);
+        goto done;
+    }
+
+    spex_sampler_params sp = o->sp;
+    if (sp.repeat_last_n < 0) sp.repeat_last_n = n_ctx;
+    if (spex_sampler_init(&sp, hp->n_vocab, &smp, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+    if (o->verbose) fprintf(stderr, "seed: %s\n", sp.seed == SPEX_SEED_RANDOM ? "random" : "fixed");
+    unsigned dflags = SPEX_DETOK_STRIP_SPACE | (o->special ? SPEX_DETOK_SPECIAL : 0u);
+    if (spex_detok_stream_create(tok, dflags, &ds, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+    bt = malloc(sizeof *bt * (size_t)n_batch);
+    if (!bt) {
+        fprintf(stderr, "error: out of memory\n");
+        goto done;
+    }
+
+    /* The prompt: its pieces go through the stream unprinted (so the first generated piece is
+     * rendered as a continuation), its ids into the penalty history (as llama-cli does). */
+    for (int i = 0; i < n_prompt; i++) {
+        spex_str ignored;
+        if (ids[i] < 0 || ids[i] >= hp->n_vocab || spex_detok_stream_push(ds, ids[i], &ignored, &err) != SPEX_OK ||
+            spex_sampler_accept(smp, ids[i]) != SPEX_OK) {
+            fprintf(stderr, "error: prompt token %d (id %d): %s\n", i, ids[i], err.msg[0] ? err.msg : "out of range");
+            goto done;
+        }
+    }
+    /* A prompt ending inside a UTF-8 sequence must not leak its U+FFFD into the output. */
+    (void)spex_detok_stream_flush(ds);
+    double t0 = now_s();
+    for (int i = 0; i < n_prompt; i += n_batch) {
+        int k = n_prompt - i < n_batch ? n_prompt - i : n_batch;
+        for (int j = 0; j < k; j++)
+            bt[j] = (spex_batch_token){.token = ids[i + j], .pos = i + j, .seq = 0, .logits = i + j == n_prompt - 1};
+        if (spex_forward(ctx, &(spex_batch){bt, k}, &err) != SPEX_OK) {
+            fprintf(stderr, "error: prompt: %s\n", err.msg);
+            goto done;
+        }
+    }
+    double t1 = now_s();
+
+    const char *reason = "n_predict";
+    long n_gen = 0;
+    int32_t bos = spex_token_bos(tok), eot = spex_token_eot(tok);
+    while (o->n_predict < 0 || n_gen < o->n_predict) {
+        int32_t id;
+        if (spex_sampler_sample(smp, spex_logits(ctx, 0), &id, &err) != SPEX_OK) {
+            fprintf(stderr, "\nerror: sampling: %s\n", err.msg);
+            goto done;
+        }
+        if (spex_token_is_eog(tok, id)) {
+            reason = id == eot ? "eot" : "eos";
+            break;
+        }
+        if (id == bos) {
+            reason = "bos";
+            break;
+        }
+        n_gen++;
+        spex_str piece;
+        if (spex_detok_stream_push(ds, id, &piece, &err) != SPEX_OK) {
+            fprintf(stderr, "\nerror: detokenize: %s\n", err.msg);
+            goto done;
+        }
+        write_str(piece);
+        fflush(stdout);
+        if (spex_sampler_accept(smp, id) != SPEX_OK) {
+            fprintf(stderr, "\nerror: sampling: token %d out of range\n", id);
+            goto done;
+        }
+        if (o->n_predict >= 0 && n_gen >= o->n_predict) break;
+        int32_t pos = spex_kv_seq_len(ctx, 0);
+        if (pos >= n_ctx) {
+            reason = "context full";
+            break;
+        }
+        bt[0] = (spex_batch_token){.token = id, .pos = pos, .seq = 0, .logits = true};
+        if (spex_forward(ctx, &(spex_batch){bt, 1}, &err) != SPEX_OK) {
+            fprintf(stderr, "\nerror: decode: %s\n", err.msg);
+            goto done;
+        }
+    }
+    write_str(spex_detok_stream_flush(ds));
+    fflush(stdout);
+    double t2 = now_s();
+
+    fprintf(stderr, "\nprompt:    %d tokens, %.2f ms, %.2f t/s\n", n_prompt, (t1 - t0) * 1e3,
+            rate(n_prompt, t1 - t0));
+    fprintf(stderr, "generated: %ld tokens, %.2f ms, %.2f t/s\n", n_gen, (t2 - t1) * 1e3, rate(n_gen, t2 - t1));
+    fprintf(stderr, "stop:      %s\n", reason);
+    rc = 0;
+done:
+    free(bt);
+    spex_detok_stream_free(ds);
+    spex_sampler_free(smp);
+    spex_context_free(ctx);
+    free(ids);
+    free(chat_text);
+    spex_tokenizer_free(tok);
+    spex_model_free(m);
+    return rc;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params()};
+    long repeat_last_n = o.sp.repeat_last_n;
+    int prc = parse_args(argc, argv, &o, &repeat_last_n);
+    if (prc < 0) return 0;
+    if (prc > 0) return prc;
+    o.sp.repeat_last_n = repeat_last_n < 0 ? -1 : (int32_t)repeat_last_n;
+
+    /* Sampler values the flag parser cannot judge alone (the library's rules) are checked
+     * before the model loads, so a bad value is a usage error (exit 2), not a run error. */
+    spex_sampler_params probe = o.sp;
+    if (probe.repeat_last_n < 0) probe.repeat_last_n = 0;
+    spex_sampler *s = NULL;
+    spex_error err = {0};
+    if (spex_sampler_init(&probe, 1, &s, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 2;
+    }
+    spex_sampler_free(s);
+
+    char *file_text = NULL;
+    size_t len = 0;
+    const char *text = "";
+    if (o.prompt_file) {
+        file_text = read_file(o.prompt_file, &len);
+        if (!file_text) return 1;
+        text = file_text;
+    } else if (o.prompt) {
+        text = o.prompt;
+        len = strlen(text);
+    }
+    int rc = run_generate(&o, text, len);
+    free(file_text);
+    return rc;
+}
