@@ -5,6 +5,7 @@
  */
 #include "test.h"
 
+#include <ftw.h>
 #include <unistd.h>
 
 #define MAX_CASES 512
@@ -29,6 +30,38 @@ const char *test_shared_path(const char *rel) {
         if (access(b, R_OK) == 0) return b;
     }
     return NULL;
+}
+
+static char tmp_dir[64];
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void remove_tmp_dir(void) {
+    if (tmp_dir[0] && nftw(tmp_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "warning: could not remove %s\n", tmp_dir);
+}
+
+const char *test_tmp_dir(void) {
+    if (!tmp_dir[0]) {
+        snprintf(tmp_dir, sizeof tmp_dir, "/tmp/spex-test-XXXXXX");
+        if (!mkdtemp(tmp_dir)) {
+            perror("mkdtemp");
+            exit(1);
+        }
+        atexit(remove_tmp_dir);
+    }
+    return tmp_dir;
+}
+
+const char *test_tmp_path(const char *name) {
+    static char buf[8][256];
+    static int k;
+    char *b = buf[k++ % 8];
+    snprintf(b, sizeof buf[0], "%s/%s", test_tmp_dir(), name);
+    return b;
 }
 
 int test_main_(int argc, char **argv) {

@@ -23,6 +23,10 @@ void test_register_(const char *name, test_fn fn);
 int test_main_(int argc, char **argv);
 /* Path of a file in ../shared/data (relative to the repo root), or NULL if absent. */
 const char *test_shared_path(const char *rel);
+/* This run's private temporary directory (created on first use, removed at exit), and a
+ * path inside it (one of 8 rotating buffers, so a few may be held at once). */
+const char *test_tmp_dir(void);
+const char *test_tmp_path(const char *name);
 
 #define TEST(name)                                                                  \
     static void test_##name(void);                                                  \

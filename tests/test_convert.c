@@ -19,33 +19,9 @@
 /* Helpers                                                                   */
 /* ======================================================================== */
 
-static char tmp_dir[64];
-
-static void rm_tmp(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmp_dir);
-}
-
-/* A path in this run's temporary directory (one of 8 rotating buffers). */
-static const char *tmp_path(const char *name) {
-    static char buf[8][256];
-    static int k;
-    if (!tmp_dir[0]) {
-        snprintf(tmp_dir, sizeof tmp_dir, "/tmp/spex-test-convert-XXXXXX");
-        if (!mkdtemp(tmp_dir)) {
-            tmp_dir[0] = 0;
-            return "/nonexistent-dir/x";
-        }
-        atexit(rm_tmp);
-    }
-    char *b = buf[k++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", tmp_dir, name);
-    return b;
-}
 
 static const char *write_tmp(const char *name, const void *data, size_t len) {
-    const char *p = tmp_path(name);
+    const char *p = test_tmp_path(name);
     FILE *f = fopen(p, "wb");
     if (!f) return p;
     if (len) fwrite(data, 1, len, f);
@@ -76,7 +52,7 @@ static spex_tokenizer *convert_load(conv_kind kind, const char *src, const char 
                                     const char *name, spex_gguf **g) {
     spex_error err = {0};
     spex_tokenizer *t = NULL;
-    const char *out = tmp_path(name);
+    const char *out = test_tmp_path(name);
     *g = NULL;
     if (convert(kind, src, cfg, n_vocab, out, &err) != SPEX_OK || spex_gguf_open(out, g, &err) != SPEX_OK ||
         spex_tokenizer_load_gguf(*g, &t, &err) != SPEX_OK) {
@@ -409,8 +385,8 @@ TEST(spm_errors) {
     n = make_spm(m, 2, 8);
     CHECK(fails_with(convert(CONV_SPM, write_tmp("bos.model", m, n), NULL, 0, NULL, &err), &err, SPEX_ERR_RANGE,
                      "bos_id"));
-    CHECK(fails_with(convert(CONV_SPM, tmp_path("absent.model"), NULL, 0, NULL, &err), &err, SPEX_ERR_IO, "absent.model"));
-    CHECK(fails_with(convert(CONV_SPM, tmp_dir, NULL, 0, NULL, &err), &err, SPEX_ERR_IO, "regular"));
+    CHECK(fails_with(convert(CONV_SPM, test_tmp_path("absent.model"), NULL, 0, NULL, &err), &err, SPEX_ERR_IO, "absent.model"));
+    CHECK(fails_with(convert(CONV_SPM, test_tmp_dir(), NULL, 0, NULL, &err), &err, SPEX_ERR_IO, "regular"));
 
     pbuf p = {.n = 0};
     put_uint(&p, 1, 5);   /* pieces must be messages */
@@ -464,7 +440,7 @@ static spex_status hf_variant(const char *from, const char *to, const char *cfg_
 
 TEST(hf_errors) {
     spex_error err = {0};
-    CHECK(fails_with(convert(CONV_HF, tmp_path("absent.json"), NULL, 0, NULL, &err), &err, SPEX_ERR_IO, "absent.json"));
+    CHECK(fails_with(convert(CONV_HF, test_tmp_path("absent.json"), NULL, 0, NULL, &err), &err, SPEX_ERR_IO, "absent.json"));
     CHECK(fails_with(convert(CONV_HF, write_tmp("trunc.json", tiny_json, 200), NULL, 0, NULL, &err), &err,
                      SPEX_ERR_FORMAT, "not valid JSON"));
     CHECK(fails_with(convert(CONV_HF, write_tmp("empty.json", "", 0), NULL, 0, NULL, &err), &err, SPEX_ERR_FORMAT,

@@ -20,29 +20,6 @@
 /* Helpers                                                                   */
 /* ======================================================================== */
 
-static char tmp_dir[64];
-
-static void remove_tmp_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmp_dir);
-}
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][256];
-    static int k;
-    if (!tmp_dir[0]) {
-        snprintf(tmp_dir, sizeof tmp_dir, "/tmp/spex-test-gguf-XXXXXX");
-        if (!mkdtemp(tmp_dir)) {
-            perror("mkdtemp");
-            exit(1);
-        }
-        atexit(remove_tmp_dir);
-    }
-    char *b = buf[k++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", tmp_dir, name);
-    return b;
-}
 
 static uint8_t *read_all(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
@@ -199,7 +176,7 @@ static spex_gguf_writer *make_all_types_writer(void) {
 TEST(roundtrip_every_value_type) {
     spex_gguf_writer *w = make_all_types_writer();
     CHECK(w);
-    const char *path = tmp_path("types.gguf");
+    const char *path = test_tmp_path("types.gguf");
     spex_error err = {0};
     spex_status s = spex_gguf_writer_write(w, path, &err);
     spex_gguf_writer_free(w);
@@ -300,7 +277,7 @@ TEST(roundtrip_every_value_type) {
 TEST(getters_report_type_range_and_absence) {
     spex_gguf_writer *w = make_all_types_writer();
     CHECK(w);
-    const char *path = tmp_path("getters.gguf");
+    const char *path = test_tmp_path("getters.gguf");
     CHECK_OK(spex_gguf_writer_write(w, path, NULL));
     spex_gguf_writer_free(w);
     spex_gguf *g = NULL;
@@ -420,9 +397,9 @@ static void check_tensor_file(const char *path, uint64_t alignment) {
     spex_gguf_close(g);
 }
 
-TEST(roundtrip_tensors_default_alignment) { check_tensor_file(tmp_path("t32.gguf"), 32); }
-TEST(roundtrip_tensors_alignment_64) { check_tensor_file(tmp_path("t64.gguf"), 64); }
-TEST(roundtrip_tensors_alignment_1) { check_tensor_file(tmp_path("t1.gguf"), 1); }
+TEST(roundtrip_tensors_default_alignment) { check_tensor_file(test_tmp_path("t32.gguf"), 32); }
+TEST(roundtrip_tensors_alignment_64) { check_tensor_file(test_tmp_path("t64.gguf"), 64); }
+TEST(roundtrip_tensors_alignment_1) { check_tensor_file(test_tmp_path("t1.gguf"), 1); }
 
 typedef struct fill_ctx {
     int calls;
@@ -468,7 +445,7 @@ TEST(writer_streaming_fill_and_argument_checks) {
     CHECK(spex_gguf_writer_add_tensor(w, "f", SPEX_TYPE_F32, 2, ne, buf, 512, &err) == SPEX_ERR_INVALID_ARG);
     CHECK_OK(spex_gguf_writer_add_tensor(w, "s1", SPEX_TYPE_F32, 2, ne, NULL, 512, &err));
     CHECK_OK(spex_gguf_writer_add_tensor(w, "s2", SPEX_TYPE_Q8_0, 2, ne, NULL, 136, &err));
-    const char *path = tmp_path("fill.gguf");
+    const char *path = test_tmp_path("fill.gguf");
     CHECK(spex_gguf_writer_write(w, path, &err) == SPEX_ERR_INVALID_ARG); /* no fill callback */
     CHECK(access(path, F_OK) != 0);
     spex_gguf_writer_set_fill(w, fill_fail, NULL);
@@ -520,7 +497,7 @@ TEST(open_errors_name_the_file) {
     CHECK_MSG(strstr(err.msg, "/nonexistent/x.gguf"), "%s", err.msg);
     CHECK(spex_gguf_open("/tmp", &g, &err) == SPEX_ERR_IO);
     CHECK_MSG(strstr(err.msg, "regular"), "%s", err.msg);
-    const char *empty = tmp_path("empty.gguf");
+    const char *empty = test_tmp_path("empty.gguf");
     CHECK(write_all(empty, "", 0));
     CHECK(spex_gguf_open(empty, &g, &err) == SPEX_ERR_FORMAT);
     CHECK_MSG(strstr(err.msg, empty) && strstr(err.msg, "0 bytes"), "%s", err.msg);
@@ -618,7 +595,7 @@ TEST(hostile_counts_fail_before_allocating) {
 
 TEST(alignment_key_must_be_u32_power_of_two) {
     uint8_t *datas[N_TSPEC] = {0};
-    const char *path = tmp_path("align.gguf");
+    const char *path = test_tmp_path("align.gguf");
     CHECK(write_tensor_file(path, 64, datas));
     for (int i = 0; i < N_TSPEC; i++) free(datas[i]);
     size_t n;
@@ -727,7 +704,7 @@ TEST(stories260K_copy_is_byte_identical) {
         const spex_tensor_info *t = spex_gguf_tensor(g, i);
         CHECK_OK(spex_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data, t->nbytes, NULL));
     }
-    const char *out = tmp_path("copy.gguf");
+    const char *out = test_tmp_path("copy.gguf");
     spex_error err = {0};
     CHECK_MSG(spex_gguf_writer_write(w, out, &err) == SPEX_OK, "%s", err.msg);
     spex_gguf_writer_free(w);
@@ -1050,7 +1027,7 @@ TEST(corpus_seeds) {
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         char committed[256];
         snprintf(committed, sizeof committed, "fuzz/corpus/gguf/%s", seeds[i].name);
-        const char *fresh = tmp_path(seeds[i].name);
+        const char *fresh = test_tmp_path(seeds[i].name);
         CHECK(seeds[i].make(fresh));
         size_t nf, nc = 0;
         uint8_t *f = read_all(fresh, &nf);

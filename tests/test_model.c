@@ -39,29 +39,6 @@ static const char *fixture_path(const char *name) {
     return access(b, R_OK) == 0 ? b : NULL;
 }
 
-static char tmp_dir[64];
-
-static void remove_tmp_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmp_dir);
-}
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][256];
-    static int k;
-    if (!tmp_dir[0]) {
-        snprintf(tmp_dir, sizeof tmp_dir, "/tmp/spex-test-model-XXXXXX");
-        if (!mkdtemp(tmp_dir)) {
-            perror("mkdtemp");
-            exit(1);
-        }
-        atexit(remove_tmp_dir);
-    }
-    char *b = buf[k++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", tmp_dir, name);
-    return b;
-}
 
 static spex_model *load(const char *path) {
     spex_error e = {0};
@@ -418,7 +395,7 @@ static bool quantized_vs_dequantized(const char *src, spex_ftype ft, const char 
 TEST(stories_q8_0_weights) {
     NEED_STORIES(m, g);
     spex_model_free(m);
-    const char *q8 = tmp_path("stories-q8_0.gguf");
+    const char *q8 = test_tmp_path("stories-q8_0.gguf");
     spex_quantize_params qp = spex_quantize_default_params();
     qp.ftype = SPEX_FTYPE_Q8_0;
     qp.n_threads = 2;
@@ -606,7 +583,7 @@ static bool quantized_vs_dequantized(const char *src, spex_ftype ft, const char 
     char qname[64], dname[64];
     snprintf(qname, sizeof qname, "%s.gguf", tag);
     snprintf(dname, sizeof dname, "%s-deq.gguf", tag);
-    const char *q = tmp_path(qname), *dq = tmp_path(dname);
+    const char *q = test_tmp_path(qname), *dq = test_tmp_path(dname);
     spex_quantize_params qp = spex_quantize_default_params();
     qp.ftype = ft;
     qp.n_threads = 2;
@@ -636,7 +613,7 @@ static void fixture_quantized(const char *model_name, const char *golden_name, s
     if (!src) SKIP("tests/data/models/%s missing", model_name);
     char qname[64];
     snprintf(qname, sizeof qname, "%s-ref.gguf", tag);
-    const char *dst = tmp_path(qname);
+    const char *dst = test_tmp_path(qname);
     spex_quantize_params qp = spex_quantize_default_params();
     qp.ftype = ft;
     spex_error e = {0};
@@ -733,7 +710,7 @@ static bool write_synthetic_qwen3(const char *path) {
 }
 
 TEST(kquant_synthetic) {
-    const char *src = tmp_path("synthetic-qwen3-e256.gguf");
+    const char *src = test_tmp_path("synthetic-qwen3-e256.gguf");
     CHECK(write_synthetic_qwen3(src));
     const int32_t tokens[10] = {3, 141, 59, 26, 53, 58, 97, 93, 238, 46};
     const spex_ftype fts[2] = {SPEX_FTYPE_Q4_K_M, SPEX_FTYPE_Q5_K_M};
@@ -742,7 +719,7 @@ TEST(kquant_synthetic) {
         double d;
         CHECK(quantized_vs_dequantized(src, fts[i], tags[i], tokens, 10, &d));
         /* which types the file really has */
-        spex_model *m = load(tmp_path(i == 0 ? "syn-q4km.gguf" : "syn-q5km.gguf"));
+        spex_model *m = load(test_tmp_path(i == 0 ? "syn-q4km.gguf" : "syn-q5km.gguf"));
         CHECK(m != NULL);
         const spex_gguf *g = spex_model_gguf(m);
         bool seen[SPEX_TYPE_COUNT] = {0};
@@ -899,7 +876,7 @@ static void expect_load_error(const char *path, spex_status want, const char *co
 
 TEST(error_wrong_shape) {
     if (!stories_path()) SKIP("stories260K not found");
-    const char *p = tmp_path("bad-shape.gguf");
+    const char *p = test_tmp_path("bad-shape.gguf");
     const int64_t ne[2] = {64, 16};
     CHECK(write_variant(stories_path(), p, "blk.2.attn_k.weight", SPEX_TYPE_F32, ne, 2, false, NULL));
     expect_load_error(p, SPEX_ERR_FORMAT, (const char *[]){"blk.2.attn_k.weight", "[64, 16]", "[64, 32]", NULL});
@@ -907,7 +884,7 @@ TEST(error_wrong_shape) {
 
 TEST(error_wrong_norm_shape) {
     if (!stories_path()) SKIP("stories260K not found");
-    const char *p = tmp_path("bad-norm-shape.gguf");
+    const char *p = test_tmp_path("bad-norm-shape.gguf");
     const int64_t ne[2] = {64, 2};
     CHECK(write_variant(stories_path(), p, "output_norm.weight", SPEX_TYPE_F32, ne, 2, false, NULL));
     expect_load_error(p, SPEX_ERR_FORMAT, (const char *[]){"output_norm.weight", "[64, 2]", "[64]", NULL});
@@ -915,7 +892,7 @@ TEST(error_wrong_norm_shape) {
 
 TEST(error_wrong_type) {
     if (!stories_path()) SKIP("stories260K not found");
-    const char *p = tmp_path("bad-type.gguf");
+    const char *p = test_tmp_path("bad-type.gguf");
     const int64_t ne[1] = {64};
     CHECK(write_variant(stories_path(), p, "blk.1.ffn_norm.weight", SPEX_TYPE_F16, ne, 1, false, NULL));
     expect_load_error(p, SPEX_ERR_TYPE, (const char *[]){"blk.1.ffn_norm.weight", "f16", "f32", NULL});
@@ -926,14 +903,14 @@ TEST(error_wrong_type) {
 
 TEST(error_missing_tensor) {
     if (!stories_path()) SKIP("stories260K not found");
-    const char *p = tmp_path("missing.gguf");
+    const char *p = test_tmp_path("missing.gguf");
     CHECK(write_variant(stories_path(), p, "blk.4.ffn_up.weight", SPEX_TYPE_F32, NULL, 0, true, NULL));
     expect_load_error(p, SPEX_ERR_NOT_FOUND, (const char *[]){"blk.4.ffn_up.weight", "missing", NULL});
 }
 
 TEST(error_unknown_arch) {
     if (!stories_path()) SKIP("stories260K not found");
-    const char *p = tmp_path("arch.gguf");
+    const char *p = test_tmp_path("arch.gguf");
     CHECK(write_variant(stories_path(), p, NULL, SPEX_TYPE_F32, NULL, 0, false, "mamba"));
     expect_load_error(p, SPEX_ERR_UNSUPPORTED, (const char *[]){"mamba", "general.architecture", NULL});
     /* an arch spex knows but whose keys are absent: the missing key is named */

@@ -15,29 +15,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static char tmp_dir[64];
-
-static void remove_tmp_dir(void) {
-    char cmd[128];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
-    if (system(cmd) != 0) fprintf(stderr, "warning: could not remove %s\n", tmp_dir);
-}
-
-static const char *tmp_path(const char *name) {
-    static char buf[8][256];
-    static int k;
-    if (!tmp_dir[0]) {
-        snprintf(tmp_dir, sizeof tmp_dir, "/tmp/spex-test-quantize-XXXXXX");
-        if (!mkdtemp(tmp_dir)) {
-            perror("mkdtemp");
-            exit(1);
-        }
-        atexit(remove_tmp_dir);
-    }
-    char *b = buf[k++ % 8];
-    snprintf(b, sizeof buf[0], "%s/%s", tmp_dir, name);
-    return b;
-}
 
 static const char *stories_path(void) { return test_shared_path("data/stories260K/stories260K.gguf"); }
 
@@ -151,7 +128,7 @@ static void check_stories(spex_ftype ft, const char *out_name, spex_type dense, 
                           spex_type v_more, spex_type v_other, spex_type down) {
     const char *in_path = stories_path();
     if (!in_path) SKIP("../shared/data/stories260K/stories260K.gguf not found");
-    const char *out_path = tmp_path(out_name);
+    const char *out_path = test_tmp_path(out_name);
     spex_error err = {0};
     CHECK_MSG(quantize(in_path, out_path, ft, 2, &err) == SPEX_OK, "%s", err.msg);
     spex_gguf *in = NULL, *out = NULL;
@@ -295,8 +272,8 @@ static bool write_synthetic(const char *path, bool with_output) {
 static bool more_bits_layer(int l) { return l == 0 || l == 3 || l == 6 || l == 7; }
 
 static void check_synthetic(spex_ftype ft, spex_type base, spex_type more, bool with_output) {
-    const char *in_path = tmp_path(with_output ? "syn.gguf" : "syn-tied.gguf");
-    const char *out_path = tmp_path(with_output ? "syn-out.gguf" : "syn-tied-out.gguf");
+    const char *in_path = test_tmp_path(with_output ? "syn.gguf" : "syn-tied.gguf");
+    const char *out_path = test_tmp_path(with_output ? "syn-out.gguf" : "syn-tied-out.gguf");
     CHECK(write_synthetic(in_path, with_output));
     spex_error err = {0};
     CHECK_MSG(quantize(in_path, out_path, ft, 3, &err) == SPEX_OK, "%s", err.msg);
@@ -347,7 +324,7 @@ TEST(synthetic_q5_K_M_mix) { check_synthetic(SPEX_FTYPE_Q5_K_M, SPEX_TYPE_Q5_K, 
 TEST(synthetic_q6_K) { check_synthetic(SPEX_FTYPE_Q6_K, SPEX_TYPE_Q6_K, SPEX_TYPE_Q6_K, true); }
 
 TEST(synthetic_bf16_has_no_mix) {
-    const char *in_path = tmp_path("syn-bf.gguf"), *out_path = tmp_path("syn-bf-out.gguf");
+    const char *in_path = test_tmp_path("syn-bf.gguf"), *out_path = test_tmp_path("syn-bf-out.gguf");
     CHECK(write_synthetic(in_path, true));
     spex_error err = {0};
     CHECK_MSG(quantize(in_path, out_path, SPEX_FTYPE_BF16, 1, &err) == SPEX_OK, "%s", err.msg);
@@ -369,7 +346,7 @@ TEST(synthetic_bf16_has_no_mix) {
 
 /* The pool splits rows dynamically; the bytes must not depend on it. */
 TEST(output_identical_for_any_thread_count) {
-    const char *in_path = tmp_path("syn-t.gguf"), *a = tmp_path("syn-t1.gguf"), *b = tmp_path("syn-t4.gguf");
+    const char *in_path = test_tmp_path("syn-t.gguf"), *a = test_tmp_path("syn-t1.gguf"), *b = test_tmp_path("syn-t4.gguf");
     CHECK(write_synthetic(in_path, true));
     CHECK_OK(quantize(in_path, a, SPEX_FTYPE_Q4_K_M, 1, NULL));
     CHECK_OK(quantize(in_path, b, SPEX_FTYPE_Q4_K_M, 4, NULL));
@@ -389,14 +366,14 @@ TEST(output_identical_for_any_thread_count) {
 /* ======================================================================== */
 
 TEST(refuses_to_overwrite_its_input) {
-    const char *in_path = tmp_path("keep.gguf");
+    const char *in_path = test_tmp_path("keep.gguf");
     CHECK(write_synthetic(in_path, true));
     struct stat before, after;
     CHECK(stat(in_path, &before) == 0);
     spex_error err = {0};
     CHECK(quantize(in_path, in_path, SPEX_FTYPE_Q8_0, 1, &err) == SPEX_ERR_INVALID_ARG);
     CHECK_MSG(strstr(err.msg, "refusing to overwrite"), "%s", err.msg);
-    const char *hard = tmp_path("hard.gguf"), *sym = tmp_path("sym.gguf"), *dotted = tmp_path("./keep.gguf");
+    const char *hard = test_tmp_path("hard.gguf"), *sym = test_tmp_path("sym.gguf"), *dotted = test_tmp_path("./keep.gguf");
     CHECK(link(in_path, hard) == 0);
     CHECK(symlink(in_path, sym) == 0);
     CHECK(quantize(in_path, hard, SPEX_FTYPE_Q8_0, 1, &err) == SPEX_ERR_INVALID_ARG);
@@ -411,15 +388,15 @@ TEST(bad_arguments_and_inputs) {
     spex_error err = {0};
     spex_quantize_params p = spex_quantize_default_params();
     p.ftype = (spex_ftype)3; /* Q4_1: a llama.cpp ftype spex does not write */
-    CHECK(spex_quantize_file("x", tmp_path("y"), &p, &err) == SPEX_ERR_UNSUPPORTED);
-    CHECK(quantize("/nonexistent.gguf", tmp_path("y.gguf"), SPEX_FTYPE_Q8_0, 1, &err) != SPEX_OK);
+    CHECK(spex_quantize_file("x", test_tmp_path("y"), &p, &err) == SPEX_ERR_UNSUPPORTED);
+    CHECK(quantize("/nonexistent.gguf", test_tmp_path("y.gguf"), SPEX_FTYPE_Q8_0, 1, &err) != SPEX_OK);
     CHECK_MSG(strstr(err.msg, "/nonexistent.gguf"), "%s", err.msg);
-    const char *junk = tmp_path("junk.gguf");
+    const char *junk = test_tmp_path("junk.gguf");
     FILE *f = fopen(junk, "wb");
     CHECK(f);
     fputs("GGUF\3\0\0\0 this is not a model", f);
     fclose(f);
-    const char *out = tmp_path("junk-out.gguf");
+    const char *out = test_tmp_path("junk-out.gguf");
     CHECK(quantize(junk, out, SPEX_FTYPE_Q8_0, 1, &err) == SPEX_ERR_FORMAT);
     CHECK(access(out, F_OK) != 0);
     spex_ftype ft;

@@ -241,7 +241,7 @@ static spex_status write_variant(const char *src, const char *dst, const variant
 }
 
 static void tmp_path(char *buf, size_t cap, const char *what) {
-    snprintf(buf, cap, "/tmp/spex_test_run_%d_%s.gguf", (int)getpid(), what);
+    snprintf(buf, cap, "%s/%s.gguf", test_tmp_dir(), what);
 }
 
 /* ======================================================================== */
