@@ -16,4 +16,5 @@ for t in q8_0 q4_K_M; do
   "$spex" quantize "$work/smoke-f32.gguf" "$work/smoke-$t.gguf" "$t"
   "$spex" inspect "$work/smoke-$t.gguf" | tail -n 3
 done
-"$spex" bench kernels --quick
+# A short run (two types, 64 MiB each); `spex bench kernels` alone is the full table (docs/performance.md).
+"$spex" bench kernels --types q8_0,q4_K --size 64 --reps 2 --passes 1

@@ -8,8 +8,9 @@
  *    dequantized (converted) activations;
  *  - every SIMD kernel against the same double reference and against the scalar kernel,
  *    over n_out {1, 3, 31, 33, 255, 257} × n_rows {1, 2, 3, 7, 8, 9, 16, 64, 65} tiles;
- *  - every SIMD kernel's result for a sub-tile bit-equal to its result for the full tile
- *    (the driver may cut work anywhere, so results must not depend on the cut);
+ *  - every SIMD kernel's result for a sub-tile bit-equal to its result for the full tile,
+ *    and each activation row alone bit-equal to its row of the batch (the driver may cut
+ *    work anywhere, and a speculative verify batch must reproduce token-by-token decoding);
  *  - SIMD activation quantizers byte-equal to the scalar ones (ties and zero blocks too);
  *  - the driver (one thread, pools of 1 and 2 threads, decode / small / prompt regimes)
  *    bit-equal to the kernel, close to the unquantized-activation product within the
@@ -227,6 +228,17 @@ TEST(kernels_match_reference) {
             for (int iv = 1; iv < nv; iv++) {
                 const spex_matmul_kernels *k = &v[iv].k;
                 run_tile(k, &d, MAX_OUT, rows_max, yfull, MAX_OUT);
+                /* each activation row alone (decode) gives its row of the batch bit for bit */
+                for (int64_t j = 0; j < rows_max; j += (j < 9 ? 1 : 7)) {
+                    k->dot[t](n, d.W, d.wrow, MAX_OUT, d.Xq + (size_t)j * d.xrow, d.xrow, 1, yv, MAX_OUT);
+                    if (memcmp(yv, yfull + j * MAX_OUT, MAX_OUT * sizeof(float)) != 0) {
+                        printf("  %s %s n=%lld: activation row %lld alone differs from the batch\n", v[iv].name,
+                               spex_type_get_info(t)->name, (long long)n, (long long)j);
+                        dataset_free(&d);
+                        free(yv); free(yfull);
+                        CHECK(0);
+                    }
+                }
                 for (size_t io = 0; io < sizeof N_OUTS / sizeof N_OUTS[0]; io++) {
                     for (size_t ir = 0; ir < sizeof N_ROWS / sizeof N_ROWS[0]; ir++) {
                         const int64_t no = N_OUTS[io], nr = N_ROWS[ir];

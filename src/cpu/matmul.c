@@ -25,8 +25,7 @@
  *    (TILE_BYTES) stay in L2 while all threads sweep the weights; tiles are the outer
  *    index, so threads work on the same tile at the same time.
  * Chunks hold a multiple of 8 output rows (the kernels' register tiles) and about
- * CHUNK_BYTES_1 (decode) or CHUNK_BYTES_N (batches) of weights, fewer when that would
- * leave fewer than 4 chunks per thread.
+ * CHUNK_BYTES of weights, fewer when that would leave fewer than 4 chunks per thread.
  * The kernels compute every output with the same instruction sequence whatever the tile
  * shape, so results do not depend on the number of threads (tests check bit equality).
  */
@@ -155,9 +154,9 @@ uint64_t spex_matmul_stream_probe_n(const void *buf, size_t bytes, int streams) 
 #define WS_ALIGN 64                  /* converted activation rows start on cache lines   */
 #define TILE_BYTES (384u * 1024u)    /* converted activations of one prompt tile (< L2)  */
 #define SMALL_BATCH 16               /* up to this many rows: one tile holds them all    */
-#define CHUNK_BYTES_1 (64u * 1024u)  /* weight bytes per chunk for one activation row   */
-#define CHUNK_BYTES_N (256u * 1024u) /* ... for several: the kernels convert the rows'
-                                      * layout once per call, so calls should be long   */
+#define CHUNK_BYTES (256u * 1024u)   /* weight bytes per chunk: the kernels prepare the
+                                      * activations once per call and read far-apart
+                                      * rows of a call side by side, so calls are long   */
 #define ROW_QUANTUM 8                /* output rows per chunk: a multiple of this (the
                                       * kernels' register tiles are 4 or 8 rows)         */
 
@@ -197,8 +196,7 @@ static mm_plan make_plan(const spex_matmul_args *a, size_t wrow, size_t xs, int 
         p.tile = t < a->n_rows ? t : a->n_rows;
     }
     p.n_tiles = (a->n_rows + p.tile - 1) / p.tile;
-    const size_t target = a->n_rows == 1 ? CHUNK_BYTES_1 : CHUNK_BYTES_N;
-    int64_t cr = (int64_t)round_up(target / (wrow ? wrow : 1) + 1, ROW_QUANTUM);
+    int64_t cr = (int64_t)round_up(CHUNK_BYTES / (wrow ? wrow : 1) + 1, ROW_QUANTUM);
     if (cr > 256) cr = 256;
     /* load balance: at least 4 chunks per thread when the matrix allows it */
     while (cr > ROW_QUANTUM && p.n_tiles * ((a->n_out + cr - 1) / cr) < 4 * (int64_t)nth) cr -= ROW_QUANTUM;

@@ -21,7 +21,11 @@
  * kernels block internally so that each weight block is loaded once per tile and used for
  * all nx rows (the small-batch regime streams weights once for all rows).
  * The scalar kernels are the specification; SIMD kernels must agree within the per-type
- * bounds stated in tests/test_matmul.c.
+ * bounds stated in tests/test_matmul.c. Each kernel also computes a given output with the
+ * same arithmetic whatever nw, nx and the output's place in the tile (tests/test_matmul.c
+ * checks bit equality), so a result depends neither on how the driver splits the work nor
+ * on how many activation rows share the call: a speculative verify pass reproduces
+ * token-by-token decoding exactly.
  */
 #ifndef SPEX_CPU_MATMUL_H
 #define SPEX_CPU_MATMUL_H
@@ -110,10 +114,12 @@ size_t spex_matmul_ws_size(spex_type wtype, int64_t n, int64_t n_rows);
 /* The task body, run on every thread of a spex_pool_run (ith in [0, nth)). Assumes
  * arguments validated by spex_matmul_check. Phase 1 converts the activation rows (split
  * over threads), then a barrier; phase 2 hands out chunks of (activation-row tile ×
- * output rows) through spex_pool_next_chunk, so it must be the task's only chunked work
- * since the counter was reset (the start of the run). With pool NULL it runs everything
- * on the calling thread (nth must be 1). The result does not depend on nth: every output
- * is computed by the same kernel code whatever the split. */
+ * output rows) through spex_pool_next_chunk, so the pool's chunk counter must be fresh when
+ * the task starts (the start of a spex_pool_run, or after spex_pool_chunk_reset), and a
+ * later chunked phase in the same run must reset it again. With pool NULL it runs
+ * everything on the calling thread (nth must be 1). There is no barrier at the end: a
+ * larger task reads Y only after its own barrier. The result does not depend on nth:
+ * every output is computed by the same kernel code whatever the split. */
 void spex_matmul_task(const spex_matmul_args *a, int ith, int nth);
 
 /* SPEX_OK if the arguments are consistent (type has kernels, n a multiple of the blocks,
