@@ -161,13 +161,24 @@ static bool write_dequantized(const char *src, const char *dst) {
  * the model is first rewritten as F32 (write_dequantized): then nothing is quantized at run
  * time and the bound is float32 accuracy, which pins down that spex and the Python side
  * decode every block of the file the same way. */
+/* Largest |x[i]|. Its own function with a branch: aarch64 gcc 12 crashes (internal compiler
+ * error in vect_transform_reduction) vectorizing the fmax-of-fabs reduction inlined above. */
+static double max_abs(const float *x, int n) {
+    double m = 0;
+    for (int i = 0; i < n; i++) {
+        double a = fabs((double)x[i]);
+        if (a > m) m = a;
+    }
+    return m;
+}
+
 static void quant_vs_reference(const char *model_name, const char *golden_name, spex_type head_type,
                                spex_type embd_type, bool dequantize, double tol) {
     const char *mp = fixture(model_name), *gpath = fixture(golden_name);
     if (!mp || !gpath) SKIP("tests/data/models/%s or %s missing (tools/ref/make_fixtures.py)", model_name, golden_name);
-    char deq[80];
+    char deq[256];
     if (dequantize) {
-        snprintf(deq, sizeof deq, "/tmp/spex-test-model-quant-deq-%d.gguf", (int)getpid());
+        snprintf(deq, sizeof deq, "%s", test_tmp_path("deq.gguf"));
         bool ok = write_dequantized(mp, deq);
         if (!ok) unlink(deq);
         CHECK(ok);
@@ -215,7 +226,7 @@ static void quant_vs_reference(const char *model_name, const char *golden_name, 
         const float *row = spex_logits(c, p);
         double d = max_abs_diff(row, ref + (size_t)p * V, V);
         if (d > worst) worst = d, pos_worst = p;
-        for (int i = 0; i < V; i++) absmax = fmax(absmax, fabs(ref[(size_t)p * V + i]));
+        absmax = fmax(absmax, max_abs(ref + (size_t)p * V, V));
         if (margin[p] > tol) {
             compared++;
             int a = argmax(row, V);
