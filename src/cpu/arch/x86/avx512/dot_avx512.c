@@ -708,7 +708,12 @@ uint64_t spex_stream_read_avx512(const void *buf, size_t bytes, int streams) {
         }
     }
     for (int s = 1; s < 8; s++) acc[0] = _mm512_add_epi64(acc[0], acc[s]);
-    return (uint64_t)_mm512_reduce_add_epi64(acc[0]);
+    /* Unsigned lane sum: _mm512_reduce_add_epi64 adds as signed 64-bit, which wraps on
+     * arbitrary data (undefined behaviour that UBSan reports). */
+    uint64_t lanes[8], sum = 0;
+    _mm512_storeu_si512((void *)lanes, acc[0]);
+    for (int s = 0; s < 8; s++) sum += lanes[s];
+    return sum;
 }
 
 void spex_matmul_register_avx512(spex_matmul_kernels *k, unsigned feat) {
