@@ -27,6 +27,7 @@
  * Not checked here: the F32 fixture itself, batching, rollback, taps (test_model.c).
  */
 #include "spex.h"
+#include "gguf_fixtures.h"
 #include "test.h"
 
 #include <stdint.h>
@@ -123,42 +124,9 @@ TEST(q8_0_python_bytes_equal_spex_quantize) {
 
 /* ---- logits vs the reference on the dequantized weights --------------------------------- */
 
-/* dst = src with every tensor dequantized to F32 by spex's reference dequantizer (metadata
- * copied): the exact weights the reference used, run without any activation quantization. */
-static bool write_dequantized(const char *src, const char *dst) {
-    spex_gguf *g = NULL;
-    if (spex_gguf_open(src, &g, NULL) != SPEX_OK) return false;
-    spex_gguf_writer *w = NULL;
-    bool ok = spex_gguf_writer_init(&w, NULL) == SPEX_OK;
-    for (int64_t i = 0; ok && i < spex_gguf_n_kv(g); i++) {
-        spex_gguf_value v;
-        ok = spex_gguf_value_at(g, i, &v) == SPEX_OK &&
-             spex_gguf_writer_set_value(w, spex_gguf_key(g, i), &v) == SPEX_OK;
-    }
-    const int64_t nt = spex_gguf_n_tensors(g);
-    float **bufs = calloc((size_t)nt, sizeof *bufs);
-    for (int64_t i = 0; ok && i < nt; i++) {
-        const spex_tensor_info *t = spex_gguf_tensor(g, i);
-        const int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
-        const size_t rb = spex_type_row_size(t->type, t->ne[0]);
-        bufs[i] = malloc(sizeof(float) * (size_t)(rows * t->ne[0]));
-        for (int64_t r = 0; ok && r < rows; r++)
-            ok = spex_dequantize_row_ref(t->type, (const uint8_t *)t->data + (size_t)r * rb, bufs[i] + r * t->ne[0],
-                                         t->ne[0]) == SPEX_OK;
-        ok = ok && spex_gguf_writer_add_tensor(w, t->name, SPEX_TYPE_F32, t->n_dims, t->ne, bufs[i],
-                                               sizeof(float) * (uint64_t)(rows * t->ne[0]), NULL) == SPEX_OK;
-    }
-    ok = ok && spex_gguf_writer_write(w, dst, NULL) == SPEX_OK;
-    for (int64_t i = 0; i < nt; i++) free(bufs[i]);
-    free(bufs);
-    spex_gguf_writer_free(w);
-    spex_gguf_close(g);
-    return ok;
-}
-
 /* Runs the 40 golden tokens as one batch (F32 K/V, 2 threads) and compares every logit with
  * single.logits (bound tol) and the argmax at positions with margin > tol. With `dequantize`
- * the model is first rewritten as F32 (write_dequantized): then nothing is quantized at run
+ * the model is first rewritten as F32 (test_write_dequantized): then nothing is quantized at run
  * time and the bound is float32 accuracy, which pins down that spex and the Python side
  * decode every block of the file the same way. */
 /* Largest |x[i]|. Its own function with a branch: aarch64 gcc 12 crashes (internal compiler
@@ -179,7 +147,7 @@ static void quant_vs_reference(const char *model_name, const char *golden_name, 
     char deq[256];
     if (dequantize) {
         snprintf(deq, sizeof deq, "%s", test_tmp_path("deq.gguf"));
-        bool ok = write_dequantized(mp, deq);
+        bool ok = test_write_dequantized(mp, deq);
         if (!ok) unlink(deq);
         CHECK(ok);
         mp = deq;
