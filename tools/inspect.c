@@ -39,6 +39,17 @@ static void usage(FILE *f) {
 /* Values                                                                    */
 /* ======================================================================== */
 
+/* Prints a key or tensor name left-aligned in `width` columns. Names are ASCII by convention;
+ * any other byte (a corrupted or hostile file) is shown as \xNN so the terminal stays sane. */
+static void print_name(const char *s, int width) {
+    int w = 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p < 0x20 || *p >= 0x7f) w += printf("\\x%02x", *p);
+        else w += (putchar(*p), 1);
+    }
+    for (; w < width; w++) putchar(' ');
+}
+
 static void print_str(const char *p, uint64_t len, bool all) {
     uint64_t n = all || len <= STRING_PREVIEW ? len : STRING_PREVIEW;
     putchar('"');
@@ -364,7 +375,9 @@ int cmd_inspect(int argc, char **argv) {
     for (int64_t i = 0; i < spex_gguf_n_kv(g); i++) {
         spex_gguf_value v;
         spex_gguf_value_at(g, i, &v);
-        printf("  %-*s  %-6s  ", key_w, spex_gguf_key(g, i), spex_gguf_vtype_name(v.type));
+        fputs("  ", stdout);
+        print_name(spex_gguf_key(g, i), key_w);
+        printf("  %-6s  ", spex_gguf_vtype_name(v.type));
         print_value(g, &v, all, 0);
         putchar('\n');
     }
@@ -382,8 +395,9 @@ int cmd_inspect(int argc, char **argv) {
         const spex_tensor_info *t = spex_gguf_tensor(g, i);
         char shape[96];
         shape_str(shape, sizeof shape, t->n_dims, t->ne);
-        printf("  %5" PRId64 "  %-*s  %-5s  %-24s  %12" PRIu64 "\n", i, name_w, t->name,
-               spex_type_get_info((int)t->type)->name, shape, t->nbytes);
+        printf("  %5" PRId64 "  ", i);
+        print_name(t->name, name_w);
+        printf("  %-5s  %-24s  %12" PRIu64 "\n", spex_type_get_info((int)t->type)->name, shape, t->nbytes);
         n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]); /* no overflow: checked at open */
         bytes_by_type[t->type] += t->nbytes;
         count_by_type[t->type]++;
