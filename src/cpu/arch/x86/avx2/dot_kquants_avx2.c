@@ -30,6 +30,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu/arch/x86/kq_prefetch.h"
 #include "cpu/kquants_internal.h"
 #include "tensor/blocks.h"
 
@@ -52,34 +53,7 @@ typedef struct {
     float d[KQ_SLOTS];
 } kq_xbuf;
 
-#define KQ_INLINE static inline __attribute__((always_inline))
-
-/* Prefetches the bytes [p, p + size) into L2 (p == 0: nothing; prefetches never fault):
- * the weight chunk the tile loop visits KQ_PF_AHEAD visits later, when spans cover only
- * part of each row or 3+ activation rows share them (measurements: the AVX-512 file). */
-KQ_INLINE void kq_prefetch(uintptr_t p, size_t size) {
-    if (!p) return;
-    for (uintptr_t a = p & ~(uintptr_t)63; a < p + size; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T1);
-}
-
-/* Prefetch distance, in chunk visits. */
-#define KQ_PF_AHEAD 2
-
-/* Address of the weight chunk the tile loop visits KQ_PF_AHEAD visits after (row i of
- * nw, chunk at c0 of a span of nbs super-blocks; wr = row i at the span start), or 0
- * past the tile. Visits go chunk by chunk along a row's span, then to the next row. */
-KQ_INLINE uintptr_t kq_visit_ahead(uintptr_t wr, size_t w_stride, int i, int nw, int c0, int nbs,
-                                   size_t bsize) {
-    for (int v = 0; v < KQ_PF_AHEAD; v++) {
-        c0 += SPEX_KQ_CHUNK;
-        if (c0 >= nbs) {
-            c0 = 0;
-            if (++i >= nw) return 0;
-            wr += w_stride;
-        }
-    }
-    return wr + (uintptr_t)c0 * bsize;
-}
+/* KQ_INLINE, kq_prefetch, KQ_PF_AHEAD and kq_visit_ahead: cpu/arch/x86/kq_prefetch.h. */
 
 /* ======================================================================== */
 /* Shared pieces                                                             */

@@ -42,6 +42,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu/arch/x86/kq_prefetch.h"
 #include "cpu/kquants_internal.h"
 #include "tensor/blocks.h"
 
@@ -65,40 +66,7 @@ typedef struct {
     float d[KQ_SLOTS];
 } kq_xbuf;
 
-#define KQ_INLINE static inline __attribute__((always_inline))
-
-/* Prefetches the bytes [p, p + size) into L2 (p == 0: nothing; prefetches never fault).
- * Used on the weight chunk the tile loop visits KQ_PF_AHEAD visits later. When a span
- * covers only part of each row the loop walks weight rows chunk by chunk (1 KiB pieces
- * from rows w_stride apart), which the hardware prefetchers follow poorly: 8 rows from
- * memory took 2.5x their in-cache time without, 1.25x with (Zen 4). With 3+ activation
- * rows the slots fill much of L1 and whole-row streams also stall without it (4 rows:
- * 2.1x -> 1.5x). One or two rows over whole rows stream well on their own, and prefetching
- * there measured slightly slower, so it is skipped. Into L2 rather than L1 (10% better):
- * weight lines are read once, and L1 is needed for the activation slots. */
-KQ_INLINE void kq_prefetch(uintptr_t p, size_t size) {
-    if (!p) return;
-    for (uintptr_t a = p & ~(uintptr_t)63; a < p + size; a += 64) _mm_prefetch((const char *)a, _MM_HINT_T1);
-}
-
-/* Prefetch distance, in chunk visits. */
-#define KQ_PF_AHEAD 2
-
-/* Address of the weight chunk the tile loop visits KQ_PF_AHEAD visits after (row i of
- * nw, chunk at c0 of a span of nbs super-blocks; wr = row i at the span start), or 0
- * past the tile. Visits go chunk by chunk along a row's span, then to the next row. */
-KQ_INLINE uintptr_t kq_visit_ahead(uintptr_t wr, size_t w_stride, int i, int nw, int c0, int nbs,
-                                   size_t bsize) {
-    for (int v = 0; v < KQ_PF_AHEAD; v++) {
-        c0 += SPEX_KQ_CHUNK;
-        if (c0 >= nbs) {
-            c0 = 0;
-            if (++i >= nw) return 0;
-            wr += w_stride;
-        }
-    }
-    return wr + (uintptr_t)c0 * bsize;
-}
+/* KQ_INLINE, kq_prefetch, KQ_PF_AHEAD and kq_visit_ahead: cpu/arch/x86/kq_prefetch.h. */
 
 /* ======================================================================== */
 /* Activations                                                               */
