@@ -514,6 +514,7 @@ typedef struct attn_case {
     int window;
     spex_type type;
     int pos_mode; /* 0: kv_pos NULL, q at the end; 1: explicit shuffled kv_pos with empty slots; 2: q_pos mid */
+    bool symmetric; /* window_symmetric: with window > 0 also hide kv positions >= q + window */
 } attn_case;
 
 /* Naive two-pass softmax attention in double over the same (F16-decoded) values. */
@@ -529,6 +530,7 @@ static void naive_attention(const attn_case *c, const float *q, int64_t qs, cons
             for (int j = 0; j < c->n_kv; j++) {
                 const int64_t kp = kv_pos ? kv_pos[j] : j, qp = q_pos[i];
                 bool vis = kp >= 0 && (!c->causal || kp <= qp) && (c->window <= 0 || kp > qp - c->window);
+                if (c->window > 0 && c->symmetric && kp >= qp + c->window) vis = false; /* |q - k| < W */
                 s[j] = -INFINITY;
                 if (!vis) continue;
                 double d = 0;
@@ -601,7 +603,8 @@ static void run_attn_case(const attn_case *c) {
         .q = q, .q_stride = qs, .q_pos = q_pos,
         .kv_type = c->type, .n_kv = c->n_kv, .k = kraw, .v = vraw, .k_stride = kstride, .v_stride = kstride,
         .kv_pos = c->pos_mode == 1 ? kv_pos : NULL,
-        .scale = 0.0f, .causal = c->causal, .window = c->window, .out = out, .out_stride = os,
+        .scale = 0.0f, .causal = c->causal, .window = c->window, .window_symmetric = c->symmetric,
+        .out = out, .out_stride = os,
     };
     spex_error err = {0};
     CHECK_MSG(spex_attn_check(&a, &err) == SPEX_OK, "%s: %s", c->name, err.msg);
@@ -633,18 +636,20 @@ static void run_attn_case(const attn_case *c) {
 
 TEST(ops_attention) {
     const attn_case cases[] = {
-        {"decode causal f32 gqa4", 1, 100, 8, 2, 64, true, 0, SPEX_TYPE_F32, 0},
-        {"decode causal f16 hd128", 1, 257, 4, 4, 128, true, 0, SPEX_TYPE_F16, 0},
-        {"verify 17 rows causal f16 gqa2", 17, 75, 4, 2, 128, true, 0, SPEX_TYPE_F16, 0},
-        {"non-causal f16 hd256 gqa3", 5, 33, 6, 2, 256, false, 0, SPEX_TYPE_F16, 0},
-        {"window 8 causal f32", 20, 70, 2, 1, 64, true, 8, SPEX_TYPE_F32, 0},
-        {"window 5 non-causal f16", 3, 31, 2, 2, 64, false, 5, SPEX_TYPE_F16, 2},
-        {"odd head_dim 40 causal f32", 9, 64, 3, 1, 40, true, 0, SPEX_TYPE_F32, 0},
-        {"head_dim 3", 2, 9, 2, 1, 3, false, 0, SPEX_TYPE_F32, 0},
-        {"shuffled slots causal f16", 6, 90, 4, 2, 64, true, 0, SPEX_TYPE_F16, 1},
-        {"shuffled slots window f32", 6, 90, 4, 1, 64, true, 16, SPEX_TYPE_F32, 1},
-        {"queries mid-cache causal", 33, 120, 2, 2, 64, true, 0, SPEX_TYPE_F32, 2},
-        {"single kv row", 1, 1, 2, 1, 64, true, 0, SPEX_TYPE_F16, 0},
+        {"decode causal f32 gqa4", 1, 100, 8, 2, 64, true, 0, SPEX_TYPE_F32, 0, false},
+        {"decode causal f16 hd128", 1, 257, 4, 4, 128, true, 0, SPEX_TYPE_F16, 0, false},
+        {"verify 17 rows causal f16 gqa2", 17, 75, 4, 2, 128, true, 0, SPEX_TYPE_F16, 0, false},
+        {"non-causal f16 hd256 gqa3", 5, 33, 6, 2, 256, false, 0, SPEX_TYPE_F16, 0, false},
+        {"window 8 causal f32", 20, 70, 2, 1, 64, true, 8, SPEX_TYPE_F32, 0, false},
+        {"window 5 non-causal f16", 3, 31, 2, 2, 64, false, 5, SPEX_TYPE_F16, 2, false},
+        {"odd head_dim 40 causal f32", 9, 64, 3, 1, 40, true, 0, SPEX_TYPE_F32, 0, false},
+        {"head_dim 3", 2, 9, 2, 1, 3, false, 0, SPEX_TYPE_F32, 0, false},
+        {"shuffled slots causal f16", 6, 90, 4, 2, 64, true, 0, SPEX_TYPE_F16, 1, false},
+        {"shuffled slots window f32", 6, 90, 4, 1, 64, true, 16, SPEX_TYPE_F32, 1, false},
+        {"queries mid-cache causal", 33, 120, 2, 2, 64, true, 0, SPEX_TYPE_F32, 2, false},
+        {"single kv row", 1, 1, 2, 1, 64, true, 0, SPEX_TYPE_F16, 0, false},
+        /* the drafter's |q - k| < W rule (dflash2.md §9): queries mid-cache see W-1 rows each side */
+        {"symmetric window 6 non-causal gqa2", 8, 70, 4, 2, 64, false, 6, SPEX_TYPE_F32, 2, true},
     };
     for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
         run_attn_case(&cases[i]);

@@ -20,6 +20,7 @@ const char *spex_status_str(spex_status s) {
     case SPEX_ERR_TYPE: return "wrong type";
     case SPEX_ERR_UNSUPPORTED: return "unsupported";
     case SPEX_ERR_RANGE: return "out of range";
+    case SPEX_ERR_INTERNAL: return "internal error";
     }
     return "unknown status";
 }

@@ -198,6 +198,7 @@ static inline bool attn_visible(const spex_attn_args *a, int64_t qp, int64_t kp)
     if (kp < 0) return false;                           /* empty cache slot */
     if (a->causal && kp > qp) return false;
     if (a->window > 0 && kp <= qp - a->window) return false;
+    if (a->window > 0 && a->window_symmetric && kp >= qp + a->window) return false;
     return true;
 }
 

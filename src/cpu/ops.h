@@ -150,6 +150,8 @@ typedef struct spex_attn_args {
     float scale;               /* 0: 1/sqrt(head_dim)                                      */
     bool causal;               /* query at p sees kv positions <= p                        */
     int32_t window;            /* > 0: also only kv positions > p - window (sliding window) */
+    bool window_symmetric;     /* with window > 0, also only kv positions < p + window: the
+                                * drafter's |q - k| < W rule for a non-causal block (dflash2.md §9) */
 
     float *out;                /* [n_q][n_head][head_dim], rows out_stride floats apart    */
     int64_t out_stride;
