@@ -109,6 +109,22 @@ $(FUZZ_OUT)/%: fuzz/%.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
+# fuzz_dflash loads drafters against a real target, so it needs the whole library: built
+# once with coverage (objects with their ISA flags, like the release build) into a static lib.
+FUZZ_OBJ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -pthread -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_FULL_OBJ := $(LIB_SRC:%.c=$(FUZZ_OUT)/obj/%.o)
+$(FUZZ_OUT)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	clang $(FUZZ_OBJ_FLAGS) $(CFLAGS_ISA) -c $< -o $@
+$(FUZZ_OUT)/obj/src/cpu/arch/x86/avx2/%.o: CFLAGS_ISA := $(AVX2_FLAGS)
+$(FUZZ_OUT)/obj/src/cpu/arch/x86/avx512/%.o: CFLAGS_ISA := $(AVX512_FLAGS)
+$(FUZZ_OUT)/libspex.a: $(FUZZ_FULL_OBJ)
+	rm -f $@
+	ar rcs $@ $^
+$(FUZZ_OUT)/fuzz_dflash: fuzz/fuzz_dflash.c $(FUZZ_OUT)/libspex.a
+	@mkdir -p $(FUZZ_OUT)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_OUT)/libspex.a -lpcre2-8 -lcjson -lm
+
 # Runs each fuzz target for FUZZ_SECONDS on its seed corpus (fuzz/corpus/<name>/).
 FUZZ_SECONDS ?= 30
 fuzz-run: fuzz

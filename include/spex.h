@@ -40,6 +40,7 @@ typedef enum spex_status {
     SPEX_ERR_TYPE,          /* present, but of another type                  */
     SPEX_ERR_UNSUPPORTED,   /* valid, but spex does not handle it            */
     SPEX_ERR_RANGE,         /* a value is out of its allowed range           */
+    SPEX_ERR_INTERNAL,      /* an invariant of spex itself broke (a bug)     */
 } spex_status;
 
 #define SPEX_ERROR_MSG_MAX 512
@@ -549,6 +550,10 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
 void spex_context_free(spex_context *ctx);
 
 const spex_model *spex_context_model(const spex_context *ctx);
+/* The thread pool the context runs on (its own or the caller's); a draft context beside it
+ * should run on the same pool (spex_draft_context_params.pool): two spinning pools on the
+ * same cores slow each other down. */
+spex_pool *spex_context_pool(const spex_context *ctx);
 /* The parameters in effect (defaults resolved; tap_layers points at the context's copy). */
 const spex_context_params *spex_context_get_params(const spex_context *ctx);
 
@@ -713,6 +718,277 @@ spex_status spex_sampler_sample(spex_sampler *s, const float *logits, int32_t *t
 /* Inverse CDF over dist in its order: the first entry whose running sum exceeds u * sum(p)
  * (running sums in double), u in [0, 1). Entries with p <= 0 are never chosen. -1 if n <= 0. */
 int32_t spex_sampler_sample_from(const spex_token_prob *dist, int32_t n, double u);
+
+/* ======================================================================== */
+/* DFlash drafters: loading, draft context, block drafting, selector walks   */
+/* ======================================================================== */
+
+/* A DFlash v1 or DFlash2 drafter (../shared/docs/dflash2.md; docs/speculative.md), loaded
+ * against the target it drafts for: the pair is validated at load (§5) and the drafter
+ * borrows the target's token embedding and LM head (§4.4; the target must outlive it). The
+ * variant is detected from the file (§2); DSpark files are refused. Immutable once loaded. */
+typedef struct spex_drafter spex_drafter;
+typedef struct spex_draft_context spex_draft_context;
+
+typedef enum spex_dflash_variant {
+    SPEX_DFLASH_V1 = 1,    /* no conv, no selector: independent per-slot argmax          */
+    SPEX_DFLASH2 = 2,      /* grouped dynamic conv + candidate selector                  */
+} spex_dflash_variant;
+
+#define SPEX_DFLASH_MAX_TAPS 64      /* most entries of dflash.target_layers              */
+#define SPEX_DRAFT_MAX_N 32          /* most tokens of one block (block_size <= 33)       */
+#define SPEX_DRAFT_MAX_K 64          /* most selector candidates per slot                 */
+
+typedef struct spex_drafter_hparams {
+    spex_dflash_variant variant;
+    int32_t n_layer;          /* N_d                                                       */
+    int32_t n_embd;           /* D (== the target's E)                                     */
+    int32_t n_ff;             /* F                                                         */
+    int32_t n_head, n_head_kv, head_dim, n_rot;
+    float rope_freq_base;
+    float rms_eps;
+    int32_t n_taps;           /* L                                                         */
+    int32_t target_layers[SPEX_DFLASH_MAX_TAPS];  /* tap ids (layer-input residuals, §6)    */
+    int32_t block_size;       /* B (v1 without the key: 16)                                */
+    int32_t mask_token;       /* tokenizer.ggml.mask_token_id                              */
+    int32_t swa_window;       /* W; 0: none                                                */
+    bool swa_layer[64];       /* per layer (N_d <= 64): uses the window                    */
+    bool causal;              /* attention.causal                                          */
+    int32_t conv_kernel;      /* T_c (DFlash2)                                             */
+    int32_t conv_group;       /* g (DFlash2); G = D / g                                    */
+    int32_t selector_rank;    /* R (DFlash2)                                               */
+    int32_t selector_top_k;   /* K (DFlash2; 0 for v1)                                     */
+    float logit_scale;        /* 0: absent                                                 */
+    float softcap;            /* 0: absent                                                 */
+    float input_embd_scale;   /* dflash.input_embedding_scale, default 1 (whole block, §8) */
+    int32_t n_vocab;          /* V, the target's                                           */
+} spex_drafter_hparams;
+
+typedef struct spex_drafter_params {
+    bool verbose;             /* the one-line summary of §5 at load                        */
+    spex_log_fn log;          /* NULL: stderr                                              */
+    void *log_user;
+    /* Draft-only metadata overrides "KEY=TYPE:VALUE" (llama.cpp's --override-kv syntax;
+     * TYPE int, float, bool or str), applied before the file's own value of KEY is read,
+     * e.g. "dflash.block_size=int:6". Borrowed for the call. A malformed entry or an
+     * override of a key the drafter never reads is SPEX_ERR_INVALID_ARG. */
+    const char *const *overrides;
+    int32_t n_overrides;
+} spex_drafter_params;
+
+spex_drafter_params spex_drafter_default_params(void);
+
+/* Loads the drafter at path for `target`. Every check of dflash2.md §5; a pair mismatch
+ * names both files and both values ("draft.gguf: dflash.embedding_length 64 != target
+ * tiny.gguf embedding_length 128"). params may be NULL. On failure *out is NULL. */
+spex_status spex_drafter_load(const char *path, const spex_model *target, const spex_drafter_params *params,
+                              spex_drafter **out, spex_error *err);
+void spex_drafter_free(spex_drafter *d);
+const spex_drafter_hparams *spex_drafter_get_hparams(const spex_drafter *d);
+const spex_gguf *spex_drafter_gguf(const spex_drafter *d);
+const spex_model *spex_drafter_target(const spex_drafter *d);
+uint64_t spex_drafter_weight_bytes(const spex_drafter *d);   /* own tensors (not borrowed) */
+/* The §5 summary line, e.g. "dflash2: layers=5 D=5120 taps=[6,20,34,48,62] block=8 ...". */
+void spex_drafter_describe(const spex_drafter *d, char *buf, size_t cap);
+
+/* ---- draft contexts ---------------------------------------------------------------------- */
+
+typedef struct spex_draft_context_params {
+    int32_t n_seq_max;        /* sequences 0 .. n_seq_max-1 (default 1)                        */
+    int32_t n_ctx_per_seq;    /* positions per sequence (default 4096); with a sliding window
+                               * on every layer the cache still holds all positions (simple
+                               * O(1) truncation; the window limits what attention reads)      */
+    int32_t n_blocks_max;     /* blocks per spex_draft_forward (0: n_seq_max)                  */
+    int32_t n_inject_max;     /* feature rows per spex_draft_inject (default 512)              */
+    spex_type kv_type;        /* SPEX_TYPE_F16 (default), F32 or Q8_0 (quantized draft KV is
+                               * known to destroy acceptance, dflash2.md §21 item 10)          */
+    int32_t n_threads;        /* when pool is NULL (default 1; <= 0: all CPUs)                 */
+    spex_pool *pool;          /* borrowed; may be the target context's pool                    */
+} spex_draft_context_params;
+
+spex_draft_context_params spex_draft_context_default_params(void);
+spex_status spex_draft_context_init(const spex_drafter *d, const spex_draft_context_params *params,
+                                    spex_draft_context **out, spex_error *err);
+void spex_draft_context_free(spex_draft_context *dc);
+const spex_drafter *spex_draft_context_drafter(const spex_draft_context *dc);
+const spex_draft_context_params *spex_draft_context_get_params(const spex_draft_context *dc);
+spex_memory_usage spex_draft_context_memory(const spex_draft_context *dc);
+
+/* Context K/V injection (§7): for each row i, c = RMSNorm(W_fc f_i; enc.output_norm) with f_i
+ * = features[i * ld_features .. + L*D) (the target context's spex_taps row layout), and K/V of
+ * every drafter layer written at (seq[i], pos[i]). Position rule as spex_forward: the rows of
+ * one sequence, in order, continue its draft cache (pos = spex_draft_kv_seq_len, +1, ...).
+ * Validated before anything changes. */
+spex_status spex_draft_inject(spex_draft_context *dc, const float *features, int64_t ld_features,
+                              const int32_t *seq, const int32_t *pos, int32_t n_rows, spex_error *err);
+
+int32_t spex_draft_kv_seq_len(const spex_draft_context *dc, int32_t seq);   /* -1: bad seq */
+spex_status spex_draft_kv_seq_truncate(spex_draft_context *dc, int32_t seq, int32_t new_len, spex_error *err);
+spex_status spex_draft_kv_seq_copy(spex_draft_context *dc, int32_t src, int32_t dst, int32_t len,
+                                   spex_error *err);
+spex_status spex_draft_kv_seq_clear(spex_draft_context *dc, int32_t seq, spex_error *err);
+
+/* One block to draft: rows [anchor, MASK x n] at positions P .. P+n with P = the sequence's
+ * draft cache length (Invariant A, §16: the caller keeps it equal to the target's). */
+typedef struct spex_draft_block {
+    int32_t seq;
+    int32_t anchor;
+    int32_t n;                /* 1 .. block_size - 1 */
+} spex_draft_block;
+
+/* Drafts every block in one batched forward (§8–§12): attention over each sequence's own
+ * context and block, the convolutions (DFlash2), the final norm, the borrowed head with the
+ * logit transforms, the per-slot top-K (DFlash2: K = selector_top_k; v1: 1) and the selector
+ * gate. Block K/V are scratch (Invariant B): the cache is unchanged. Distinct sequences. */
+spex_status spex_draft_forward(spex_draft_context *dc, const spex_draft_block *blocks, int32_t n_blocks,
+                               spex_error *err);
+
+/* Outputs of the last spex_draft_forward, for block b and slot p (1 .. n of that block); NULL
+ * when out of range. Views into the context, valid until the next forward. */
+const float *spex_draft_logits(const spex_draft_context *dc, int32_t b, int32_t p);   /* z [V] (transformed) */
+const float *spex_draft_hidden(const spex_draft_context *dc, int32_t b, int32_t p);   /* h_out [D]           */
+const float *spex_draft_gate(const spex_draft_context *dc, int32_t b, int32_t p);     /* [R] (DFlash2)       */
+/* C_p and U_p (K entries, sorted by U descending, ties by lower id, §12.3); returns K. */
+int32_t spex_draft_candidates(const spex_draft_context *dc, int32_t b, int32_t p, const int32_t **ids,
+                              const float **U);
+
+/* §12.2 for one predecessor token: S[k] = U[k] + sum_r A[pred][r] gate[r] B[C[k]][r], k < K,
+ * in fp32 (quantized codebook rows dequantized). DFlash2 only. */
+spex_status spex_selector_row(const spex_drafter *d, int32_t pred, const float *gate, const int32_t *C,
+                              const float *U, int32_t K, float *S, spex_error *err);
+
+/* A drafted continuation of one block. */
+typedef struct spex_draft {
+    int32_t n;                                /* tokens drafted (prefix of the block)       */
+    int32_t ids[SPEX_DRAFT_MAX_N];            /* d_1 .. d_n                                  */
+    int32_t kidx[SPEX_DRAFT_MAX_N];           /* DFlash2: index of d_p in C_p; v1: 0         */
+    float conf[SPEX_DRAFT_MAX_N];             /* greedy: confidence of the chosen edge       */
+    bool has_q;                               /* sampled walk: q below is the proposal       */
+    int32_t n_cand;                           /* K                                           */
+    int32_t cand[SPEX_DRAFT_MAX_N][SPEX_DRAFT_MAX_K];   /* C_p                               */
+    float q[SPEX_DRAFT_MAX_N][SPEX_DRAFT_MAX_K];        /* q_p over C_p (has_q)              */
+} spex_draft;
+
+/* Walks block b of the last forward (§13, §14). temp <= 0: the greedy walk (DFlash2: chained
+ * first argmax with the p_min stop on the edge confidence; v1: per-slot argmax with p_min on
+ * the top softmax probability). temp > 0 (DFlash2): the sampled walk, q_p = softmax(S/T)
+ * (T clamped to >= 1e-5), p_min on max q_p, one uniform of `rng` per drafted slot (inverse
+ * CDF in candidate order, k = #{j : u >= CDF_j} clamped to K-1). v1 at temp > 0 walks
+ * greedily (verified by sample-and-match). */
+spex_status spex_draft_walk(const spex_draft_context *dc, int32_t b, float temp, float p_min, spex_rng *rng,
+                            spex_draft *out, spex_error *err);
+
+/* ======================================================================== */
+/* Speculative decoding: draft -> verify -> accept -> rollback               */
+/* ======================================================================== */
+
+/* Drives a target context and (optionally) a draft context over several sequences
+ * (dflash2.md §15–§19; docs/speculative.md). Each sequence has a sampler (borrowed) and an
+ * anchor: the last token emitted, which the target has not processed yet. One step drafts a
+ * block for every stepping sequence in one drafter batch, verifies all the blocks in one
+ * target batch (taps captured in the same pass), accepts, emits, rolls both caches back to
+ * the accepted prefix and injects the accepted rows' features. Emitted tokens follow the
+ * target alone exactly (temp <= 0) or in distribution (temp > 0).
+ *
+ * Verification path of a sequence (fixed by its sampler params, reported by
+ * spex_spec_seq_path): greedy (temp <= 0): exact match; temp > 0 without penalties and with
+ * a sampled walk: rejection sampling against q (§15.4); otherwise (penalties, v1 drafter,
+ * greedy walk at T > 0, a draft function without q): sample-and-match (§15.3). */
+typedef struct spex_spec spex_spec;
+
+typedef enum spex_spec_path {
+    SPEX_SPEC_PATH_GREEDY = 1,
+    SPEX_SPEC_PATH_REJECTION = 2,
+    SPEX_SPEC_PATH_SAMPLE_MATCH = 3,
+} spex_spec_path;
+
+const char *spex_spec_path_name(spex_spec_path p);   /* "greedy", "rejection", "sample-and-match" */
+
+typedef struct spex_spec_params {
+    int32_t n_max;            /* drafted tokens per step; 0: block_size - 1; larger values are
+                               * clamped to block_size - 1 (spex_spec_init warns through log) */
+    int32_t n_min;            /* drafts shorter than this are dropped (plain decode step)      */
+    float p_min;              /* walk stop (§13, §14); 0: off                                  */
+    bool sampled_walk;        /* temp > 0 with DFlash2: sampled walk + rejection (default true);
+                               * false: greedy walk + sample-and-match                          */
+    spex_log_fn log;          /* warnings (clamps); NULL: stderr                               */
+    void *log_user;
+} spex_spec_params;
+
+spex_spec_params spex_spec_default_params(void);
+
+/* Statistics of one sequence since spex_spec_seq_begin, or of all sequences in total. */
+typedef struct spex_spec_stats {
+    uint64_t n_steps;         /* target verify steps (including steps without a draft)      */
+    uint64_t n_drafted;       /* draft tokens verified                                      */
+    uint64_t n_accepted;      /* of which accepted                                          */
+    uint64_t n_emitted;       /* tokens emitted by steps (accepted + corrections + bonuses) */
+    uint64_t drafted_at[SPEX_DRAFT_MAX_N];    /* per slot p (index p-1): drafted at p       */
+    uint64_t accepted_at[SPEX_DRAFT_MAX_N];   /* ... and accepted                           */
+    double t_draft;           /* seconds in drafting (forward + walk), verify, the rest     */
+    double t_verify;
+    double t_other;
+} spex_spec_stats;
+
+/* Acceptance rate n_accepted / n_drafted (0 if none) and mean acceptance length
+ * 1 + n_accepted / n_steps (dflash2.md §23). */
+double spex_spec_stats_acceptance(const spex_spec_stats *st);
+double spex_spec_stats_mean_len(const spex_spec_stats *st);
+
+/* A replacement drafter (tests, lookup drafting): called instead of the DFlash walk for each
+ * stepping sequence with n_max = this step's bound; fills out (out->n <= n_max; has_q with
+ * cand/q when it proposes a law q). anchor is at position pos. */
+typedef spex_status (*spex_spec_draft_fn)(void *user, int32_t seq, int32_t anchor, int32_t pos, int32_t n_max,
+                                          spex_draft *out, spex_error *err);
+
+/* dc may be NULL (target-only: every step verifies [anchor] alone). With dc, the target
+ * context's tap layers must equal the drafter's target_layers, both contexts must have the
+ * same n_seq_max, and the target's n_outputs_max must hold (n_max + 1) x n_seq_max rows.
+ * Both contexts are borrowed. */
+spex_status spex_spec_init(spex_context *tctx, spex_draft_context *dc, const spex_spec_params *params,
+                           spex_spec **out, spex_error *err);
+void spex_spec_free(spex_spec *s);
+const spex_spec_params *spex_spec_get_params(const spex_spec *s);   /* n_max resolved */
+void spex_spec_set_draft_fn(spex_spec *s, spex_spec_draft_fn fn, void *user);
+
+/* Starts sequence seq: clears both caches of seq, runs the prompt through the target in
+ * batches of n_batch_max (its features injected into the draft cache), samples the first
+ * token from the prompt's last logits with `sampler` (borrowed until the next begin/end of
+ * seq; spex_sampler_accept is called for every emitted token, the first one included) and
+ * returns it in *first: it is the anchor of the first step. The draft and acceptance RNG
+ * streams are derived from the sampler's RNG. n_prompt >= 1. */
+spex_status spex_spec_seq_begin(spex_spec *s, int32_t seq, const int32_t *prompt, int32_t n_prompt,
+                                spex_sampler *sampler, int32_t *first, spex_error *err);
+/* Rewinds begun sequence seq to its first n_keep positions (0 < n_keep <= its length) with
+ * `anchor` as the next token (at position n_keep), in both caches; sampler, when not NULL,
+ * replaces the sequence's sampler (path and draft / acceptance streams are derived again).
+ * The caller keeps the sampler's penalty history consistent. For stops inside an emitted run,
+ * prefix reuse, and tests that repeat a step from one state. */
+spex_status spex_spec_seq_rewind(spex_spec *s, int32_t seq, int32_t n_keep, int32_t anchor, spex_sampler *sampler,
+                                 spex_error *err);
+/* Forgets sequence seq (caches cleared, stats kept until the next begin). */
+void spex_spec_seq_end(spex_spec *s, int32_t seq);
+spex_spec_path spex_spec_seq_path(const spex_spec *s, int32_t seq);
+const spex_spec_stats *spex_spec_seq_stats(const spex_spec *s, int32_t seq);
+const spex_spec_stats *spex_spec_total_stats(const spex_spec *s);
+
+/* Tokens one step emitted for one sequence. */
+typedef struct spex_spec_out {
+    int32_t n;                              /* 1 .. n_drafted + 1                              */
+    int32_t tokens[SPEX_DRAFT_MAX_N + 1];   /* accepted drafts, then the correction or bonus   */
+    int32_t n_drafted;                      /* drafted this step                               */
+} spex_spec_out;
+
+/* One step for seqs[0 .. n_seqs) (distinct, begun). max_emit[i] >= 1 bounds what sequence i
+ * may emit (max_emit may be NULL: no bound beyond n_max + 1); the draft is clamped to
+ * max_emit - 1 and to the context space left. On return out[i] holds what sequence i emitted.
+ * The caller checks stop conditions per token; to stop inside an emitted run, it calls
+ * spex_spec_seq_end (or spex_spec_seq_rewind). */
+spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, const int32_t *max_emit,
+                           spex_spec_out *out, spex_error *err);
+
+/* Positions the target holds for seq (== the draft cache's, Invariant A). */
+int32_t spex_spec_seq_len(const spex_spec *s, int32_t seq);
 
 /* ======================================================================== */
 /* Chat templates                                                            */

@@ -222,6 +222,8 @@ fail:
     return s;
 }
 
+spex_pool *spex_context_pool(const spex_context *ctx) { return ctx ? ctx->pool : NULL; }
+
 const spex_model *spex_context_model(const spex_context *ctx) { return ctx ? ctx->model : NULL; }
 const spex_context_params *spex_context_get_params(const spex_context *ctx) { return ctx ? &ctx->params : NULL; }
 
