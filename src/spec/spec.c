@@ -1,0 +1,578 @@
+/*
+ * spec.c — the speculative decoding loop (include/spex.h, "Speculative decoding";
+ * ../shared/docs/dflash2.md §15–§19): draft -> verify -> accept -> emit -> roll back.
+ *
+ * What it is: per step, one drafter batch with a block for every stepping sequence, the
+ * selector walk of each block, one target batch with every sequence's verify rows
+ * [anchor, d_1 .. d_n] (logits on every row, taps captured in the same pass), the acceptance
+ * rule of the sequence's path (verify.c), truncation of the target cache to the accepted
+ * prefix, and one injection of the accepted rows' features into the draft cache (§16: only
+ * accepted rows are ever written, so the draft cache needs no trimming).
+ * What it is not: the drafter forward (src/model/dflash_*.c), the acceptance arithmetic
+ * (verify.c), the sampling chain (src/sample), stop strings or detokenisation (callers).
+ *
+ * Paths (spex_spec_path). Greedy and sample-and-match both call spex_sampler_sample on each
+ * verify row in order and accept while the sample equals the draft; every emitted token
+ * therefore consumes exactly the sampler draws a target-only run would make for it, so those
+ * paths reproduce target-only output token for token (greedy: always; sampled: for the same
+ * seed). Rejection sampling (§15.4) draws its acceptance uniforms from a stream of its own and
+ * the residual / bonus from the sampler's stream (§15.5); it matches target-only sampling in
+ * distribution.
+ *
+ * Invariant A (§16) is checked at every step: the draft cache of a stepping sequence holds
+ * exactly the positions its target cache holds; a mismatch is SPEX_ERR_INTERNAL.
+ *
+ * Nothing is allocated after spex_spec_init.
+ */
+#include "spec/spec_test.h"
+#include "spec/verify.h"
+#include "spex.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct spec_seq {
+    bool active;
+    spex_sampler *smp;          /* borrowed                                          */
+    int32_t anchor;             /* last emitted token, at position spex_kv_seq_len  */
+    spex_rng rng_draft;         /* sampled walk                                      */
+    spex_rng rng_accept;        /* acceptance uniforms                               */
+    spex_spec_path path;
+    spex_spec_stats st;
+} spec_seq;
+
+struct spex_spec {
+    spex_context *t;            /* borrowed */
+    spex_draft_context *dc;     /* borrowed, may be NULL */
+    spex_spec_params p;
+    spex_spec_draft_fn fn;
+    void *fn_user;
+    int32_t n_seq, n_vocab, n_batch_max, n_out_max, n_ctx, feat_w;
+    int32_t dc_ctx, dc_inject_max, dc_blocks_max;
+    spec_seq *seq;              /* [n_seq]                                 */
+    spex_spec_stats total;
+    int test_break;             /* spec_test.h: 1 = accept every draft (tests only) */
+
+    /* scratch, allocated at init */
+    spex_batch_token *batch;    /* [n_batch_max]                           */
+    spex_draft *drafts;         /* [n_seq]                                 */
+    spex_draft_block *blocks;   /* [n_seq]                                 */
+    int32_t *nd;                /* [n_seq] draft length per stepping seq   */
+    int32_t *row0;              /* [n_seq] first verify row per seq        */
+    spex_token_prob *dist;      /* [V]                                     */
+    spex_token_prob *resid;     /* [V]                                     */
+    float *feat;                /* [n_out_max][feat_w] accepted features   */
+    int32_t *inj_seq, *inj_pos; /* [n_out_max]                             */
+};
+
+const char *spex_spec_path_name(spex_spec_path p) {
+    switch (p) {
+    case SPEX_SPEC_PATH_GREEDY: return "greedy";
+    case SPEX_SPEC_PATH_REJECTION: return "rejection";
+    case SPEX_SPEC_PATH_SAMPLE_MATCH: return "sample-and-match";
+    }
+    return "?";
+}
+
+spex_spec_params spex_spec_default_params(void) {
+    return (spex_spec_params){.n_max = 0, .n_min = 0, .p_min = 0.0f, .sampled_walk = true};
+}
+
+double spex_spec_stats_acceptance(const spex_spec_stats *st) {
+    return st && st->n_drafted ? (double)st->n_accepted / (double)st->n_drafted : 0.0;
+}
+
+double spex_spec_stats_mean_len(const spex_spec_stats *st) {
+    return st && st->n_steps ? 1.0 + (double)st->n_accepted / (double)st->n_steps : 0.0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void spec_log(const spex_spec *s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+static void spec_log(const spex_spec *s, const char *fmt, ...) {
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    if (s->p.log) s->p.log(s->p.log_user, line);
+    else fprintf(stderr, "%s\n", line);
+}
+
+/* ======================================================================== */
+/* Init / free                                                               */
+/* ======================================================================== */
+
+spex_status spex_spec_init(spex_context *tctx, spex_draft_context *dc, const spex_spec_params *params,
+                           spex_spec **out, spex_error *err) {
+    if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: init: NULL out");
+    *out = NULL;
+    if (!tctx) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: init: NULL target context");
+    spex_spec_params p = params ? *params : spex_spec_default_params();
+    const spex_context_params *tp = spex_context_get_params(tctx);
+    const spex_model_hparams *thp = spex_model_get_hparams(spex_context_model(tctx));
+
+    if (p.n_max < 0 || p.n_min < 0 || !(p.p_min >= 0.0f && p.p_min <= 1.0f))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                              "spec: n_max %d, n_min %d must be >= 0 and p_min %g in [0, 1]", p.n_max, p.n_min,
+                              (double)p.p_min);
+    int32_t feat_w = 0, dc_ctx = 0, dc_inject = 0, dc_blocks = 0;
+    int32_t n_draft_max = 0;
+    if (dc) {
+        const spex_drafter *d = spex_draft_context_drafter(dc);
+        const spex_drafter_hparams *dh = spex_drafter_get_hparams(d);
+        const spex_draft_context_params *dp = spex_draft_context_get_params(dc);
+        if (spex_drafter_target(d) != spex_context_model(tctx))
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                                  "spec: the drafter was loaded for another target model than the context's");
+        bool same = tp->n_taps == dh->n_taps;
+        for (int32_t i = 0; same && i < dh->n_taps; i++) same = tp->tap_layers[i] == dh->target_layers[i];
+        if (!same)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                                  "spec: the target context's tap layers (%d taps) differ from the drafter's "
+                                  "target_layers (%d): create the context with tap_layers = target_layers",
+                                  tp->n_taps, dh->n_taps);
+        if (dp->n_seq_max != tp->n_seq_max)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: draft context has %d sequences, target %d",
+                                  dp->n_seq_max, tp->n_seq_max);
+        n_draft_max = dh->block_size - 1;
+        if (n_draft_max > SPEX_DRAFT_MAX_N) n_draft_max = SPEX_DRAFT_MAX_N;
+        if (p.n_max == 0) p.n_max = n_draft_max;
+        if (p.n_max > n_draft_max) {
+            spec_log(&(spex_spec){.p = p},
+                     "warning: requested draft size %d exceeds the trained block size %d (at most %d drafted "
+                     "tokens): clamping to %d",
+                     p.n_max, dh->block_size, n_draft_max, n_draft_max);
+            p.n_max = n_draft_max;
+        }
+        feat_w = dh->n_taps * dh->n_embd;
+        dc_ctx = dp->n_ctx_per_seq;
+        dc_inject = dp->n_inject_max;
+        dc_blocks = dp->n_blocks_max;
+    } else {
+        /* Without a drafter only a draft function can propose (spex_spec_set_draft_fn). */
+        if (p.n_max == 0) p.n_max = 7;
+        if (p.n_max > SPEX_DRAFT_MAX_N) p.n_max = SPEX_DRAFT_MAX_N;
+    }
+    if (p.n_min > p.n_max) p.n_min = p.n_max;
+
+    spex_spec *s = calloc(1, sizeof *s);
+    if (!s) return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
+    s->t = tctx;
+    s->dc = dc;
+    s->p = p;
+    s->n_seq = tp->n_seq_max;
+    s->n_vocab = thp->n_vocab;
+    s->n_batch_max = tp->n_batch_max;
+    s->n_out_max = tp->n_outputs_max;
+    s->n_ctx = tp->n_ctx_per_seq;
+    s->feat_w = feat_w;
+    s->dc_ctx = dc_ctx;
+    s->dc_inject_max = dc_inject;
+    s->dc_blocks_max = dc_blocks;
+    int32_t nb = s->n_batch_max > s->n_out_max ? s->n_batch_max : s->n_out_max;
+    s->seq = calloc((size_t)s->n_seq, sizeof *s->seq);
+    s->batch = calloc((size_t)nb, sizeof *s->batch);
+    s->drafts = calloc((size_t)s->n_seq, sizeof *s->drafts);
+    s->blocks = calloc((size_t)s->n_seq, sizeof *s->blocks);
+    s->nd = calloc((size_t)s->n_seq, sizeof *s->nd);
+    s->row0 = calloc((size_t)s->n_seq, sizeof *s->row0);
+    s->dist = malloc(sizeof *s->dist * (size_t)s->n_vocab);
+    s->resid = malloc(sizeof *s->resid * (size_t)s->n_vocab);
+    s->inj_seq = malloc(sizeof(int32_t) * (size_t)nb);
+    s->inj_pos = malloc(sizeof(int32_t) * (size_t)nb);
+    s->feat = feat_w ? malloc(sizeof(float) * (size_t)nb * (size_t)feat_w) : NULL;
+    if (!s->seq || !s->batch || !s->drafts || !s->blocks || !s->nd || !s->row0 || !s->dist || !s->resid ||
+        !s->inj_seq || !s->inj_pos || (feat_w && !s->feat)) {
+        spex_spec_free(s);
+        return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
+    }
+    *out = s;
+    return SPEX_OK;
+}
+
+void spex_spec_free(spex_spec *s) {
+    if (!s) return;
+    free(s->seq);
+    free(s->batch);
+    free(s->drafts);
+    free(s->blocks);
+    free(s->nd);
+    free(s->row0);
+    free(s->dist);
+    free(s->resid);
+    free(s->feat);
+    free(s->inj_seq);
+    free(s->inj_pos);
+    free(s);
+}
+
+const spex_spec_params *spex_spec_get_params(const spex_spec *s) { return s ? &s->p : NULL; }
+
+void spex_spec_test_break(spex_spec *s, int mode) {
+    if (s) s->test_break = mode;
+}
+
+void spex_spec_set_draft_fn(spex_spec *s, spex_spec_draft_fn fn, void *user) {
+    if (!s) return;
+    s->fn = fn;
+    s->fn_user = user;
+}
+
+static bool seq_ok(const spex_spec *s, int32_t seq) { return s && seq >= 0 && seq < s->n_seq; }
+
+spex_spec_path spex_spec_seq_path(const spex_spec *s, int32_t seq) {
+    return seq_ok(s, seq) ? s->seq[seq].path : SPEX_SPEC_PATH_GREEDY;
+}
+
+const spex_spec_stats *spex_spec_seq_stats(const spex_spec *s, int32_t seq) {
+    return seq_ok(s, seq) ? &s->seq[seq].st : NULL;
+}
+
+const spex_spec_stats *spex_spec_total_stats(const spex_spec *s) { return s ? &s->total : NULL; }
+
+int32_t spex_spec_seq_len(const spex_spec *s, int32_t seq) {
+    return seq_ok(s, seq) ? spex_kv_seq_len(s->t, seq) : -1;
+}
+
+void spex_spec_seq_end(spex_spec *s, int32_t seq) {
+    if (!seq_ok(s, seq)) return;
+    s->seq[seq].active = false;
+    s->seq[seq].smp = NULL;
+    spex_kv_seq_clear(s->t, seq, NULL);
+    if (s->dc) spex_draft_kv_seq_clear(s->dc, seq, NULL);
+}
+
+/* ======================================================================== */
+/* Prompt                                                                    */
+/* ======================================================================== */
+
+/* Injects the taps of the last target batch, rows [r0, r0 + n) (all of sequence seq at
+ * positions pos0 ..), in chunks the draft context accepts. */
+static spex_status inject_rows(spex_spec *s, int32_t seq, int32_t r0, int32_t n, int32_t pos0, spex_error *err) {
+    const float *taps = spex_taps(s->t);
+    if (!taps) return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: the target context produced no taps");
+    for (int32_t done = 0; done < n;) {
+        int32_t k = n - done < s->dc_inject_max ? n - done : s->dc_inject_max;
+        for (int32_t i = 0; i < k; i++) {
+            s->inj_seq[i] = seq;
+            s->inj_pos[i] = pos0 + done + i;
+        }
+        spex_status st = spex_draft_inject(s->dc, taps + (size_t)(r0 + done) * (size_t)s->feat_w, s->feat_w,
+                                           s->inj_seq, s->inj_pos, k, err);
+        if (st != SPEX_OK) return st;
+        done += k;
+    }
+    return SPEX_OK;
+}
+
+static bool has_penalties(const spex_sampler_params *sp) {
+    return sp->repeat_last_n > 0 &&
+           (sp->repeat_penalty != 1.0f || sp->frequency_penalty != 0.0f || sp->presence_penalty != 0.0f);
+}
+
+/* Binds a sampler to a sequence: its verification path, and draft and acceptance streams
+ * from the request's seed, derived without advancing the sampler's own stream (which the
+ * residual / bonus draws and sample-and-match keep using, §15.5). */
+static void bind_sampler(spex_spec *s, spec_seq *q, spex_sampler *sampler) {
+    spex_rng probe = *spex_sampler_rng(sampler);
+    uint64_t base = spex_rng_next(&probe);
+    spex_rng_seed_stream(&q->rng_draft, base, 1);
+    spex_rng_seed_stream(&q->rng_accept, base, 2);
+
+    const spex_sampler_params *sp = spex_sampler_get_params(sampler);
+    bool dflash2 = s->dc && spex_drafter_get_hparams(spex_draft_context_drafter(s->dc))->variant == SPEX_DFLASH2;
+    if (sp->temp <= 0.0f) q->path = SPEX_SPEC_PATH_GREEDY;
+    else if (!has_penalties(sp) && s->p.sampled_walk && (dflash2 || s->fn)) q->path = SPEX_SPEC_PATH_REJECTION;
+    else q->path = SPEX_SPEC_PATH_SAMPLE_MATCH;
+    q->smp = sampler;
+}
+
+spex_status spex_spec_seq_rewind(spex_spec *s, int32_t seq, int32_t n_keep, int32_t anchor, spex_sampler *sampler,
+                                 spex_error *err) {
+    if (!seq_ok(s, seq) || !s->seq[seq].active)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: rewind: sequence %d is not begun", seq);
+    int32_t len = spex_kv_seq_len(s->t, seq);
+    if (n_keep < 1 || n_keep > len)
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: rewind: keep %d of %d positions", n_keep, len);
+    if (anchor < 0 || anchor >= s->n_vocab)
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: rewind: anchor %d outside the vocabulary", anchor);
+    if (sampler && spex_sampler_n_vocab(sampler) != s->n_vocab)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sampler vocabulary %d != model vocabulary %d",
+                              spex_sampler_n_vocab(sampler), s->n_vocab);
+    spex_status st = spex_kv_seq_truncate(s->t, seq, n_keep, err);
+    if (st == SPEX_OK && s->dc) st = spex_draft_kv_seq_truncate(s->dc, seq, n_keep, err);
+    if (st != SPEX_OK) return st;
+    spec_seq *q = &s->seq[seq];
+    bind_sampler(s, q, sampler ? sampler : q->smp);
+    q->anchor = anchor;
+    return SPEX_OK;
+}
+
+spex_status spex_spec_seq_begin(spex_spec *s, int32_t seq, const int32_t *prompt, int32_t n_prompt,
+                                spex_sampler *sampler, int32_t *first, spex_error *err) {
+    if (!seq_ok(s, seq))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sequence %d outside 0 .. %d", seq,
+                              s ? s->n_seq - 1 : -1);
+    if (!prompt || n_prompt < 1 || !sampler || !first)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: begin: empty prompt or NULL sampler/out");
+    if (spex_sampler_n_vocab(sampler) != s->n_vocab)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sampler vocabulary %d != model vocabulary %d",
+                              spex_sampler_n_vocab(sampler), s->n_vocab);
+    /* One position must stay free for the first anchor. */
+    if (n_prompt >= s->n_ctx || (s->dc && n_prompt >= s->dc_ctx))
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: prompt of %d tokens does not fit a context of %d",
+                              n_prompt, s->dc && s->dc_ctx < s->n_ctx ? s->dc_ctx : s->n_ctx);
+    spec_seq *q = &s->seq[seq];
+    spex_spec_seq_end(s, seq);
+    memset(&q->st, 0, sizeof q->st);
+
+    double t0 = now_s();
+    for (int32_t done = 0; done < n_prompt;) {
+        int32_t k = n_prompt - done < s->n_batch_max ? n_prompt - done : s->n_batch_max;
+        for (int32_t i = 0; i < k; i++)
+            s->batch[i] = (spex_batch_token){
+                .token = prompt[done + i], .pos = done + i, .seq = seq, .logits = done + i == n_prompt - 1};
+        spex_batch b = {.tokens = s->batch, .n_tokens = k};
+        spex_status st = spex_forward(s->t, &b, err);
+        if (st == SPEX_OK && s->dc) st = inject_rows(s, seq, 0, k, done, err);
+        if (st != SPEX_OK) {
+            spex_spec_seq_end(s, seq);
+            return st;
+        }
+        done += k;
+    }
+    int32_t tok;
+    spex_status st = spex_sampler_sample(sampler, spex_logits(s->t, 0), &tok, err);
+    if (st == SPEX_OK) st = spex_sampler_accept(sampler, tok);
+    if (st != SPEX_OK) {
+        spex_spec_seq_end(s, seq);
+        return st;
+    }
+    bind_sampler(s, q, sampler);
+    q->anchor = tok;
+    q->active = true;
+    q->st.t_other += now_s() - t0;
+    *first = tok;
+    return SPEX_OK;
+}
+
+/* ======================================================================== */
+/* Step                                                                      */
+/* ======================================================================== */
+
+static void stats_add(spex_spec_stats *st, int32_t n, int32_t m, int32_t emitted) {
+    st->n_steps++;
+    st->n_drafted += (uint64_t)n;
+    st->n_accepted += (uint64_t)m;
+    st->n_emitted += (uint64_t)emitted;
+    for (int32_t p = 0; p < n; p++) st->drafted_at[p]++;
+    for (int32_t p = 0; p < m; p++) st->accepted_at[p]++;
+}
+
+/* Accepts sequence i's draft against its verify rows; fills out and returns m. */
+static spex_status accept_seq(spex_spec *s, int32_t seq, const spex_draft *d, int32_t n, int32_t row0,
+                              spex_spec_out *out, int32_t *m_out, spex_error *err) {
+    spec_seq *q = &s->seq[seq];
+    int32_t m = 0, t = -1;
+    spex_status st = SPEX_OK;
+    bool rejection = q->path == SPEX_SPEC_PATH_REJECTION && d->has_q;
+    for (int32_t i = 1; i <= n; i++) {
+        const float *row = spex_logits_of_token(s->t, row0 + i - 1);
+        int32_t di = d->ids[i - 1];
+        if (s->test_break == SPEX_SPEC_TEST_ACCEPT_ALWAYS) {
+            m++;
+            out->tokens[out->n++] = di;
+            if ((st = spex_sampler_accept(q->smp, di))) return st;
+            continue;
+        }
+        if (rejection) {
+            int32_t np = 0;
+            if ((st = spex_sampler_dist(q->smp, row, s->dist, s->n_vocab, &np, err))) return st;
+            float u = spex_rng_uniform(&q->rng_accept);
+            if (spex_verify_accept(s->dist, np, di, d->cand[i - 1], d->q[i - 1], d->n_cand, u)) {
+                m++;
+                out->tokens[out->n++] = di;
+                if ((st = spex_sampler_accept(q->smp, di))) return st;
+                continue;
+            }
+            t = spex_verify_residual(s->dist, np, d->cand[i - 1], d->q[i - 1], d->n_cand,
+                                     spex_rng_uniform_f64(spex_sampler_rng(q->smp)), s->resid);
+            break;
+        }
+        /* Greedy and sample-and-match: the sample a target-only run would draw here. */
+        int32_t ti;
+        if ((st = spex_sampler_sample(q->smp, row, &ti, err))) return st;
+        if (ti == di) {
+            m++;
+            out->tokens[out->n++] = di;
+            if ((st = spex_sampler_accept(q->smp, di))) return st;
+            continue;
+        }
+        t = ti;
+        break;
+    }
+    if (t < 0) { /* all accepted: the bonus from row n */
+        if ((st = spex_sampler_sample(q->smp, spex_logits_of_token(s->t, row0 + n), &t, err))) return st;
+    }
+    if (t < 0 || t >= s->n_vocab)
+        return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: no token to emit", seq);
+    out->tokens[out->n++] = t;
+    if ((st = spex_sampler_accept(q->smp, t))) return st;
+    *m_out = m;
+    return SPEX_OK;
+}
+
+spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, const int32_t *max_emit,
+                           spex_spec_out *out, spex_error *err) {
+    if (!s || !seqs || !out || n_seqs < 1 || n_seqs > s->n_seq)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: step: bad arguments (%d sequences)", n_seqs);
+    double t0 = now_s();
+    /* Validate everything before any cache changes. */
+    int32_t rows_left = s->n_batch_max < s->n_out_max ? s->n_batch_max : s->n_out_max;
+    if (rows_left < n_seqs)
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: %d sequences do not fit a verify batch of %d rows",
+                              n_seqs, rows_left);
+    for (int32_t i = 0; i < n_seqs; i++) {
+        int32_t sq = seqs[i];
+        if (!seq_ok(s, sq) || !s->seq[sq].active)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: step: sequence %d is not begun", sq);
+        for (int32_t j = 0; j < i; j++)
+            if (seqs[j] == sq) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: step: sequence %d twice", sq);
+        if (max_emit && max_emit[i] < 1)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: step: max_emit[%d] = %d < 1", i, max_emit[i]);
+        int32_t P = spex_kv_seq_len(s->t, sq);
+        if (P + 1 > s->n_ctx)
+            return spex_error_set(err, SPEX_ERR_RANGE, "spec: sequence %d: context full (%d positions)", sq, s->n_ctx);
+        if (s->dc && spex_draft_kv_seq_len(s->dc, sq) != P)
+            return spex_error_set(err, SPEX_ERR_INTERNAL,
+                                  "spec: sequence %d: draft cache holds %d positions, target %d (invariant A)", sq,
+                                  spex_draft_kv_seq_len(s->dc, sq), P);
+    }
+
+    /* Draft lengths: n_max, the emit budget, the context space, and the verify batch (each
+     * remaining sequence keeps at least its anchor row). */
+    int32_t n_blocks = 0;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        int32_t sq = seqs[i];
+        int32_t P = spex_kv_seq_len(s->t, sq);
+        int32_t n = (s->dc || s->fn) ? s->p.n_max : 0;
+        if (max_emit && max_emit[i] - 1 < n) n = max_emit[i] - 1;
+        if (s->n_ctx - P - 1 < n) n = s->n_ctx - P - 1;
+        if (s->dc && s->dc_ctx - P - 1 < n) n = s->dc_ctx - P - 1;
+        int32_t share = rows_left - (n_seqs - i - 1) - 1;
+        if (share < n) n = share;
+        if (n < 0) n = 0;
+        s->nd[i] = n;
+        s->drafts[i].n = 0;
+        s->drafts[i].has_q = false;
+        if (n > 0 && !s->fn && s->dc && n_blocks < s->dc_blocks_max)
+            s->blocks[n_blocks++] = (spex_draft_block){.seq = sq, .anchor = s->seq[sq].anchor, .n = n};
+        else if (!s->fn) s->nd[i] = 0;
+        rows_left -= s->nd[i] + 1;
+    }
+
+    /* Draft. */
+    double t1 = now_s();
+    spex_status st = SPEX_OK;
+    if (s->fn) {
+        for (int32_t i = 0; i < n_seqs && st == SPEX_OK; i++)
+            if (s->nd[i] > 0) {
+                int32_t sq = seqs[i];
+                st = s->fn(s->fn_user, sq, s->seq[sq].anchor, spex_kv_seq_len(s->t, sq), s->nd[i], &s->drafts[i],
+                           err);
+                if (st == SPEX_OK && (s->drafts[i].n < 0 || s->drafts[i].n > s->nd[i]))
+                    st = spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: draft function returned %d tokens (max %d)",
+                                        s->drafts[i].n, s->nd[i]);
+            }
+    } else if (n_blocks > 0) {
+        st = spex_draft_forward(s->dc, s->blocks, n_blocks, err);
+        for (int32_t i = 0, b = 0; i < n_seqs && st == SPEX_OK; i++) {
+            if (s->nd[i] == 0) continue;
+            spec_seq *q = &s->seq[seqs[i]];
+            float temp = q->path == SPEX_SPEC_PATH_REJECTION ? spex_sampler_get_params(q->smp)->temp : 0.0f;
+            st = spex_draft_walk(s->dc, b++, temp, s->p.p_min, &q->rng_draft, &s->drafts[i], err);
+        }
+    }
+    if (st != SPEX_OK) return st;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        if (s->drafts[i].n < s->p.n_min) s->drafts[i].n = 0;
+        for (int32_t j = 0; j < s->drafts[i].n; j++)
+            if (s->drafts[i].ids[j] < 0 || s->drafts[i].ids[j] >= s->n_vocab)
+                return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: drafted token %d outside the vocabulary",
+                                      s->drafts[i].ids[j]);
+    }
+
+    /* Verify: [anchor, d_1 .. d_n] of every sequence in one target batch. */
+    double t2 = now_s();
+    int32_t nb = 0;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        int32_t sq = seqs[i], P = spex_kv_seq_len(s->t, sq);
+        s->row0[i] = nb;
+        s->batch[nb++] = (spex_batch_token){.token = s->seq[sq].anchor, .pos = P, .seq = sq, .logits = true};
+        for (int32_t j = 0; j < s->drafts[i].n; j++)
+            s->batch[nb++] =
+                (spex_batch_token){.token = s->drafts[i].ids[j], .pos = P + 1 + j, .seq = sq, .logits = true};
+    }
+    spex_batch batch = {.tokens = s->batch, .n_tokens = nb};
+    if ((st = spex_forward(s->t, &batch, err))) return st;
+
+    /* Accept, roll back, gather the accepted rows' features. */
+    double t3 = now_s();
+    int32_t n_inj = 0;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        int32_t sq = seqs[i], n = s->drafts[i].n;
+        int32_t P = spex_kv_seq_len(s->t, sq) - (n + 1);
+        out[i].n = 0;
+        out[i].n_drafted = n;
+        int32_t m = 0;
+        if ((st = accept_seq(s, sq, &s->drafts[i], n, s->row0[i], &out[i], &m, err))) return st;
+        if ((st = spex_kv_seq_truncate(s->t, sq, P + m + 1, err))) return st;
+        if (s->dc) {
+            const float *taps = spex_taps(s->t);
+            for (int32_t r = 0; r <= m; r++) {
+                memcpy(s->feat + (size_t)n_inj * (size_t)s->feat_w, taps + (size_t)(s->row0[i] + r) * (size_t)s->feat_w,
+                       sizeof(float) * (size_t)s->feat_w);
+                s->inj_seq[n_inj] = sq;
+                s->inj_pos[n_inj] = P + r;
+                n_inj++;
+            }
+        }
+        s->seq[sq].anchor = out[i].tokens[out[i].n - 1];
+        stats_add(&s->seq[sq].st, n, m, out[i].n);
+        stats_add(&s->total, n, m, out[i].n);
+    }
+    for (int32_t done = 0; s->dc && done < n_inj;) {
+        int32_t k = n_inj - done < s->dc_inject_max ? n_inj - done : s->dc_inject_max;
+        if ((st = spex_draft_inject(s->dc, s->feat + (size_t)done * (size_t)s->feat_w, s->feat_w, s->inj_seq + done,
+                                    s->inj_pos + done, k, err)))
+            return st;
+        done += k;
+    }
+    double t4 = now_s();
+    double td = t2 - t1, tv = t3 - t2, to = (t1 - t0) + (t4 - t3);
+    s->total.t_draft += td;
+    s->total.t_verify += tv;
+    s->total.t_other += to;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        /* A step's time is shared by its sequences; each is charged the whole step. */
+        spex_spec_stats *qs = &s->seq[seqs[i]].st;
+        qs->t_draft += td;
+        qs->t_verify += tv;
+        qs->t_other += to;
+    }
+    return SPEX_OK;
+}

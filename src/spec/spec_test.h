@@ -1,0 +1,16 @@
+/*
+ * spec_test.h — a test-only switch of the speculative loop (spec.c): deliberately broken
+ * acceptance rules, so that tests/test_spec.c can show its distribution test fails them.
+ * Not part of the public API; nothing outside tests calls it.
+ */
+#ifndef SPEX_SPEC_SPEC_TEST_H
+#define SPEX_SPEC_SPEC_TEST_H
+
+#include "spex.h"
+
+#define SPEX_SPEC_TEST_NONE 0
+#define SPEX_SPEC_TEST_ACCEPT_ALWAYS 1   /* every drafted token accepted, whatever p and q */
+
+void spex_spec_test_break(spex_spec *s, int mode);
+
+#endif

@@ -1,0 +1,651 @@
+/*
+ * test_spec.c — the speculative loop (src/spec/spec.c) end to end on the synthetic pair
+ * tests/data/models/tiny-qwen3.gguf (+ its Q8_0 copy) and tests/data/dflash/tiny-qwen3.dflash{2,1}.gguf
+ * (issue 4 tests 2–5; dflash2.md §15, §16, §20 sanity 3–5).
+ *
+ * The reference for every comparison is an independent target-only loop written here
+ * (spex_forward one token at a time + spex_sampler_sample), not spex_spec without a drafter.
+ *
+ * The synthetic drafter has random weights, so its drafts are almost never accepted: it
+ * exercises drafting, rejection and rollback on every step. Acceptance (runs of accepted
+ * tokens, the bonus token, partial rollbacks) is exercised by an "oracle" draft function that
+ * proposes the target-only continuation with random corruptions and random lengths; with it
+ * the draft cache is still injected and checked (Invariant A) on every step.
+ *
+ * Distribution test (test 3): from one fixed state (prompt + anchor), N seeded trials of one
+ * speculative run; the first emitted token's counts, and the second's given the most frequent
+ * first, against the target-only distributions p (spex_sampler_dist on the target's logits).
+ * Pearson chi-square over the bins with expected count >= 5 (the rest pooled), rejected at
+ * significance 1e-3 (critical value from the Wilson–Hilferty approximation). The same test
+ * with the acceptance rule broken on purpose (accept every draft) must reject.
+ */
+#include "spex.h"
+#include "spec/spec_test.h"
+#include "test.h"
+
+#include <stdint.h>
+#include <unistd.h>
+
+#define TGT_F32 "tests/data/models/tiny-qwen3.gguf"
+#define TGT_Q8 "tests/data/models/tiny-qwen3-q8_0.gguf"
+#define DRAFT2 "tests/data/dflash/tiny-qwen3.dflash2.gguf"
+#define DRAFT1 "tests/data/dflash/tiny-qwen3.dflash1.gguf"
+#define N_CTX 320
+#define N_GEN 256
+#define MAX_SEQ 3
+
+/* ======================================================================== */
+/* Helpers                                                                   */
+/* ======================================================================== */
+
+typedef struct pair {
+    spex_model *m;
+    spex_drafter *d;
+    spex_context *ctx;
+    spex_draft_context *dc;
+    spex_spec *s;
+} pair;
+
+static void pair_close(pair *p) {
+    spex_spec_free(p->s);
+    spex_draft_context_free(p->dc);
+    spex_context_free(p->ctx);
+    spex_drafter_free(p->d);
+    spex_model_free(p->m);
+    memset(p, 0, sizeof *p);
+}
+
+static bool quiet_log_set;
+static void quiet_log(void *u, const char *line) {
+    (void)u;
+    (void)line;
+    quiet_log_set = true;
+}
+
+/* Target + drafter (drafter may be NULL) + spec with n_max. */
+static bool pair_open(pair *p, const char *target, const char *drafter, int n_seq, int n_max, spex_type dkv) {
+    memset(p, 0, sizeof *p);
+    spex_error e = {0};
+    if (spex_model_load(target, NULL, &p->m, &e) != SPEX_OK) goto fail;
+    if (drafter && spex_drafter_load(drafter, p->m, NULL, &p->d, &e) != SPEX_OK) goto fail;
+    spex_context_params cp = spex_context_default_params();
+    cp.n_seq_max = n_seq;
+    cp.n_ctx_per_seq = N_CTX;
+    cp.n_batch_max = 64;
+    cp.n_outputs_max = 64;
+    cp.kv_type = SPEX_TYPE_F32;
+    cp.n_threads = 2;
+    if (p->d) {
+        cp.tap_layers = spex_drafter_get_hparams(p->d)->target_layers;
+        cp.n_taps = spex_drafter_get_hparams(p->d)->n_taps;
+    }
+    if (spex_context_init(p->m, &cp, &p->ctx, &e) != SPEX_OK) goto fail;
+    if (p->d) {
+        spex_draft_context_params dp = spex_draft_context_default_params();
+        dp.n_seq_max = n_seq;
+        dp.n_ctx_per_seq = N_CTX;
+        dp.kv_type = dkv;
+        dp.pool = spex_context_pool(p->ctx);
+        if (spex_draft_context_init(p->d, &dp, &p->dc, &e) != SPEX_OK) goto fail;
+    }
+    spex_spec_params sp = spex_spec_default_params();
+    sp.n_max = n_max;
+    sp.log = quiet_log;
+    if (spex_spec_init(p->ctx, p->dc, &sp, &p->s, &e) != SPEX_OK) goto fail;
+    return true;
+fail:
+    printf("  open %s + %s: %s\n", target, drafter ? drafter : "-", e.msg);
+    pair_close(p);
+    return false;
+}
+
+static spex_sampler *make_sampler(spex_sampler_params sp, int32_t n_vocab) {
+    spex_sampler *s = NULL;
+    spex_error e = {0};
+    if (spex_sampler_init(&sp, n_vocab, &s, &e) != SPEX_OK) printf("  sampler: %s\n", e.msg);
+    return s;
+}
+
+static spex_sampler_params greedy_params(void) {
+    spex_sampler_params sp = spex_sampler_default_params();
+    sp.temp = 0.0f;
+    return sp;
+}
+
+/* The reference: target alone, one token per forward. Writes n_gen tokens (the first is
+ * sampled from the prompt's last logits). Returns false on error. */
+static bool target_only(const char *target, const int32_t *prompt, int np, spex_sampler_params spp, int n_gen,
+                        int32_t *out) {
+    spex_model *m = NULL;
+    spex_context *ctx = NULL;
+    spex_sampler *smp = NULL;
+    spex_error e = {0};
+    bool ok = false;
+    if (spex_model_load(target, NULL, &m, &e) != SPEX_OK) goto done;
+    spex_context_params cp = spex_context_default_params();
+    cp.n_ctx_per_seq = N_CTX;
+    cp.kv_type = SPEX_TYPE_F32;
+    if (spex_context_init(m, &cp, &ctx, &e) != SPEX_OK) goto done;
+    smp = make_sampler(spp, spex_model_get_hparams(m)->n_vocab);
+    if (!smp) goto done;
+    spex_batch_token bt[64];
+    for (int i = 0; i < np; i++) {
+        bt[i] = (spex_batch_token){.token = prompt[i], .pos = i, .seq = 0, .logits = i == np - 1};
+        if (spex_sampler_accept(smp, prompt[i]) != SPEX_OK) goto done;
+    }
+    if (spex_forward(ctx, &(spex_batch){bt, np}, &e) != SPEX_OK) goto done;
+    for (int g = 0; g < n_gen; g++) {
+        if (spex_sampler_sample(smp, spex_logits(ctx, 0), &out[g], &e) != SPEX_OK) goto done;
+        if (spex_sampler_accept(smp, out[g]) != SPEX_OK) goto done;
+        if (g + 1 == n_gen) break;
+        bt[0] = (spex_batch_token){.token = out[g], .pos = np + g, .seq = 0, .logits = true};
+        if (spex_forward(ctx, &(spex_batch){bt, 1}, &e) != SPEX_OK) goto done;
+    }
+    ok = true;
+done:
+    if (!ok) printf("  target-only %s: %s\n", target, e.msg);
+    spex_sampler_free(smp);
+    spex_context_free(ctx);
+    spex_model_free(m);
+    return ok;
+}
+
+static const int32_t PROMPTS[MAX_SEQ][13] = {
+    {17, 200, 33, 91, 5},
+    {250, 1, 64, 64, 128, 7, 99, 180, 42},
+    {3, 141, 59, 26, 53, 58, 97, 93, 238, 46, 26, 43, 38},
+};
+static const int PROMPT_LEN[MAX_SEQ] = {5, 9, 13};
+
+/* The oracle: proposes the reference continuation, each slot corrupted with probability 1/6,
+ * with a random length in 1..n_max. */
+typedef struct oracle {
+    const int32_t *ref[MAX_SEQ];   /* ref[s][g]: g-th generated token of sequence s */
+    int n_prompt[MAX_SEQ];
+    int n_ref;
+    spex_rng rng;
+    int32_t n_vocab;
+} oracle;
+
+static spex_status oracle_draft(void *user, int32_t seq, int32_t anchor, int32_t pos, int32_t n_max, spex_draft *out,
+                                spex_error *err) {
+    oracle *o = user;
+    (void)anchor;
+    (void)err;
+    int g = pos - o->n_prompt[seq] + 1;   /* the anchor is ref[g - 1] */
+    int n = 1 + (int)(spex_rng_next(&o->rng) % (uint64_t)n_max);
+    out->n = 0;
+    out->has_q = false;
+    for (int j = 0; j < n && g + j < o->n_ref; j++) {
+        int32_t t = o->ref[seq][g + j];
+        if (spex_rng_next(&o->rng) % 6 == 0) t = (t + 1 + (int32_t)(spex_rng_next(&o->rng) % 7)) % o->n_vocab;
+        out->ids[out->n++] = t;
+    }
+    return SPEX_OK;
+}
+
+/* Runs n_seq sequences together until each has N_GEN tokens; out[s][0..N_GEN). Also checks
+ * Invariant A through the API after every step. */
+static bool run_spec(pair *p, int n_seq, spex_sampler_params spp, int32_t out[][N_GEN], int *fail_line) {
+    spex_sampler *smp[MAX_SEQ] = {0};
+    spex_error e = {0};
+    bool ok = false;
+    int have[MAX_SEQ] = {0};
+    int32_t vocab = spex_model_get_hparams(p->m)->n_vocab;
+    for (int s = 0; s < n_seq; s++) {
+        spex_sampler_params q = spp;
+        q.seed = spp.seed + (uint64_t)s;
+        if (!(smp[s] = make_sampler(q, vocab))) goto done;
+        for (int i = 0; i < PROMPT_LEN[s]; i++)
+            if (spex_sampler_accept(smp[s], PROMPTS[s][i]) != SPEX_OK) goto done;
+        if (spex_spec_seq_begin(p->s, s, PROMPTS[s], PROMPT_LEN[s], smp[s], &out[s][0], &e) != SPEX_OK) goto done;
+        have[s] = 1;
+    }
+    for (;;) {
+        int32_t seqs[MAX_SEQ], budget[MAX_SEQ];
+        int k = 0;
+        for (int s = 0; s < n_seq; s++)
+            if (have[s] < N_GEN) seqs[k] = s, budget[k] = N_GEN - have[s], k++;
+        if (!k) break;
+        spex_spec_out so[MAX_SEQ];
+        if (spex_spec_step(p->s, seqs, k, budget, so, &e) != SPEX_OK) goto done;
+        for (int i = 0; i < k; i++) {
+            int s = seqs[i];
+            if (so[i].n < 1 || so[i].n > so[i].n_drafted + 1 || have[s] + so[i].n > N_GEN) {
+                *fail_line = __LINE__;
+                goto done;
+            }
+            memcpy(&out[s][have[s]], so[i].tokens, sizeof(int32_t) * (size_t)so[i].n);
+            have[s] += so[i].n;
+            /* Invariant A and the target length: prompt + emitted - 1 (the anchor is pending). */
+            int32_t tl = spex_kv_seq_len(p->ctx, s);
+            if (tl != PROMPT_LEN[s] + have[s] - 1 || (p->dc && spex_draft_kv_seq_len(p->dc, s) != tl)) {
+                printf("  seq %d: target %d, draft %d, expected %d\n", s, tl,
+                       p->dc ? spex_draft_kv_seq_len(p->dc, s) : -1, PROMPT_LEN[s] + have[s] - 1);
+                *fail_line = __LINE__;
+                goto done;
+            }
+        }
+    }
+    ok = true;
+done:
+    if (!ok && e.msg[0]) printf("  spec: %s\n", e.msg);
+    for (int s = 0; s < n_seq; s++) {
+        spex_spec_seq_end(p->s, s);
+        spex_sampler_free(smp[s]);
+    }
+    return ok;
+}
+
+static int first_diff(const int32_t *a, const int32_t *b, int n) {
+    for (int i = 0; i < n; i++)
+        if (a[i] != b[i]) return i;
+    return -1;
+}
+
+static bool have_fixtures(void) {
+    return access(TGT_F32, R_OK) == 0 && access(TGT_Q8, R_OK) == 0 && access(DRAFT2, R_OK) == 0 &&
+           access(DRAFT1, R_OK) == 0;
+}
+
+/* Greedy losslessness for one drafter over both targets, n_max 1..7, 3 sequences; with the
+ * real drafter and with the oracle. */
+static void greedy_lossless(const char *drafter) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    static int32_t ref[2][MAX_SEQ][N_GEN], got[MAX_SEQ][N_GEN];
+    const char *targets[2] = {TGT_F32, TGT_Q8};
+    for (int t = 0; t < 2; t++)
+        for (int s = 0; s < MAX_SEQ; s++)
+            CHECK(target_only(targets[t], PROMPTS[s], PROMPT_LEN[s], greedy_params(), N_GEN, ref[t][s]));
+    uint64_t accepted = 0, drafted = 0, steps = 0;
+    for (int t = 0; t < 2; t++)
+        for (int n_max = 1; n_max <= 7; n_max++)
+            for (int use_oracle = 0; use_oracle < 2; use_oracle++) {
+                pair p;
+                CHECK(pair_open(&p, targets[t], drafter, MAX_SEQ, n_max, SPEX_TYPE_F32));
+                oracle o = {.n_ref = N_GEN, .n_vocab = spex_model_get_hparams(p.m)->n_vocab};
+                spex_rng_seed(&o.rng, 77 + (uint64_t)n_max);
+                for (int s = 0; s < MAX_SEQ; s++) o.ref[s] = ref[t][s], o.n_prompt[s] = PROMPT_LEN[s];
+                if (use_oracle) spex_spec_set_draft_fn(p.s, oracle_draft, &o);
+                int line = 0;
+                bool ok = run_spec(&p, MAX_SEQ, greedy_params(), got, &line);
+                const spex_spec_stats *st = spex_spec_total_stats(p.s);
+                accepted += st->n_accepted, drafted += st->n_drafted, steps += st->n_steps;
+                for (int s = 0; ok && s < MAX_SEQ; s++) {
+                    int d = first_diff(got[s], ref[t][s], N_GEN);
+                    if (d >= 0) {
+                        printf("  %s n_max %d oracle %d seq %d: token %d differs (%d vs %d)\n", targets[t], n_max,
+                               use_oracle, s, d, got[s][d], ref[t][s][d]);
+                        ok = false;
+                    }
+                }
+                if (use_oracle && ok && st->n_accepted == 0) {
+                    printf("  oracle drafts were never accepted\n");
+                    ok = false;
+                }
+                pair_close(&p);
+                CHECK_MSG(ok, "target %s, n_max %d, oracle %d (line %d)", targets[t], n_max, use_oracle, line);
+            }
+    printf("  %s: %llu steps, %llu drafted, %llu accepted over all runs\n", drafter, (unsigned long long)steps,
+           (unsigned long long)drafted, (unsigned long long)accepted);
+}
+
+/* ======================================================================== */
+/* Test 2 and 5: greedy losslessness                                         */
+/* ======================================================================== */
+
+TEST(greedy_lossless_dflash2) { greedy_lossless(DRAFT2); }
+
+TEST(greedy_lossless_dflash1) { greedy_lossless(DRAFT1); }
+
+/* ======================================================================== */
+/* Sample-and-match (penalties): identical to target-only for the same seed  */
+/* ======================================================================== */
+
+TEST(sample_and_match_is_seed_exact) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    spex_sampler_params sp = spex_sampler_default_params();
+    sp.temp = 0.9f;
+    sp.repeat_penalty = 1.3f;
+    sp.top_k = 0;
+    sp.top_p = 1.0f;
+    sp.min_p = 0.0f;
+    sp.seed = 1234;
+    static int32_t ref[MAX_SEQ][N_GEN], got[MAX_SEQ][N_GEN];
+    for (int s = 0; s < MAX_SEQ; s++) {
+        spex_sampler_params q = sp;
+        q.seed = sp.seed + (uint64_t)s;
+        CHECK(target_only(TGT_F32, PROMPTS[s], PROMPT_LEN[s], q, N_GEN, ref[s]));
+    }
+    for (int use_oracle = 0; use_oracle < 2; use_oracle++) {
+        pair p;
+        CHECK(pair_open(&p, TGT_F32, DRAFT2, MAX_SEQ, 5, SPEX_TYPE_F32));
+        oracle o = {.n_ref = N_GEN, .n_vocab = 256};
+        spex_rng_seed(&o.rng, 5);
+        for (int s = 0; s < MAX_SEQ; s++) o.ref[s] = ref[s], o.n_prompt[s] = PROMPT_LEN[s];
+        if (use_oracle) spex_spec_set_draft_fn(p.s, oracle_draft, &o);
+        int line = 0;
+        bool ok = run_spec(&p, MAX_SEQ, sp, got, &line);
+        ok = ok && spex_spec_seq_path(p.s, 0) == SPEX_SPEC_PATH_SAMPLE_MATCH;
+        uint64_t acc = spex_spec_total_stats(p.s)->n_accepted;
+        pair_close(&p);
+        CHECK_MSG(ok, "run failed (line %d)", line);
+        for (int s = 0; s < MAX_SEQ; s++) {
+            int d = first_diff(got[s], ref[s], N_GEN);
+            CHECK_MSG(d < 0, "oracle %d seq %d: token %d differs (%d vs %d)", use_oracle, s, d, d >= 0 ? got[s][d] : 0,
+                      d >= 0 ? ref[s][d] : 0);
+        }
+        if (use_oracle) CHECK_MSG(acc > 100, "only %llu oracle tokens accepted", (unsigned long long)acc);
+    }
+}
+
+/* ======================================================================== */
+/* Test 4: cache invariants after rejections                                 */
+/* ======================================================================== */
+
+TEST(cache_invariants_after_rejections) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    pair p;
+    CHECK(pair_open(&p, TGT_F32, DRAFT2, 2, 7, SPEX_TYPE_F32));
+    spex_sampler *smp = make_sampler(greedy_params(), 256);
+    CHECK(smp);
+    int32_t first;
+    spex_error e = {0};
+    CHECK_OK(spex_spec_seq_begin(p.s, 0, PROMPTS[2], PROMPT_LEN[2], smp, &first, &e));
+    int rejected_steps = 0;
+    for (int step = 0; step < 40; step++) {
+        int32_t seq = 0;
+        spex_spec_out so;
+        int32_t before = spex_kv_seq_len(p.ctx, 0);
+        CHECK_OK(spex_spec_step(p.s, &seq, 1, NULL, &so, &e));
+        int m = so.n - 1;
+        if (m < so.n_drafted) rejected_steps++;
+        /* After verification of [a, d_1..d_n] with m accepted, both caches hold exactly
+         * P + m + 1 positions: nothing of the rejected rows stays visible. */
+        CHECK_EQ_INT(spex_kv_seq_len(p.ctx, 0), before + m + 1);
+        CHECK_EQ_INT(spex_draft_kv_seq_len(p.dc, 0), before + m + 1);
+        CHECK_EQ_INT(spex_spec_seq_len(p.s, 0), before + m + 1);
+    }
+    CHECK_MSG(rejected_steps > 0, "no step rejected anything");
+    /* The caches are shared state: breaking Invariant A by hand is detected, not drafted over. */
+    CHECK_OK(spex_draft_kv_seq_truncate(p.dc, 0, spex_draft_kv_seq_len(p.dc, 0) - 1, &e));
+    int32_t seq = 0;
+    spex_spec_out so;
+    CHECK(spex_spec_step(p.s, &seq, 1, NULL, &so, &e) == SPEX_ERR_INTERNAL);
+    CHECK(strstr(e.msg, "invariant A") != NULL);
+    /* Rewind restores a consistent state. */
+    CHECK_OK(spex_spec_seq_rewind(p.s, 0, PROMPT_LEN[2], first, NULL, &e));
+    CHECK_EQ_INT(spex_draft_kv_seq_len(p.dc, 0), PROMPT_LEN[2]);
+    CHECK_OK(spex_spec_step(p.s, &seq, 1, NULL, &so, &e));
+    const spex_spec_stats *st = spex_spec_seq_stats(p.s, 0);
+    CHECK(st->n_steps == 41 && st->n_drafted >= st->n_accepted);
+    spex_sampler_free(smp);
+    pair_close(&p);
+}
+
+/* ======================================================================== */
+/* Test 3: sampled losslessness (distribution)                               */
+/* ======================================================================== */
+
+/* Chi-square critical value at significance 1e-3 (z = 3.0902), Wilson–Hilferty. */
+static double chi2_crit(int df) {
+    double k = df, z = 3.0902;
+    double c = 1.0 - 2.0 / (9.0 * k) + z * sqrt(2.0 / (9.0 * k));
+    return k * c * c * c;
+}
+
+/* Pearson chi-square of counts[V] (total n) against p[V]; bins with expected < 5 pooled. */
+static double chi2(const long *counts, const double *p, int V, long n, int *df) {
+    double stat = 0, pool_e = 0, pool_o = 0;
+    int bins = 0;
+    for (int i = 0; i < V; i++) {
+        double e = p[i] * (double)n;
+        if (e >= 5) {
+            stat += (counts[i] - e) * (counts[i] - e) / e;
+            bins++;
+        } else {
+            pool_e += e;
+            pool_o += (double)counts[i];
+        }
+    }
+    if (pool_e >= 5) {
+        stat += (pool_o - pool_e) * (pool_o - pool_e) / pool_e;
+        bins++;
+    } else if (pool_o > 0 && pool_e < 1e-12) {
+        stat = INFINITY;   /* mass where p has none */
+    }
+    *df = bins - 1;
+    return stat;
+}
+
+/* p over the vocabulary (dense) for the target's logits after `tokens`. */
+static bool target_dist(const char *target, const int32_t *tokens, int n, spex_sampler_params sp, double *p, int V) {
+    spex_model *m = NULL;
+    spex_context *ctx = NULL;
+    spex_sampler *smp = NULL;
+    spex_error e = {0};
+    bool ok = false;
+    spex_token_prob *d = malloc(sizeof *d * (size_t)V);
+    if (!d || spex_model_load(target, NULL, &m, &e) != SPEX_OK) goto done;
+    spex_context_params cp = spex_context_default_params();
+    cp.n_ctx_per_seq = N_CTX;
+    cp.kv_type = SPEX_TYPE_F32;
+    if (spex_context_init(m, &cp, &ctx, &e) != SPEX_OK) goto done;
+    spex_batch_token bt[64];
+    for (int i = 0; i < n; i++) bt[i] = (spex_batch_token){.token = tokens[i], .pos = i, .seq = 0, .logits = i == n - 1};
+    if (spex_forward(ctx, &(spex_batch){bt, n}, &e) != SPEX_OK) goto done;
+    if (!(smp = make_sampler(sp, V))) goto done;
+    int32_t nd = 0;
+    if (spex_sampler_dist(smp, spex_logits(ctx, 0), d, V, &nd, &e) != SPEX_OK) goto done;
+    for (int i = 0; i < V; i++) p[i] = 0;
+    for (int i = 0; i < nd; i++) p[d[i].id] += d[i].p;
+    ok = true;
+done:
+    if (!ok) printf("  target_dist: %s\n", e.msg);
+    free(d);
+    spex_sampler_free(smp);
+    spex_context_free(ctx);
+    spex_model_free(m);
+    return ok;
+}
+
+/* A draft function with a real proposal q: slot 1 proposes K = 4 tokens, the target's top
+ * ones with q ∝ sqrt(p) (plus a token p never picks), drawn from q; later slots propose 4
+ * fixed tokens uniformly. High acceptance, so accept, residual and bonus all occur. */
+typedef struct qdraft {
+    int32_t top[4];
+    double w[4];
+    spex_rng rng;
+} qdraft;
+
+static spex_status qdraft_fn(void *user, int32_t seq, int32_t anchor, int32_t pos, int32_t n_max, spex_draft *out,
+                             spex_error *err) {
+    qdraft *o = user;
+    (void)seq, (void)anchor, (void)pos, (void)err;
+    out->n = n_max < 3 ? n_max : 3;
+    out->has_q = true;
+    out->n_cand = 4;
+    for (int p = 0; p < out->n; p++) {
+        double u = spex_rng_uniform_f64(&o->rng), c = 0;
+        int k = 3;
+        for (int j = 0; j < 4; j++) {
+            out->cand[p][j] = p == 0 ? o->top[j] : 10 + 20 * j;
+            out->q[p][j] = p == 0 ? (float)o->w[j] : 0.25f;
+        }
+        for (int j = 0; j < 4; j++) {
+            c += out->q[p][j];
+            if (u < c) {
+                k = j;
+                break;
+            }
+        }
+        out->ids[p] = out->cand[p][k];
+        out->kidx[p] = k;
+    }
+    return SPEX_OK;
+}
+
+/* N trials from one state; counts of the first token and of the second given `cond`. */
+static bool sample_trials(pair *p, spex_sampler *smp, int32_t n_keep, int32_t anchor, long trials, long *c1,
+                          long *c2, int32_t cond, long *n_cond) {
+    spex_error e = {0};
+    *n_cond = 0;
+    for (long t = 0; t < trials; t++) {
+        spex_rng_seed(spex_sampler_rng(smp), 1000003u + (uint64_t)t);
+        if (spex_spec_seq_rewind(p->s, 0, n_keep, anchor, smp, &e) != SPEX_OK) goto fail;
+        int32_t seq = 0;
+        spex_spec_out so;
+        if (spex_spec_step(p->s, &seq, 1, NULL, &so, &e) != SPEX_OK) goto fail;
+        int32_t t1 = so.tokens[0], t2;
+        if (so.n >= 2) t2 = so.tokens[1];
+        else {
+            if (spex_spec_step(p->s, &seq, 1, NULL, &so, &e) != SPEX_OK) goto fail;
+            t2 = so.tokens[0];
+        }
+        c1[t1]++;
+        if (t1 == cond) c2[t2]++, (*n_cond)++;
+    }
+    return true;
+fail:
+    printf("  trial: %s\n", e.msg);
+    return false;
+}
+
+static void sampled_lossless(bool use_qdraft, bool broken, bool expect_pass, float temp) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    enum { V = 256 };
+    const long trials = 20000;
+    spex_sampler_params sp = spex_sampler_default_params();
+    sp.temp = temp;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.min_p = 0.02f;
+    pair p;
+    CHECK(pair_open(&p, TGT_F32, DRAFT2, 1, 3, SPEX_TYPE_F32));
+    spex_sampler *g = make_sampler(greedy_params(), V), *smp = make_sampler(sp, V);
+    CHECK(g && smp);
+    int32_t anchor;
+    spex_error e = {0};
+    const int32_t *prompt = PROMPTS[1];
+    int np = PROMPT_LEN[1];
+    CHECK_OK(spex_spec_seq_begin(p.s, 0, prompt, np, g, &anchor, &e));
+    CHECK_EQ_INT(spex_spec_seq_path(p.s, 0), SPEX_SPEC_PATH_GREEDY);
+
+    static double p1[V], p2[V];
+    int32_t hist[16];
+    memcpy(hist, prompt, sizeof(int32_t) * (size_t)np);
+    hist[np] = anchor;
+    CHECK(target_dist(TGT_F32, hist, np + 1, sp, p1, V));
+    int32_t mode = 0;
+    for (int i = 1; i < V; i++)
+        if (p1[i] > p1[mode]) mode = i;
+    hist[np + 1] = mode;
+    CHECK(target_dist(TGT_F32, hist, np + 2, sp, p2, V));
+
+    qdraft qd = {0};
+    if (use_qdraft) {
+        /* The three most likely tokens of p1 and one outside its support. */
+        double best[3] = {-1, -1, -1};
+        for (int i = 0; i < V; i++)
+            for (int j = 0; j < 3; j++)
+                if (p1[i] > best[j]) {
+                    for (int k = 2; k > j; k--) best[k] = best[k - 1], qd.top[k] = qd.top[k - 1];
+                    best[j] = p1[i], qd.top[j] = i;
+                    break;
+                }
+        for (int i = 0; i < V; i++)
+            if (p1[i] == 0) {
+                qd.top[3] = i;
+                break;
+            }
+        double z = 0;
+        for (int j = 0; j < 3; j++) z += (qd.w[j] = sqrt(best[j]));
+        qd.w[3] = 0.15 * z;
+        z *= 1.15;
+        for (int j = 0; j < 4; j++) qd.w[j] /= z;
+        spex_rng_seed(&qd.rng, 99);
+        spex_spec_set_draft_fn(p.s, qdraft_fn, &qd);
+    }
+    if (broken) spex_spec_test_break(p.s, SPEX_SPEC_TEST_ACCEPT_ALWAYS);
+
+    static long c1[V], c2[V];
+    memset(c1, 0, sizeof c1);
+    memset(c2, 0, sizeof c2);
+    long n_cond = 0;
+    CHECK(sample_trials(&p, smp, np, anchor, trials, c1, c2, mode, &n_cond));
+    CHECK_EQ_INT(spex_spec_seq_path(p.s, 0), SPEX_SPEC_PATH_REJECTION);
+    const spex_spec_stats *st = spex_spec_seq_stats(p.s, 0);
+    double acc = spex_spec_stats_acceptance(st);
+    int df1, df2;
+    double x1 = chi2(c1, p1, V, trials, &df1), x2 = chi2(c2, p2, V, n_cond, &df2);
+    double k1 = chi2_crit(df1), k2 = chi2_crit(df2);
+    printf("  T %.2f, %s%s: acceptance %.3f; first token chi2 %.1f (df %d, crit %.1f); second | first=%d (%ld trials) "
+           "chi2 %.1f (df %d, crit %.1f)\n",
+           (double)temp, use_qdraft ? "proposal q" : "dflash2 drafter", broken ? " [accept always]" : "", acc, x1, df1, k1, mode,
+           n_cond, x2, df2, k2);
+    spex_sampler_free(g);
+    spex_sampler_free(smp);
+    pair_close(&p);
+    if (expect_pass) {
+        CHECK_MSG(x1 < k1 && x2 < k2, "distribution differs from target-only sampling");
+        CHECK(n_cond > 1000);
+    } else {
+        CHECK_MSG(x1 >= k1 || x2 >= k2, "the broken rule was not detected");
+    }
+}
+
+TEST(sampled_lossless_dflash2_drafter) { sampled_lossless(false, false, true, 1.3f); }
+
+TEST(sampled_lossless_proposal_q) { sampled_lossless(true, false, true, 0.6f); }
+
+TEST(sampled_broken_rule_is_detected) { sampled_lossless(true, true, false, 0.6f); }
+
+TEST(sampled_broken_rule_detected_with_drafter) { sampled_lossless(false, true, false, 1.3f); }
+
+/* ======================================================================== */
+/* Errors                                                                    */
+/* ======================================================================== */
+
+TEST(spec_errors) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    pair p;
+    CHECK(pair_open(&p, TGT_F32, DRAFT2, 2, 99, SPEX_TYPE_F32));
+    CHECK_MSG(quiet_log_set, "n_max 99 > block_size - 1 was not warned about");
+    CHECK_EQ_INT(spex_spec_get_params(p.s)->n_max, 7);
+    spex_error e = {0};
+    int32_t seq = 0, first;
+    spex_spec_out so;
+    CHECK(spex_spec_step(p.s, &seq, 1, NULL, &so, &e) == SPEX_ERR_INVALID_ARG);   /* not begun */
+    spex_sampler *smp = make_sampler(greedy_params(), 256), *bad = make_sampler(greedy_params(), 100);
+    CHECK(smp && bad);
+    CHECK(spex_spec_seq_begin(p.s, 0, PROMPTS[0], PROMPT_LEN[0], bad, &first, &e) == SPEX_ERR_INVALID_ARG);
+    CHECK(spex_spec_seq_begin(p.s, 5, PROMPTS[0], PROMPT_LEN[0], smp, &first, &e) == SPEX_ERR_INVALID_ARG);
+    CHECK(spex_spec_seq_begin(p.s, 0, PROMPTS[0], 0, smp, &first, &e) == SPEX_ERR_INVALID_ARG);
+    CHECK_OK(spex_spec_seq_begin(p.s, 0, PROMPTS[0], PROMPT_LEN[0], smp, &first, &e));
+    int32_t two[2] = {0, 0};
+    spex_spec_out so2[2];
+    CHECK(spex_spec_step(p.s, two, 2, NULL, so2, &e) == SPEX_ERR_INVALID_ARG);   /* twice */
+    int32_t zero = 0;
+    CHECK(spex_spec_step(p.s, &seq, 1, &zero, &so, &e) == SPEX_ERR_INVALID_ARG);
+    CHECK(spex_spec_seq_rewind(p.s, 0, 0, first, NULL, &e) == SPEX_ERR_RANGE);
+    CHECK(spex_spec_seq_rewind(p.s, 0, 1, 256, NULL, &e) == SPEX_ERR_RANGE);
+    /* max_emit 1: no draft, exactly one token. */
+    int32_t one = 1;
+    CHECK_OK(spex_spec_step(p.s, &seq, 1, &one, &so, &e));
+    CHECK_EQ_INT(so.n, 1);
+    CHECK_EQ_INT(so.n_drafted, 0);
+    /* A target context without the drafter's taps is refused. */
+    spex_spec *s2 = NULL;
+    spex_context *plain = NULL;
+    spex_context_params cp = spex_context_default_params();
+    cp.n_seq_max = 2;
+    CHECK_OK(spex_context_init(p.m, &cp, &plain, &e));
+    CHECK(spex_spec_init(plain, p.dc, NULL, &s2, &e) == SPEX_ERR_INVALID_ARG && !s2);
+    CHECK(strstr(e.msg, "tap") != NULL);
+    spex_context_free(plain);
+    spex_sampler_free(smp);
+    spex_sampler_free(bad);
+    pair_close(&p);
+}
+
+TEST_MAIN()
