@@ -25,6 +25,8 @@
 extern char **environ;
 
 #define TINY_QWEN3 "tests/data/models/tiny-qwen3.gguf"
+#define TINY_DRAFT2 "tests/data/dflash/tiny-qwen3.dflash2.gguf"
+#define TINY_DRAFT1 "tests/data/dflash/tiny-qwen3.dflash1.gguf"
 
 /* ======================================================================== */
 /* Running the binary                                                        */
@@ -596,6 +598,80 @@ TEST(error_bad_flags) {
     EXPECT_ERROR(2, "--chat-template", "-m", m, "--chat", "--chat-template", "jinja2");
 }
 
+/* Issue 4's must-show: with the drafter, greedy text equals the target alone, and the
+ * speculative statistics are printed. Both drafter variants, several draft lengths. */
+TEST(speculative_greedy_equals_target_only) {
+    REQUIRE_BIN();
+    run_result a, b;
+    RUN(a, "-m", TINY_QWEN3, "-p", "Once upon a time", "-n", "120", "--temp", "0", "-t", "2");
+    CHECK_EQ_INT(a.rc, 0);
+    CHECK(generated_count(a.err) == 120);
+    const char *drafts[2] = {TINY_DRAFT2, TINY_DRAFT1};
+    const char *nmax[3] = {"1", "3", "99"};
+    bool ok = true;
+    for (int d = 0; d < 2 && ok; d++)
+        for (int k = 0; k < 3 && ok; k++) {
+            RUN(b, "-m", TINY_QWEN3, "-md", drafts[d], "--spec-draft-n-max", nmax[k], "-p", "Once upon a time", "-n",
+                "120", "--temp", "0", "-t", "2");
+            if (b.rc != 0 || b.out_len != a.out_len || memcmp(a.out, b.out, a.out_len) != 0) {
+                printf("  %s n_max %s: rc %d, output differs from the target alone\n%s\n", drafts[d], nmax[k], b.rc,
+                       b.err);
+                ok = false;
+            }
+            static const char *lines[] = {"draft acceptance rate = ", "mean acceptance length = ",
+                                          "acceptance per position:", "time:      draft", "verify steps",
+                                          "auto-detected speculative type"};
+            for (size_t i = 0; ok && i < sizeof lines / sizeof lines[0]; i++)
+                if (!strstr(b.err, lines[i])) {
+                    printf("  stderr lacks '%s':\n%s\n", lines[i], b.err);
+                    ok = false;
+                }
+            if (ok && k == 2 && !strstr(b.err, "exceeds the trained block size")) {
+                printf("  no clamp warning for n_max 99:\n%s\n", b.err);
+                ok = false;
+            }
+            ok = ok && sanitizer_clean(b.err);
+            run_free(&b);
+        }
+    run_free(&a);
+    CHECK(ok);
+}
+
+TEST(speculative_flags_and_errors) {
+    REQUIRE_BIN();
+    const char *m = TINY_QWEN3;
+    EXPECT_ERROR(2, "--spec-type", "-m", m, "--spec-type", "mtp");
+    EXPECT_ERROR(2, "needs a drafter", "-m", m, "--spec-type", "dflash");
+    EXPECT_ERROR(2, "-ctkd", "-m", m, "-md", TINY_DRAFT2, "-ctkd", "q4_0");
+    EXPECT_ERROR(2, "differ", "-m", m, "-md", TINY_DRAFT2, "-ctkd", "f32", "-ctvd", "f16");
+    EXPECT_ERROR(2, "--spec-draft-p-min", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-p-min", "1.5");
+    EXPECT_ERROR(2, "--spec-draft-sampling", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-sampling", "beam");
+    /* Run errors: a drafter for another target, a missing file, a bad override. */
+    EXPECT_ERROR(1, "vocabulary", "-m", "tests/data/models/tiny-llama-tied.gguf", "-md", TINY_DRAFT2, "-p", "hi");
+    EXPECT_ERROR(1, "nope.gguf", "-m", m, "-md", "nope.gguf", "-p", "hi");
+    EXPECT_ERROR(1, "dflash.bogus", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-override-kv", "dflash.bogus=int:3", "-p", "hi");
+    /* --spec-type none ignores the drafter; an override and a quantized draft KV run. */
+    run_result r;
+    RUN(r, "-m", m, "-md", "nope.gguf", "--spec-type", "none", "-p", "hi", "-n", "4");
+    CHECK_EQ_INT(r.rc, 0);
+    run_free(&r);
+    RUN(r, "-m", m, "-md", TINY_DRAFT2, "--spec-draft-override-kv", "dflash.block_size=int:4", "-ctkd", "q8_0", "-p",
+        "hi", "-n", "8", "--temp", "0");
+    bool ok = r.rc == 0 && strstr(r.err, "block=4") && strstr(r.err, "n_max 3") && strstr(r.err, "quantized draft KV");
+    if (!ok) printf("%s\n", r.err);
+    run_free(&r);
+    CHECK(ok);
+    /* Sampled runs take the rejection path (DFlash2) or sample-and-match (penalties, v1). */
+    RUN(r, "-m", m, "-md", TINY_DRAFT2, "-p", "hi", "-n", "16", "--temp", "1", "-s", "3");
+    ok = r.rc == 0 && strstr(r.err, "path rejection");
+    run_free(&r);
+    CHECK(ok);
+    RUN(r, "-m", m, "-md", TINY_DRAFT2, "-p", "hi", "-n", "16", "--temp", "1", "--repeat-penalty", "1.2", "-s", "3");
+    ok = r.rc == 0 && strstr(r.err, "path sample-and-match");
+    run_free(&r);
+    CHECK(ok);
+}
+
 TEST(help_documents_every_flag) {
     REQUIRE_BIN();
     run_result r;
@@ -604,7 +680,9 @@ TEST(help_documents_every_flag) {
                                   "--repeat-penalty", "--repeat-last-n", "--presence-penalty",
                                   "--frequency-penalty", "--samplers", "--seed", "--ctx-size", "--batch-size",
                                   "--threads", "--chat", "--system", "--no-think", "--chat-template",
-                                  "--no-bos", "--special", "--verbose", "--help"};
+                                  "--no-bos", "--special", "--verbose", "--help", "--model-draft",
+                                  "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
+                                  "--spec-draft-sampling", "--spec-draft-override-kv", "-ctkd", "-ctvd"};
     const char *missing = NULL;
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)
         if (!strstr(r.out, flags[i])) missing = flags[i];

@@ -1,11 +1,12 @@
 /*
- * run.c — `spex run`: text generation with one target model, the target alone (no drafter).
+ * run.c — `spex run`: text generation with one target model, alone or with a DFlash drafter
+ * (-md; the speculative loop is in run_spec.c).
  *
  * What it is: a thin driver over the public API — load the model and its tokenizer, render the
  * prompt (plain, or through the chat template with --chat), tokenize it, feed it in chunks of
  * -b tokens, then sample one token at a time until an end-of-generation token, -n tokens, or a
  * full context. Flag names follow llama.cpp's llama-cli where it has one. What it is not: an
- * interactive chat loop or a speculative decoder (those come with the server and DFlash2).
+ * interactive chat loop (that comes with the server).
  *
  * Output contract (docs/run.md):
  *  - stdout carries only the generated text, streamed through the UTF-8-safe detokenizer and
@@ -22,6 +23,7 @@
  */
 #include "spex.h"
 #include "cli.h"
+#include "run.h"
 
 #include <errno.h>
 #include <math.h>
@@ -31,19 +33,6 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct run_opts {
-    const char *model;
-    const char *prompt;        /* -p (NULL: none)                       */
-    const char *prompt_file;   /* -f (NULL: none)                       */
-    const char *system;        /* --system (chat only)                  */
-    const char *chat_template; /* --chat-template NAME (chat only)      */
-    long n_predict;            /* -1: until eog or a full context       */
-    long n_ctx;                /* 0: the library default                */
-    long n_batch;
-    long n_threads;            /* 0: every online CPU                   */
-    bool chat, no_think, no_bos, special, verbose;
-    spex_sampler_params sp;
-} run_opts;
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -83,6 +72,19 @@ static void usage(FILE *f) {
             "      --frequency-penalty X  subtract X per occurrence (0.0)\n"
             "      --samplers LIST        the chain, ';'-separated (e.g. \"penalties;temperature;top_k\")\n"
             "  -s, --seed S               RNG seed; -1 = from the clock (-1)\n"
+            "\n"
+            "speculative decoding (DFlash v1 / DFlash2, detected from the draft file; docs/speculative.md):\n"
+            "  -md, --model-draft FILE    drafter GGUF (arch dflash); the target's head and embedding are borrowed\n"
+            "      --spec-type T          auto (from the draft file), none (ignore -md), dflash (auto)\n"
+            "      --spec-draft-n-max N   tokens drafted per step; clamped to block_size - 1 (block_size - 1)\n"
+            "      --spec-draft-n-min N   drop drafts shorter than N (0)\n"
+            "      --spec-draft-p-min P   stop the walk below this confidence (0 = off)\n"
+            "      --spec-draft-sampling M  probabilistic (sampled walk + rejection sampling at T > 0) or\n"
+            "                             greedy (greedy walk + sample-and-match) (probabilistic)\n"
+            "      --spec-draft-override-kv KEY=TYPE:VALUE  draft-only metadata override (repeatable),\n"
+            "                             e.g. dflash.block_size=int:6\n"
+            "  -ctkd, --cache-type-k-draft T, -ctvd, --cache-type-v-draft T\n"
+            "                             draft KV type: f16, f32, q8_0 (f16; K and V share one type)\n"
             "\n"
             "  -v, --verbose              model/context lines at load, the prompt's token ids, the seed\n"
             "  -h, --help                 this text\n");
@@ -210,6 +212,56 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             o->no_bos = true;
         } else if (flag_is(a, "--special", "-sp")) {
             o->special = true;
+        } else if (flag_is(a, "-md", "--model-draft")) {
+            if (!need_value(a, v)) return 2;
+            o->draft = v, i++;
+        } else if (flag_is(a, "--spec-type", NULL)) {
+            if (!need_value(a, v)) return 2;
+            if (strcmp(v, "auto") && strcmp(v, "none") && strcmp(v, "dflash") && strcmp(v, "draft-dflash")) {
+                fprintf(stderr, "error: %s expects auto, none or dflash, got '%s'\n", a, v);
+                return 2;
+            }
+            o->spec_type = v, i++;
+        } else if (flag_is(a, "--spec-draft-n-max", "--draft-max")) {
+            if (!cli_parse_int(a, v, 0, 1024, &o->n_draft_max)) return 2;
+            i++;
+        } else if (flag_is(a, "--spec-draft-n-min", "--draft-min")) {
+            if (!cli_parse_int(a, v, 0, 1024, &o->n_draft_min)) return 2;
+            i++;
+        } else if (flag_is(a, "--spec-draft-p-min", "--draft-p-min")) {
+            if (!parse_float(a, v, &f)) return 2;
+            if (f < 0 || f > 1) {
+                fprintf(stderr, "error: %s expects a value in [0, 1], got '%s'\n", a, v);
+                return 2;
+            }
+            o->p_draft_min = f, i++;
+        } else if (flag_is(a, "--spec-draft-sampling", NULL)) {
+            if (!need_value(a, v)) return 2;
+            if (strcmp(v, "probabilistic") && strcmp(v, "greedy")) {
+                fprintf(stderr, "error: %s expects probabilistic or greedy, got '%s'\n", a, v);
+                return 2;
+            }
+            o->draft_greedy = !strcmp(v, "greedy"), i++;
+        } else if (flag_is(a, "--spec-draft-override-kv", NULL)) {
+            if (!need_value(a, v)) return 2;
+            if (o->n_overrides >= RUN_MAX_OVERRIDES) {
+                fprintf(stderr, "error: at most %d %s flags\n", RUN_MAX_OVERRIDES, a);
+                return 2;
+            }
+            o->overrides[o->n_overrides++] = v, i++;
+        } else if (flag_is(a, "-ctkd", "--cache-type-k-draft") || flag_is(a, "-ctvd", "--cache-type-v-draft")) {
+            if (!need_value(a, v)) return 2;
+            spex_type t;
+            if (!strcmp(v, "f16")) t = SPEX_TYPE_F16;
+            else if (!strcmp(v, "f32")) t = SPEX_TYPE_F32;
+            else if (!strcmp(v, "q8_0")) t = SPEX_TYPE_Q8_0;
+            else {
+                fprintf(stderr, "error: %s expects f16, f32 or q8_0, got '%s'\n", a, v);
+                return 2;
+            }
+            if (a[3] == 'k' || strstr(a, "-k-")) o->ctk_draft = t, o->has_ctk = true;
+            else o->ctv_draft = t, o->has_ctv = true;
+            i++;
         } else if (flag_is(a, "-v", "--verbose")) {
             o->verbose = true;
         } else {
@@ -228,6 +280,16 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
     spex_chat_template tmpl;
     if (o->chat_template && !spex_chat_template_from_name(o->chat_template, &tmpl)) {
         fprintf(stderr, "error: unknown --chat-template '%s' (none, chatml, qwen3, qwen35)\n", o->chat_template);
+        return 2;
+    }
+    if (o->has_ctk && o->has_ctv && o->ctk_draft != o->ctv_draft) {
+        fprintf(stderr, "error: -ctkd and -ctvd differ: spex keeps draft K and V in one type\n");
+        return 2;
+    }
+    if (o->has_ctv && !o->has_ctk) o->ctk_draft = o->ctv_draft;
+    if (o->spec_type && !strcmp(o->spec_type, "none")) o->draft = NULL;
+    else if (o->spec_type && strcmp(o->spec_type, "auto") && !o->draft) {
+        fprintf(stderr, "error: --spec-type %s needs a drafter (-md FILE)\n", o->spec_type);
         return 2;
     }
     if (!o->chat && (o->system || o->no_think || o->chat_template)) {
@@ -356,22 +418,22 @@ static int32_t *tokenize_all(const spex_tokenizer *tok, const char *text, size_t
 /* Generation                                                                */
 /* ======================================================================== */
 
-static double now_s(void) {
+double run_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void write_str(spex_str s) {
+void run_write_str(spex_str s) {
     if (s.len) fwrite(s.ptr, 1, s.len, stdout);
 }
 
-static void log_stderr(void *user, const char *line) {
+void run_log_stderr(void *user, const char *line) {
     (void)user;
     fprintf(stderr, "%s\n", line);
 }
 
-static double rate(long n, double secs) {
+double run_rate(long n, double secs) {
     return secs > 0 ? (double)n / secs : 0.0;
 }
 
@@ -390,7 +452,7 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
 
     spex_model_params mp = spex_model_default_params();
     mp.verbose = o->verbose;
-    mp.log = log_stderr;
+    mp.log = run_log_stderr;
     if (spex_model_load(o->model, &mp, &m, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
@@ -425,6 +487,11 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
         fprintf(stderr, "prompt ids (%d):", n_prompt);
         for (int i = 0; i < n_prompt; i++) fprintf(stderr, " %d", ids[i]);
         fprintf(stderr, "\n");
+    }
+
+    if (o->draft) {
+        rc = run_speculative(o, m, tok, ids, n_prompt);
+        goto done;
     }
 
     spex_context_params cp = spex_context_default_params();
@@ -486,7 +553,7 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
     }
     /* A prompt ending inside a UTF-8 sequence must not leak its U+FFFD into the output. */
     (void)spex_detok_stream_flush(ds);
-    double t0 = now_s();
+    double t0 = run_now_s();
     for (int i = 0; i < n_prompt; i += n_batch) {
         int k = n_prompt - i < n_batch ? n_prompt - i : n_batch;
         for (int j = 0; j < k; j++)
@@ -496,7 +563,7 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
             goto done;
         }
     }
-    double t1 = now_s();
+    double t1 = run_now_s();
 
     const char *reason = "n_predict";
     long n_gen = 0;
@@ -521,7 +588,7 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
             fprintf(stderr, "\nerror: detokenize: %s\n", err.msg);
             goto done;
         }
-        write_str(piece);
+        run_write_str(piece);
         fflush(stdout);
         if (spex_sampler_accept(smp, id) != SPEX_OK) {
             fprintf(stderr, "\nerror: sampling: token %d out of range\n", id);
@@ -539,13 +606,13 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
             goto done;
         }
     }
-    write_str(spex_detok_stream_flush(ds));
+    run_write_str(spex_detok_stream_flush(ds));
     fflush(stdout);
-    double t2 = now_s();
+    double t2 = run_now_s();
 
     fprintf(stderr, "\nprompt:    %d tokens, %.2f ms, %.2f t/s\n", n_prompt, (t1 - t0) * 1e3,
-            rate(n_prompt, t1 - t0));
-    fprintf(stderr, "generated: %ld tokens, %.2f ms, %.2f t/s\n", n_gen, (t2 - t1) * 1e3, rate(n_gen, t2 - t1));
+            run_rate(n_prompt, t1 - t0));
+    fprintf(stderr, "generated: %ld tokens, %.2f ms, %.2f t/s\n", n_gen, (t2 - t1) * 1e3, run_rate(n_gen, t2 - t1));
     fprintf(stderr, "stop:      %s\n", reason);
     rc = 0;
 done:
@@ -561,7 +628,7 @@ done:
 }
 
 int cmd_run(int argc, char **argv) {
-    run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params()};
+    run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16};
     long repeat_last_n = o.sp.repeat_last_n;
     int prc = parse_args(argc, argv, &o, &repeat_last_n);
     if (prc < 0) return 0;

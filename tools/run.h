@@ -1,0 +1,47 @@
+/*
+ * run.h — what `spex run`'s two halves share: run.c (flags, prompt, target-only generation)
+ * and run_spec.c (generation with a DFlash drafter).
+ */
+#ifndef SPEX_TOOLS_RUN_H
+#define SPEX_TOOLS_RUN_H
+
+#include "spex.h"
+
+#define RUN_MAX_OVERRIDES 16
+
+typedef struct run_opts {
+    const char *model;
+    const char *prompt;        /* -p (NULL: none)                       */
+    const char *prompt_file;   /* -f (NULL: none)                       */
+    const char *system;        /* --system (chat only)                  */
+    const char *chat_template; /* --chat-template NAME (chat only)      */
+    long n_predict;            /* -1: until eog or a full context       */
+    long n_ctx;                /* 0: the library default                */
+    long n_batch;
+    long n_threads;            /* 0: every online CPU                   */
+    bool chat, no_think, no_bos, special, verbose;
+    spex_sampler_params sp;
+    /* speculative decoding */
+    const char *draft;         /* -md (NULL: target alone)               */
+    const char *spec_type;     /* --spec-type (NULL: auto)               */
+    long n_draft_max;          /* 0: block_size - 1                      */
+    long n_draft_min;
+    float p_draft_min;
+    bool draft_greedy;         /* --spec-draft-sampling greedy           */
+    const char *overrides[RUN_MAX_OVERRIDES];
+    int n_overrides;
+    spex_type ctk_draft, ctv_draft;
+    bool has_ctk, has_ctv;
+} run_opts;
+
+/* Generation with the drafter o->draft over the tokenized prompt; prints like run.c and
+ * returns the exit status. The prompt's ids are not yet in any sampler history. */
+int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const int32_t *ids,
+                    int n_prompt);
+
+void run_log_stderr(void *user, const char *line);
+void run_write_str(spex_str s);
+double run_now_s(void);
+double run_rate(long n, double secs);
+
+#endif

@@ -1,0 +1,206 @@
+/*
+ * run_spec.c — `spex run -md DRAFTER`: generation with DFlash speculative decoding.
+ *
+ * What it is: loads the drafter against the target (the variant comes from the file), builds a
+ * target context that taps the drafter's target_layers and a draft context beside it, and runs
+ * spex_spec steps on sequence 0, printing the emitted tokens as run.c prints target-only
+ * tokens (same stop rules: end of generation, BOS, -n, full context), then the speculative
+ * statistics on stderr. What it is not: flag parsing or prompt rendering (run.c).
+ *
+ * Output equals target-only output token for token at --temp 0 (docs/speculative.md says
+ * why); the stderr block adds the llama.cpp-style line
+ * "draft acceptance rate = 0.xxxxx ( A accepted / G generated)" and the mean acceptance length.
+ */
+#include "spex.h"
+#include "cli.h"
+#include "run.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const int32_t *ids,
+                    int n_prompt) {
+    int rc = 1;
+    spex_error err = {0};
+    spex_drafter *d = NULL;
+    spex_context *ctx = NULL;
+    spex_draft_context *dc = NULL;
+    spex_spec *spec = NULL;
+    spex_sampler *smp = NULL;
+    spex_detok_stream *ds = NULL;
+    const spex_model_hparams *hp = spex_model_get_hparams(m);
+
+    spex_drafter_params dp = spex_drafter_default_params();
+    dp.verbose = true;
+    dp.log = run_log_stderr;
+    dp.overrides = o->overrides;
+    dp.n_overrides = o->n_overrides;
+    if (spex_drafter_load(o->draft, m, &dp, &d, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+    const spex_drafter_hparams *dh = spex_drafter_get_hparams(d);
+    if (!o->spec_type || !strcmp(o->spec_type, "auto"))
+        fprintf(stderr, "auto-detected speculative type 'draft-dflash' (%s) from the draft model metadata\n",
+                dh->variant == SPEX_DFLASH2 ? "DFlash2" : "DFlash v1");
+    if (o->ctk_draft != SPEX_TYPE_F16 && o->ctk_draft != SPEX_TYPE_F32)
+        fprintf(stderr, "warning: quantized draft KV (%s) is known to destroy acceptance (dflash2.md §21 item 10)\n",
+                spex_type_get_info(o->ctk_draft)->name);
+
+    int32_t n_max = (int32_t)o->n_draft_max;
+    if (n_max <= 0 || n_max > dh->block_size - 1) n_max = dh->block_size - 1;
+    if (n_max > SPEX_DRAFT_MAX_N) n_max = SPEX_DRAFT_MAX_N;
+
+    int32_t n_threads = (int32_t)o->n_threads;
+    if (n_threads <= 0) {
+        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+        n_threads = (int32_t)(cpus > 0 ? cpus : 1);
+    }
+    spex_context_params cp = spex_context_default_params();
+    if (o->n_ctx > 0) cp.n_ctx_per_seq = (int32_t)o->n_ctx;
+    cp.n_batch_max = (int32_t)(o->n_batch > n_max + 1 ? o->n_batch : n_max + 1);
+    cp.n_outputs_max = n_max + 1;
+    cp.n_threads = n_threads;
+    cp.tap_layers = dh->target_layers;
+    cp.n_taps = dh->n_taps;
+    if (spex_context_init(m, &cp, &ctx, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+    int32_t n_ctx = spex_context_get_params(ctx)->n_ctx_per_seq;
+    if (n_prompt >= n_ctx) {
+        fprintf(stderr, "error: the prompt is %d tokens, too long for the context of %d (raise -c)\n", n_prompt,
+                n_ctx);
+        goto done;
+    }
+    spex_draft_context_params dcp = spex_draft_context_default_params();
+    dcp.n_ctx_per_seq = n_ctx;
+    dcp.kv_type = o->ctk_draft;
+    dcp.pool = spex_context_pool(ctx);
+    dcp.n_threads = n_threads;
+    if (spex_draft_context_init(d, &dcp, &dc, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+    spex_spec_params spp = spex_spec_default_params();
+    spp.n_max = (int32_t)o->n_draft_max;
+    spp.n_min = (int32_t)o->n_draft_min;
+    spp.p_min = o->p_draft_min;
+    spp.sampled_walk = !o->draft_greedy;
+    spp.log = run_log_stderr;
+    if (spex_spec_init(ctx, dc, &spp, &spec, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+
+    spex_sampler_params sp = o->sp;
+    if (sp.repeat_last_n < 0) sp.repeat_last_n = n_ctx;
+    if (spex_sampler_init(&sp, hp->n_vocab, &smp, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+    unsigned dflags = SPEX_DETOK_STRIP_SPACE | (o->special ? SPEX_DETOK_SPECIAL : 0u);
+    if (spex_detok_stream_create(tok, dflags, &ds, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        goto done;
+    }
+    for (int i = 0; i < n_prompt; i++) {
+        spex_str ignored;
+        if (ids[i] < 0 || ids[i] >= hp->n_vocab || spex_detok_stream_push(ds, ids[i], &ignored, &err) != SPEX_OK ||
+            spex_sampler_accept(smp, ids[i]) != SPEX_OK) {
+            fprintf(stderr, "error: prompt token %d (id %d): %s\n", i, ids[i], err.msg[0] ? err.msg : "out of range");
+            goto done;
+        }
+    }
+    (void)spex_detok_stream_flush(ds);
+
+    double t0 = run_now_s();
+    int32_t first;
+    if (spex_spec_seq_begin(spec, 0, ids, n_prompt, smp, &first, &err) != SPEX_OK) {
+        fprintf(stderr, "error: prompt: %s\n", err.msg);
+        goto done;
+    }
+    double t1 = run_now_s();
+    if (o->verbose)
+        fprintf(stderr, "speculative path: %s, n_max %d\n", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
+                spex_spec_get_params(spec)->n_max);
+
+    const char *reason = "n_predict";
+    long n_gen = 0;
+    int32_t bos = spex_token_bos(tok), eot = spex_token_eot(tok);
+    spex_spec_out out;
+    out.n = 1;
+    out.tokens[0] = first;
+    bool stop = o->n_predict == 0;
+    while (!stop) {
+        for (int32_t k = 0; k < out.n; k++) {
+            int32_t id = out.tokens[k];
+            if (spex_token_is_eog(tok, id)) {
+                reason = id == eot ? "eot" : "eos";
+                stop = true;
+                break;
+            }
+            if (id == bos) {
+                reason = "bos";
+                stop = true;
+                break;
+            }
+            n_gen++;
+            spex_str piece;
+            if (spex_detok_stream_push(ds, id, &piece, &err) != SPEX_OK) {
+                fprintf(stderr, "\nerror: detokenize: %s\n", err.msg);
+                goto done;
+            }
+            run_write_str(piece);
+            if (o->n_predict >= 0 && n_gen >= o->n_predict) {
+                stop = true;
+                break;
+            }
+        }
+        fflush(stdout);
+        if (stop) break;
+        if (o->n_predict >= 0 && n_gen >= o->n_predict) break;
+        if (spex_spec_seq_len(spec, 0) >= n_ctx) {
+            reason = "context full";
+            break;
+        }
+        /* Never draft past -n: what is left of the budget bounds the step (§15.6). */
+        int32_t max_emit = o->n_predict >= 0 ? (int32_t)(o->n_predict - n_gen) : SPEX_DRAFT_MAX_N + 1;
+        int32_t seq = 0;
+        if (spex_spec_step(spec, &seq, 1, &max_emit, &out, &err) != SPEX_OK) {
+            fprintf(stderr, "\nerror: speculative step: %s\n", err.msg);
+            goto done;
+        }
+    }
+    run_write_str(spex_detok_stream_flush(ds));
+    fflush(stdout);
+    double t2 = run_now_s();
+
+    const spex_spec_stats *st = spex_spec_seq_stats(spec, 0);
+    fprintf(stderr, "\nprompt:    %d tokens, %.2f ms, %.2f t/s\n", n_prompt, (t1 - t0) * 1e3,
+            run_rate(n_prompt, t1 - t0));
+    fprintf(stderr, "generated: %ld tokens, %.2f ms, %.2f t/s\n", n_gen, (t2 - t1) * 1e3, run_rate(n_gen, t2 - t1));
+    fprintf(stderr, "stop:      %s\n", reason);
+    fprintf(stderr, "speculative: %s, path %s, n_max %d, p_min %.3g, %llu verify steps\n",
+            dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
+            spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, (unsigned long long)st->n_steps);
+    fprintf(stderr, "draft acceptance rate = %.5f (%llu accepted / %llu generated)\n",
+            spex_spec_stats_acceptance(st), (unsigned long long)st->n_accepted, (unsigned long long)st->n_drafted);
+    fprintf(stderr, "mean acceptance length = %.3f\n", spex_spec_stats_mean_len(st));
+    fprintf(stderr, "acceptance per position:");
+    for (int p = 0; p < SPEX_DRAFT_MAX_N && st->drafted_at[p]; p++)
+        fprintf(stderr, " %d:%.3f", p + 1, (double)st->accepted_at[p] / (double)st->drafted_at[p]);
+    fprintf(stderr, "\ntime:      draft %.2f ms, verify %.2f ms, other %.2f ms\n", st->t_draft * 1e3,
+            st->t_verify * 1e3, st->t_other * 1e3);
+    rc = 0;
+done:
+    spex_detok_stream_free(ds);
+    spex_sampler_free(smp);
+    spex_spec_free(spec);
+    spex_draft_context_free(dc);
+    spex_context_free(ctx);
+    spex_drafter_free(d);
+    return rc;
+}
