@@ -33,7 +33,9 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n"
             "  inspect FILE              metadata, tensor table and validation of a GGUF file\n"
-            "  run -m MODEL [-p PROMPT]  generate text (greedy or sampled) with a llama/qwen3 GGUF\n"
+            "  run -m MODEL [-p PROMPT]  generate text (greedy or sampled) with a llama/qwen3 GGUF;\n"
+            "                            -md DRAFTER adds DFlash speculative decoding\n"
+            "  demo                      the default models: target alone vs DFlash2, the table\n"
             "  quantize IN OUT TYPE      requantize a GGUF (f16 bf16 q8_0 q4_0 q4_K_M q5_K_M q6_K)\n"
             "  bench kernels             matmul throughput vs memory bandwidth\n"
             "  gen-smoke OUT             write the small synthetic GGUF used by the smoke run\n"
@@ -66,6 +68,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "gen-smoke")) return cmd_gen_smoke(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert-vocab")) return cmd_convert_vocab(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "isa")) return cmd_isa();
     fprintf(stderr, "error: unknown command '%s'\n\n", cmd);
     usage(stderr);
