@@ -33,7 +33,7 @@ endif
 
 WARN := -Wall -Wextra -Wshadow -Wno-unused-parameter -Wstrict-prototypes -Wmissing-prototypes
 CFLAGS_BASE := -std=c11 -D_GNU_SOURCE $(OPT) $(WARN) -Iinclude -Isrc -pthread -MMD -MP $(EXTRA_CFLAGS)
-LDLIBS := -lpcre2-8 -lcjson -lm -pthread $(LDSAN)
+LDLIBS := -lpcre2-8 -lcjson -lmicrohttpd -lm -pthread $(LDSAN)
 
 AVX2_FLAGS := -mavx2 -mfma -mf16c
 AVX512_FLAGS := $(AVX2_FLAGS) -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16
@@ -108,6 +108,11 @@ fuzz: $(FUZZ_SRC:fuzz/%.c=$(FUZZ_OUT)/%)
 $(FUZZ_OUT)/%: fuzz/%.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
+
+# fuzz_server_req parses request bodies: the server's api.c and what it depends on (cJSON, src/tok).
+$(FUZZ_OUT)/fuzz_server_req: fuzz/fuzz_server_req.c src/server/api.c $(FUZZ_LIB_SRC)
+	@mkdir -p $(FUZZ_OUT)
+	clang $(FUZZ_FLAGS) -o $@ $< src/server/api.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
 # fuzz_dflash loads drafters against a real target, so it needs the whole library: built
 # once with coverage (objects with their ISA flags, like the release build) into a static lib.

@@ -4,12 +4,13 @@
 # Run as root it installs what is missing with apt-get; run as another user it lists what is
 # missing and exits 1. Nothing is downloaded outside Debian's archive.
 #
-#   build:  gcc, make (build-essential), PCRE2 (tokenizer regexes), cJSON (JSON)
+#   build:  gcc, make (build-essential), PCRE2 (tokenizer regexes), cJSON (JSON),
+#           libmicrohttpd (the HTTP server of `spex serve`)
 #   tests:  clang + its runtime (warning check, libFuzzer targets, sanitizers)
 #   cross:  gcc-aarch64-linux-gnu (CI checks that the aarch64 build compiles)
 #   tools:  python3-numpy (tools/ref: regenerates golden files; not needed by the tests)
 set -euo pipefail
-pkgs=(build-essential libpcre2-dev libcjson-dev clang libclang-rt-14-dev python3 python3-numpy gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+pkgs=(build-essential libpcre2-dev libcjson-dev libmicrohttpd-dev clang libclang-rt-14-dev python3 python3-numpy gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 # clang's runtime package name follows the clang version Debian ships.
 if command -v clang >/dev/null 2>&1; then
   v=$(clang -dumpversion | cut -d. -f1)

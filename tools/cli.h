@@ -14,6 +14,7 @@ int cmd_gen_smoke(int argc, char **argv);
 int cmd_convert_vocab(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
 int cmd_demo(int argc, char **argv);          /* tools/demo.c: the README's main job */
+int cmd_serve(int argc, char **argv);         /* tools/serve.c: the HTTP server (src/server) */
 int bench_model(int argc, char **argv); /* `spex bench model`, tools/bench_model.c */
 
 /* Parses "-t N" style integers; prints an error naming the flag and returns false on bad input. */

@@ -35,6 +35,7 @@ static void usage(FILE *f) {
             "  inspect FILE              metadata, tensor table and validation of a GGUF file\n"
             "  run -m MODEL [-p PROMPT]  generate text (greedy or sampled) with a llama/qwen3 GGUF;\n"
             "                            -md DRAFTER adds DFlash speculative decoding\n"
+            "  serve -m MODEL [-md DRAFTER]  OpenAI- and llama-server-compatible HTTP server\n"
             "  demo                      the default models: target alone vs DFlash2, the table\n"
             "  quantize IN OUT TYPE      requantize a GGUF (f16 bf16 q8_0 q4_0 q4_K_M q5_K_M q6_K)\n"
             "  bench kernels             matmul throughput vs memory bandwidth\n"
@@ -69,6 +70,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "convert-vocab")) return cmd_convert_vocab(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "isa")) return cmd_isa();
     fprintf(stderr, "error: unknown command '%s'\n\n", cmd);
     usage(stderr);

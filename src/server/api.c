@@ -1,0 +1,505 @@
+/*
+ * api.c — request JSON of `spex serve` into srv_request, error bodies, the reasoning split.
+ *
+ * What it is: the OpenAI / llama-server request fields of server-api.md §6.1, §7, §12 read with
+ * cJSON, with the rule "unknown fields are ignored, wrong types are errors" (§1, §3). What it is
+ * not: tokenization or anything needing a model (so fuzz/fuzz_server_req.c can drive it), nor
+ * response building (http.c, which knows the task).
+ */
+#include "server/server.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void srv_request_init(srv_request *r, srv_endpoint ep) {
+    memset(r, 0, sizeof *r);
+    r->ep = ep;
+    r->n_predict = -2;
+    r->seed = -1;
+    r->enable_thinking = -1;
+    r->reasoning_format = SRV_REASONING_DEFAULT;
+    r->spec_n_max = -1;
+    r->add_special = false;
+}
+
+void srv_request_free(srv_request *r) {
+    for (int i = 0; i < r->n_msgs; i++) {
+        free(r->msgs[i].content);
+        free(r->msgs[i].reasoning);
+    }
+    free(r->msgs);
+    free(r->prompt);
+    free(r->prompt_ids);
+    free(r->model);
+    for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    memset(r, 0, sizeof *r);
+}
+
+static int bad(char *msg, size_t cap, int code, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static char *dup_str(const char *s) {
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d) memcpy(d, s, n + 1);
+    return d;
+}
+
+/* A JSON number that is an integer in [lo, hi]. */
+static bool get_int(const cJSON *v, double lo, double hi, long long *out) {
+    if (!cJSON_IsNumber(v)) return false;
+    double d = v->valuedouble;
+    if (!isfinite(d) || d != floor(d) || d < lo || d > hi) return false;
+    *out = (long long)d;
+    return true;
+}
+
+/* Optional number field: 0 absent, 1 read, -1 wrong type (message set). */
+static int opt_num(const cJSON *o, const char *key, double *out, char *msg, size_t cap) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+        bad(msg, cap, 400, "'%s' must be a number", key);
+        return -1;
+    }
+    *out = v->valuedouble;
+    return 1;
+}
+
+static int opt_int(const cJSON *o, const char *key, double lo, double hi, long long *out, char *msg, size_t cap) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!get_int(v, lo, hi, out)) {
+        bad(msg, cap, 400, "'%s' must be an integer in [%.0f, %.0f]", key, lo, hi);
+        return -1;
+    }
+    return 1;
+}
+
+static int opt_bool(const cJSON *o, const char *key, bool *out, char *msg, size_t cap) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) {
+        bad(msg, cap, 400, "'%s' must be a boolean", key);
+        return -1;
+    }
+    *out = cJSON_IsTrue(v);
+    return 1;
+}
+
+/* Message content: a string, or an array of {"type":"text","text":...} parts joined. */
+static int read_content(const cJSON *c, char **out, char *msg, size_t cap) {
+    if (!c || cJSON_IsNull(c)) {
+        *out = dup_str("");
+        return *out ? 0 : bad(msg, cap, 500, "out of memory");
+    }
+    if (cJSON_IsString(c)) {
+        *out = dup_str(c->valuestring);
+        return *out ? 0 : bad(msg, cap, 500, "out of memory");
+    }
+    if (!cJSON_IsArray(c)) return bad(msg, cap, 400, "message 'content' must be a string or an array of parts");
+    size_t total = 0;
+    const cJSON *p;
+    cJSON_ArrayForEach(p, c) {
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
+        if (!cJSON_IsObject(p) || !cJSON_IsString(ty))
+            return bad(msg, cap, 400, "content parts must be objects with a string 'type'");
+        if (strcmp(ty->valuestring, "text") != 0)
+            return bad(msg, cap, 400, "multimodal input is not supported (content part type '%.40s')",
+                       ty->valuestring);
+        const cJSON *tx = cJSON_GetObjectItemCaseSensitive(p, "text");
+        if (!cJSON_IsString(tx)) return bad(msg, cap, 400, "a text part needs a string 'text'");
+        total += strlen(tx->valuestring);
+    }
+    char *s = malloc(total + 1);
+    if (!s) return bad(msg, cap, 500, "out of memory");
+    size_t n = 0;
+    cJSON_ArrayForEach(p, c) {
+        const char *tx = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
+        size_t k = strlen(tx);
+        memcpy(s + n, tx, k);
+        n += k;
+    }
+    s[n] = 0;
+    *out = s;
+    return 0;
+}
+
+static int read_messages(srv_request *r, const cJSON *ms, char *msg, size_t cap) {
+    if (!ms) return bad(msg, cap, 400, "'messages' is required");
+    if (!cJSON_IsArray(ms)) return bad(msg, cap, 400, "'messages' must be an array");
+    int n = cJSON_GetArraySize(ms);
+    if (n <= 0) return bad(msg, cap, 400, "'messages' must not be empty");
+    r->msgs = calloc((size_t)n, sizeof *r->msgs);
+    if (!r->msgs) return bad(msg, cap, 500, "out of memory");
+    const cJSON *m;
+    cJSON_ArrayForEach(m, ms) {
+        if (!cJSON_IsObject(m)) return bad(msg, cap, 400, "each message must be an object");
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsString(role)) return bad(msg, cap, 400, "each message needs a string 'role'");
+        srv_msg *o = &r->msgs[r->n_msgs];
+        if (!spex_chat_role_from_name(role->valuestring, &o->role)) {
+            if (!strcmp(role->valuestring, "developer")) o->role = SPEX_CHAT_SYSTEM;
+            else return bad(msg, cap, 400, "unknown message role '%.40s'", role->valuestring);
+        }
+        r->n_msgs++;
+        int rc = read_content(cJSON_GetObjectItemCaseSensitive(m, "content"), &o->content, msg, cap);
+        if (rc) return rc;
+        const cJSON *rc_ = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
+        if (rc_ && !cJSON_IsNull(rc_)) {
+            if (!cJSON_IsString(rc_)) return bad(msg, cap, 400, "'reasoning_content' must be a string");
+            o->reasoning = dup_str(rc_->valuestring);
+            if (!o->reasoning) return bad(msg, cap, 500, "out of memory");
+        }
+    }
+    return 0;
+}
+
+static int read_prompt(srv_request *r, const cJSON *p, char *msg, size_t cap) {
+    if (!p) return bad(msg, cap, 400, "'prompt' is required");
+    if (cJSON_IsString(p)) {
+        r->prompt = dup_str(p->valuestring);
+        return r->prompt ? 0 : bad(msg, cap, 500, "out of memory");
+    }
+    if (!cJSON_IsArray(p)) return bad(msg, cap, 400, "'prompt' must be a string or an array of token ids");
+    int n = cJSON_GetArraySize(p);
+    if (n == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0))) {   /* ["text"]: one prompt */
+        r->prompt = dup_str(cJSON_GetArrayItem(p, 0)->valuestring);
+        return r->prompt ? 0 : bad(msg, cap, 500, "out of memory");
+    }
+    r->prompt_ids = malloc(sizeof *r->prompt_ids * (size_t)(n > 0 ? n : 1));
+    if (!r->prompt_ids) return bad(msg, cap, 500, "out of memory");
+    const cJSON *t;
+    cJSON_ArrayForEach(t, p) {
+        long long id;
+        if (cJSON_IsString(t) || cJSON_IsArray(t)) return bad(msg, cap, 501, "only one prompt per request is supported");
+        if (!get_int(t, 0, 2147483647.0, &id)) return bad(msg, cap, 400, "'prompt' token ids must be integers >= 0");
+        r->prompt_ids[r->n_prompt_ids++] = (int32_t)id;
+    }
+    return 0;
+}
+
+static int read_stop(srv_request *r, const cJSON *s, char *msg, size_t cap) {
+    if (!s || cJSON_IsNull(s)) return 0;
+    const cJSON *one = cJSON_IsString(s) ? s : NULL;
+    if (!one && !cJSON_IsArray(s)) return bad(msg, cap, 400, "'stop' must be a string or an array of strings");
+    if (!one && cJSON_GetArraySize(s) > SRV_MAX_STOP) return bad(msg, cap, 400, "at most %d stop strings", SRV_MAX_STOP);
+    const cJSON *it = one ? one : s->child;
+    for (; it; it = one ? NULL : it->next) {
+        if (!cJSON_IsString(it)) return bad(msg, cap, 400, "'stop' must be a string or an array of strings");
+        size_t n = strlen(it->valuestring);
+        if (n == 0) continue;   /* an empty stop string would stop before the first token */
+        if (n >= SRV_MAX_STOP_LEN) return bad(msg, cap, 400, "stop strings are limited to %d bytes", SRV_MAX_STOP_LEN - 1);
+        r->stop[r->n_stop] = dup_str(it->valuestring);
+        if (!r->stop[r->n_stop]) return bad(msg, cap, 500, "out of memory");
+        r->n_stop++;
+    }
+    return 0;
+}
+
+/* Fields whose non-default values spex does not implement: 400, never silently ignored (§2.5). */
+static int reject_unsupported(const cJSON *o, char *msg, size_t cap) {
+    static const char *const keys[] = {"response_format", "json_schema", "grammar", "tools", "logprobs",
+                                       "top_logprobs", "mirostat", "dry_multiplier", "xtc_probability",
+                                       "typical_p", "logit_bias"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keys[i]);
+        if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v)) continue;
+        if (cJSON_IsNumber(v) && v->valuedouble == 0 && strcmp(keys[i], "typical_p")) continue;
+        if (!strcmp(keys[i], "typical_p") && cJSON_IsNumber(v) && v->valuedouble >= 1) continue;
+        if ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child) continue;
+        return bad(msg, cap, 400, "'%s' is not supported by spex", keys[i]);
+    }
+    long long n;
+    if (opt_int(o, "n", 1, 1e9, &n, msg, cap) < 0) return 400;
+    if (cJSON_GetObjectItemCaseSensitive(o, "n") && n != 1) return bad(msg, cap, 501, "only n = 1 is supported");
+    const cJSON *echo = cJSON_GetObjectItemCaseSensitive(o, "echo");
+    if (cJSON_IsTrue(echo)) return bad(msg, cap, 501, "'echo' is not supported");
+    return 0;
+}
+
+/* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF): cJSON passes string
+ * bytes through unchecked, and every text that reaches a response must be valid JSON. */
+static bool valid_utf8(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+        if (!k || i + k > n || c < 0xC2 || c > 0xF4) return false;
+        for (size_t j = 1; j < k; j++)
+            if ((s[i + j] & 0xC0) != 0x80) return false;
+        if (k == 3 && ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] >= 0xA0))) return false;
+        if (k == 4 && ((c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] >= 0x90))) return false;
+        i += k;
+    }
+    return true;
+}
+
+int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, size_t cap) {
+    if (!valid_utf8((const unsigned char *)body, len)) return bad(msg, cap, 400, "the request body is not valid UTF-8");
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    if (!o) return bad(msg, cap, 400, "malformed JSON in the request body");
+    int rc = 0;
+    double d;
+    long long ll;
+    bool b;
+    if (!cJSON_IsObject(o)) {
+        rc = bad(msg, cap, 400, "the request body must be a JSON object");
+        goto done;
+    }
+    if ((rc = reject_unsupported(o, msg, cap))) goto done;
+    if (r->ep == SRV_EP_CHAT) rc = read_messages(r, cJSON_GetObjectItemCaseSensitive(o, "messages"), msg, cap);
+    else rc = read_prompt(r, cJSON_GetObjectItemCaseSensitive(o, "prompt"), msg, cap);
+    if (rc) goto done;
+
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
+    if (model && !cJSON_IsNull(model)) {
+        if (!cJSON_IsString(model)) {
+            rc = bad(msg, cap, 400, "'model' must be a string");
+            goto done;
+        }
+        if (!(r->model = dup_str(model->valuestring))) {
+            rc = bad(msg, cap, 500, "out of memory");
+            goto done;
+        }
+    }
+    /* first present wins: n_predict, max_tokens, max_completion_tokens (§6.1) */
+    static const char *const npk[] = {"n_predict", "max_tokens", "max_completion_tokens"};
+    for (int i = 2; i >= 0; i--) {
+        int k = opt_int(o, npk[i], -1, 1e9, &ll, msg, cap);
+        if (k < 0) {
+            rc = 400;
+            goto done;
+        }
+        if (k > 0) r->n_predict = (long)ll;
+    }
+#define NUM(key, field, flag)                                   \
+    do {                                                        \
+        int k_ = opt_num(o, key, &d, msg, cap);                 \
+        if (k_ < 0) {                                           \
+            rc = 400;                                           \
+            goto done;                                          \
+        }                                                       \
+        if (k_ > 0) r->field = (float)d, r->flag = true;        \
+    } while (0)
+    NUM("temperature", temp, has_temp);
+    NUM("top_p", top_p, has_top_p);
+    NUM("min_p", min_p, has_min_p);
+    NUM("repeat_penalty", repeat_penalty, has_rep);
+    NUM("frequency_penalty", freq_penalty, has_freq);
+    NUM("presence_penalty", pres_penalty, has_pres);
+#undef NUM
+    int k = opt_int(o, "top_k", -1e9, 1e9, &ll, msg, cap);
+    if (k < 0) {
+        rc = 400;
+        goto done;
+    }
+    if (k > 0) r->top_k = (int32_t)(ll < 0 ? 0 : ll), r->has_top_k = true;
+    k = opt_int(o, "repeat_last_n", -1, 1e9, &ll, msg, cap);
+    if (k < 0) {
+        rc = 400;
+        goto done;
+    }
+    if (k > 0) r->repeat_last_n = (int32_t)ll, r->has_rep_n = true;
+    k = opt_int(o, "seed", -1, 4294967295.0, &ll, msg, cap);
+    if (k < 0) {
+        rc = 400;
+        goto done;
+    }
+    if (k > 0) r->seed = ll, r->has_seed = true;
+    if (r->has_top_p && (r->top_p < 0 || r->top_p > 1)) {
+        rc = bad(msg, cap, 400, "'top_p' must be in [0, 1]");
+        goto done;
+    }
+    if (r->has_min_p && (r->min_p < 0 || r->min_p > 1)) {
+        rc = bad(msg, cap, 400, "'min_p' must be in [0, 1]");
+        goto done;
+    }
+    if (r->has_rep && r->repeat_penalty <= 0) {
+        rc = bad(msg, cap, 400, "'repeat_penalty' must be > 0");
+        goto done;
+    }
+    if ((rc = read_stop(r, cJSON_GetObjectItemCaseSensitive(o, "stop"), msg, cap))) goto done;
+    if (opt_bool(o, "stream", &r->stream, msg, cap) < 0 ||
+        opt_bool(o, "timings_per_token", &r->timings_per_token, msg, cap) < 0) {
+        rc = 400;
+        goto done;
+    }
+    if (opt_bool(o, "cache_prompt", &b, msg, cap) < 0) {
+        rc = 400;
+        goto done;
+    }
+    const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
+    if (so && !cJSON_IsNull(so)) {
+        if (!cJSON_IsObject(so) || opt_bool(so, "include_usage", &r->include_usage, msg, cap) < 0) {
+            if (!cJSON_IsObject(so)) bad(msg, cap, 400, "'stream_options' must be an object");
+            rc = 400;
+            goto done;
+        }
+    }
+    const cJSON *kw = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs");
+    if (kw && !cJSON_IsNull(kw)) {
+        if (!cJSON_IsObject(kw)) {
+            rc = bad(msg, cap, 400, "'chat_template_kwargs' must be an object");
+            goto done;
+        }
+        if (opt_bool(kw, "enable_thinking", &b, msg, cap) < 0) {
+            rc = 400;
+            goto done;
+        }
+        if (cJSON_GetObjectItemCaseSensitive(kw, "enable_thinking")) r->enable_thinking = b;
+    }
+    const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "reasoning_format");
+    if (rf && !cJSON_IsNull(rf)) {
+        if (!cJSON_IsString(rf)) {
+            rc = bad(msg, cap, 400, "'reasoning_format' must be a string");
+            goto done;
+        }
+        if (!strcmp(rf->valuestring, "none")) r->reasoning_format = SRV_REASONING_NONE;
+        else if (!strcmp(rf->valuestring, "deepseek") || !strcmp(rf->valuestring, "auto"))
+            r->reasoning_format = SRV_REASONING_DEEPSEEK;
+        else if (!strcmp(rf->valuestring, "deepseek-legacy")) r->reasoning_format = SRV_REASONING_LEGACY;
+        else {
+            rc = bad(msg, cap, 400, "'reasoning_format' must be none, auto, deepseek or deepseek-legacy");
+            goto done;
+        }
+    }
+    k = opt_int(o, "speculative.n_max", 0, 1e9, &ll, msg, cap);
+    if (k < 0) {
+        rc = 400;
+        goto done;
+    }
+    if (k > 0) r->spec_n_max = (int32_t)ll;
+done:
+    cJSON_Delete(o);
+    return rc;
+}
+
+int srv_parse_tokenize(srv_request *r, const char *body, size_t len, char *msg, size_t cap) {
+    if (!valid_utf8((const unsigned char *)body, len)) return bad(msg, cap, 400, "the request body is not valid UTF-8");
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    if (!o) return bad(msg, cap, 400, "malformed JSON in the request body");
+    int rc = 0;
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "content");
+    if (!cJSON_IsObject(o)) rc = bad(msg, cap, 400, "the request body must be a JSON object");
+    else if (!cJSON_IsString(c)) rc = bad(msg, cap, 400, "'content' must be a string");
+    else if (opt_bool(o, "add_special", &r->add_special, msg, cap) < 0 ||
+             opt_bool(o, "with_pieces", &r->with_pieces, msg, cap) < 0)
+        rc = 400;
+    else if (!(r->prompt = dup_str(c->valuestring))) rc = bad(msg, cap, 500, "out of memory");
+    cJSON_Delete(o);
+    return rc;
+}
+
+int srv_parse_detokenize(srv_request *r, const char *body, size_t len, char *msg, size_t cap) {
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    if (!o) return bad(msg, cap, 400, "malformed JSON in the request body");
+    int rc = 0;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
+    if (!cJSON_IsObject(o)) rc = bad(msg, cap, 400, "the request body must be a JSON object");
+    else if (!cJSON_IsArray(t)) rc = bad(msg, cap, 400, "'tokens' must be an array of integers");
+    else {
+        int n = cJSON_GetArraySize(t);
+        r->prompt_ids = malloc(sizeof *r->prompt_ids * (size_t)(n > 0 ? n : 1));
+        if (!r->prompt_ids) rc = bad(msg, cap, 500, "out of memory");
+        const cJSON *it;
+        cJSON_ArrayForEach(it, t) {
+            long long id;
+            if (rc) break;
+            if (!get_int(it, 0, 2147483647.0, &id)) rc = bad(msg, cap, 400, "'tokens' must be an array of integers >= 0");
+            else r->prompt_ids[r->n_prompt_ids++] = (int32_t)id;
+        }
+    }
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* ======================================================================== */
+/* Errors and reasoning                                                      */
+/* ======================================================================== */
+
+const char *srv_error_type(int code) {
+    switch (code) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 405: return "invalid_request_error";
+    case 413: return "invalid_request_error";
+    case 501: return "not_supported_error";
+    case 503: return "unavailable_error";
+    default: return "server_error";
+    }
+}
+
+char *srv_error_json(int code, const char *msg) {
+    cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+    cJSON_AddNumberToObject(e, "code", code);
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", srv_error_type(code));
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+static bool starts_with(const char *s, size_t n, const char *p) {
+    size_t k = strlen(p);
+    return n >= k && !memcmp(s, p, k);
+}
+
+int srv_split_reasoning(const char *text, size_t len, bool think_open, bool final, size_t *r0, size_t *r1,
+                        size_t *c0) {
+    static const char open[] = "<think>", close[] = "</think>";
+    size_t i = 0;
+    if (!think_open) {
+        while (i < len && (text[i] == ' ' || text[i] == '\n')) i++;
+        if (!starts_with(text + i, len - i, open)) {
+            /* the text may still be a growing "<think>" */
+            if (!final && len - i < sizeof open - 1 && !memcmp(text + i, open, len - i)) {
+                *r0 = *r1 = *c0 = 0;
+                return SRV_SPLIT_WAIT;
+            }
+            return SRV_SPLIT_NONE;
+        }
+        i += sizeof open - 1;
+    }
+    while (i < len && text[i] == '\n') i++;
+    *r0 = i;
+    for (size_t j = i; j + sizeof close - 1 <= len; j++) {
+        if (!memcmp(text + j, close, sizeof close - 1)) {
+            size_t e = j;
+            while (e > i && text[e - 1] == '\n') e--;
+            *r1 = e;
+            size_t c = j + sizeof close - 1;
+            while (c < len && text[c] == '\n') c++;
+            if (!final && c == len) c = len;   /* more newlines may follow: still trimmed */
+            *c0 = c;
+            return SRV_SPLIT_YES;
+        }
+    }
+    /* no </think> yet: hold back a tail that could start it (and trailing newlines) */
+    size_t e = len;
+    if (!final) {
+        for (size_t k = sizeof close - 2; k > 0; k--)
+            if (len - i >= k && !memcmp(text + len - k, close, k)) {
+                e = len - k;
+                break;
+            }
+        while (e > i && text[e - 1] == '\n') e--;
+    }
+    *r1 = e;
+    *c0 = len;
+    return SRV_SPLIT_YES;
+}

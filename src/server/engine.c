@@ -1,0 +1,676 @@
+/*
+ * engine.c — the scheduler of `spex serve`: slots, a bounded queue, one engine thread that
+ * advances every busy slot in one spex_spec_step, adaptive draft length, and the counters
+ * behind /metrics.
+ *
+ * What it is: server-api.md §14.2 on top of spex_spec. Each slot is a sequence id of one target
+ * context (and one draft context); a step drafts every drafting slot's block in one drafter
+ * batch and verifies all rows in one target batch (spex_spec_step does both). New requests
+ * join between steps: their prompt runs through spex_spec_seq_begin, then they step with the
+ * others. What it is not: HTTP (http.c) or prompt rendering / tokenization (done on the
+ * connection thread, so the engine never allocates per request).
+ *
+ * Known limits: a prompt is prefilled in one spex_spec_seq_begin call (chunked by the
+ * context's batch size, but not interleaved with other slots' decode steps); no prompt-prefix
+ * reuse yet (cache_n is always 0).
+ *
+ * Adaptive draft length (§14.2 rule 5; docs/server.md "Speculation under concurrency"):
+ *  - cost model, measured online: the target verify time of a step is fitted as v0 + v1·rows
+ *    (rows = Σ(n_s + 1)), the drafter time as d0 + d1·rows_drafted, both by exponentially
+ *    decayed least squares over spex_spec_total_stats deltas;
+ *  - acceptance: each slot keeps decayed counts of accepted / rejected draft positions, a
+ *    geometric model p_s, so E_s(n) = Σ_{k=0..n} p_s^k tokens per step;
+ *  - choice: start from n_s = 0 for all, then greedily lengthen the draft of the slot with the
+ *    best marginal tokens/second while the step's tokens/second improves; if the result is not
+ *    at least min_gain × the no-draft rate, nobody drafts. Probes: the first steps, and every
+ *    64 steps per slot, draft at full length so p_s and the cost can recover.
+ */
+#include "server/server.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SRV_PROBE_EVERY 64   /* steps between full-length probes of a non-drafting slot */
+#define SRV_DECAY 0.97       /* forgetting factor of the cost fits and acceptance counts */
+
+double srv_now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* ======================================================================== */
+/* Tasks                                                                     */
+/* ======================================================================== */
+
+srv_task *srv_task_new(void) {
+    srv_task *t = calloc(1, sizeof *t);
+    if (!t) return NULL;
+    t->cap = 4096;
+    t->text = malloc(t->cap);
+    if (!t->text) {
+        free(t);
+        return NULL;
+    }
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    t->refs = 1;
+    t->slot = -1;
+    t->n_predict = -1;
+    t->spec_n_max = -1;
+    return t;
+}
+
+void srv_task_release(srv_task *t) {
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    int left = --t->refs;
+    pthread_mutex_unlock(&t->mu);
+    if (left > 0) return;
+    pthread_mutex_destroy(&t->mu);
+    pthread_cond_destroy(&t->cv);
+    spex_sampler_free(t->smp);
+    spex_detok_stream_free(t->ds);
+    free(t->ids);
+    free(t->text);
+    free(t);
+}
+
+/* ======================================================================== */
+/* The engine                                                                */
+/* ======================================================================== */
+
+typedef struct srv_fit {   /* decayed least squares y = a + b x */
+    double w, x, y, xx, xy;
+} srv_fit;
+
+typedef struct srv_metrics {
+    double prompt_tokens, prompt_seconds, predicted_tokens, predicted_seconds;
+    double i_prompt_tokens, i_prompt_seconds, i_predicted_tokens, i_predicted_seconds;   /* since last scrape */
+    uint64_t n_decode, busy_slot_sum, n_tokens_max;
+    uint64_t spec_drafts, spec_draft_tokens, spec_accepted, spec_disabled_steps, verify_rows;
+    uint64_t accepted_at[SPEX_DRAFT_MAX_N];
+    bool any_spec;
+    uint64_t requests_total, requests_cancelled;
+    double draft_seconds, verify_seconds;
+} srv_metrics;
+
+struct srv_engine {
+    srv_engine_params p;
+    spex_spec *spec;
+    const spex_tokenizer *tok;
+    bool has_draft;
+    int32_t n_max;
+
+    pthread_t thread;
+    pthread_mutex_t mu;       /* queue, slots' task pointers, metrics, stop */
+    pthread_cond_t cv;
+    bool stop, started;
+    srv_task **q;             /* ring of queue_max */
+    int q_head, q_len;
+    srv_task **slots;         /* [n_slots], NULL when free */
+    int n_busy;
+
+    /* engine-thread only (allocated at start) */
+    int32_t *seqs, *max_emit;
+    srv_task **step_tasks, **admitted;
+    spex_spec_out *outs;
+    uint64_t n_steps;
+    srv_fit fit_v, fit_d;
+    srv_metrics m;
+};
+
+static void fit_add(srv_fit *f, double x, double y) {
+    f->w = f->w * SRV_DECAY + 1;
+    f->x = f->x * SRV_DECAY + x;
+    f->y = f->y * SRV_DECAY + y;
+    f->xx = f->xx * SRV_DECAY + x * x;
+    f->xy = f->xy * SRV_DECAY + x * y;
+}
+
+/* a, b of the fit; b from the spread of x when there is one, else a pure-rows prior. */
+static void fit_get(const srv_fit *f, double *a, double *b) {
+    if (f->w <= 0) {
+        *a = 0, *b = 0;
+        return;
+    }
+    double den = f->w * f->xx - f->x * f->x;
+    double bb = den > 1e-9 * f->w * f->w ? (f->w * f->xy - f->x * f->y) / den : 0;
+    if (bb < 0) bb = 0;
+    double aa = (f->y - bb * f->x) / f->w;
+    if (aa < 0) aa = 0;
+    *a = aa, *b = bb;
+}
+
+/* Appends text to t (under its lock) and recomputes what may be released. */
+static void task_append(srv_task *t, const char *s, size_t n) {
+    if (t->len + n + 1 > t->cap) {
+        size_t nc = t->cap;
+        while (t->len + n + 1 > nc) nc *= 2;
+        char *nt = realloc(t->text, nc);
+        if (!nt) return;   /* text dropped rather than a crash; the request still ends */
+        t->text = nt, t->cap = nc;
+    }
+    memcpy(t->text + t->len, s, n);
+    t->len += n;
+    t->text[t->len] = 0;
+}
+
+/* Stop strings (§8.3): cut at the first occurrence; otherwise release all but the longest
+ * tail that is a prefix of some stop string. Returns true when a stop string matched. */
+static bool task_check_stop(srv_task *t, size_t from) {
+    for (int i = 0; i < t->n_stop; i++) {
+        size_t k = strlen(t->stop[i]);
+        size_t start = from >= k ? from - k + 1 : 0;
+        for (size_t j = start; j + k <= t->len; j++)
+            if (!memcmp(t->text + j, t->stop[i], k)) {
+                t->len = j;
+                t->text[j] = 0;
+                t->released = j;
+                return true;
+            }
+    }
+    size_t hold = 0;
+    for (int i = 0; i < t->n_stop; i++) {
+        size_t k = strlen(t->stop[i]);
+        for (size_t h = k - 1; h > hold; h--)
+            if (h <= t->len && !memcmp(t->text + t->len - h, t->stop[i], h)) {
+                hold = h;
+                break;
+            }
+    }
+    t->released = t->len - hold;
+    return false;
+}
+
+/* Ends a task (engine thread): frees the slot, publishes the result. */
+static void task_finish(srv_engine *e, srv_task *t, const char *finish, int err_code, const char *err_msg) {
+    uint64_t n_steps = 0;
+    if (t->slot >= 0 && t->t_prefilled > 0) n_steps = spex_spec_seq_stats(e->spec, t->slot)->n_steps;
+    if (t->slot >= 0) spex_spec_seq_end(e->spec, t->slot);
+    pthread_mutex_lock(&t->mu);
+    if (!err_code && t->ds && strcmp(finish, "stop_string")) {
+        spex_str tail = spex_detok_stream_flush(t->ds);
+        if (tail.len) task_append(t, tail.ptr, tail.len);
+    }
+    t->released = t->len;
+    t->finish = !strcmp(finish, "stop_string") ? "stop" : finish;
+    t->err_code = err_code;
+    if (err_msg) snprintf(t->err_msg, sizeof t->err_msg, "%s", err_msg);
+    t->tm.predicted_n = t->n_gen;
+    if (t->t_prefilled > 0) t->tm.predicted_ms = ((t->t_last > t->t_prefilled ? t->t_last : t->t_prefilled) - t->t_prefilled) * 1e3;
+    t->done = true;
+    srv_timings tm = t->tm;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    if (tm.draft_n > 0)   /* §15: community scripts split this line on whitespace */
+        fprintf(stderr, "slot %d: draft acceptance rate = %0.5f (%5lld accepted / %5lld generated), mean len = %.2f\n",
+                t->slot, (double)tm.draft_n_accepted / (double)tm.draft_n, (long long)tm.draft_n_accepted,
+                (long long)tm.draft_n, 1.0 + (double)tm.draft_n_accepted / (double)(n_steps ? n_steps : 1));
+
+    pthread_mutex_lock(&e->mu);
+    if (t->slot >= 0) {
+        e->slots[t->slot] = NULL;
+        e->n_busy--;
+    }
+    if (t->t_prefilled > 0) {
+        e->m.predicted_tokens += (double)t->n_gen;
+        e->m.i_predicted_tokens += (double)t->n_gen;
+        e->m.predicted_seconds += t->tm.predicted_ms * 1e-3;
+        e->m.i_predicted_seconds += t->tm.predicted_ms * 1e-3;
+    }
+    e->m.requests_total++;
+    if (err_code == 499) e->m.requests_cancelled++;
+    pthread_mutex_unlock(&e->mu);
+    t->slot = -1;
+    srv_task_release(t);   /* the engine's reference */
+}
+
+/* Emits tokens of one step for t; returns true when t finished. */
+static bool task_emit(srv_engine *e, srv_task *t, const int32_t *toks, int n) {
+    int32_t bos = spex_token_bos(e->tok);
+    spex_error err = {0};
+    t->t_last = srv_now_s();
+    for (int k = 0; k < n; k++) {
+        int32_t id = toks[k];
+        if (spex_token_is_eog(e->tok, id) || id == bos) {
+            task_finish(e, t, "stop", 0, NULL);
+            return true;
+        }
+        t->n_gen++;
+        spex_str piece;
+        if (spex_detok_stream_push(t->ds, id, &piece, &err) != SPEX_OK) {
+            task_finish(e, t, "error", 500, err.msg);
+            return true;
+        }
+        bool stopped = false;
+        pthread_mutex_lock(&t->mu);
+        size_t from = t->len;
+        task_append(t, piece.ptr, piece.len);
+        if (piece.len) stopped = task_check_stop(t, from);
+        pthread_cond_broadcast(&t->cv);
+        pthread_mutex_unlock(&t->mu);
+        if (stopped) {
+            task_finish(e, t, "stop_string", 0, NULL);
+            return true;
+        }
+        if (t->n_predict >= 0 && t->n_gen >= t->n_predict) {
+            task_finish(e, t, "length", 0, NULL);
+            return true;
+        }
+    }
+    if (spex_spec_seq_len(e->spec, t->slot) >= e->p.n_ctx_slot) {
+        task_finish(e, t, "length", 0, NULL);
+        return true;
+    }
+    return false;
+}
+
+static void task_prefill(srv_engine *e, srv_task *t) {
+    spex_error err = {0};
+    int32_t first;
+    t->t_start = srv_now_s();
+    pthread_mutex_lock(&t->mu);
+    bool cancelled = t->cancelled;
+    pthread_mutex_unlock(&t->mu);
+    if (cancelled) {
+        task_finish(e, t, "error", 499, "cancelled");
+        return;
+    }
+    if (t->n_predict == 0) {
+        t->t_prefilled = t->t_last = t->t_start;
+        task_finish(e, t, "length", 0, NULL);
+        return;
+    }
+    if (spex_spec_seq_begin(e->spec, t->slot, t->ids, t->n_ids, t->smp, &first, &err) != SPEX_OK) {
+        task_finish(e, t, "error", 500, err.msg);
+        return;
+    }
+    t->t_prefilled = srv_now_s();
+    t->tm.prompt_n = t->n_ids;
+    t->tm.prompt_ms = (t->t_prefilled - t->t_start) * 1e3;
+    t->p_acc_s = 1, t->p_acc_f = 1;   /* prior p = 0.5 */
+    t->last_probe = e->n_steps;
+    pthread_mutex_lock(&e->mu);
+    e->m.prompt_tokens += t->n_ids;
+    e->m.i_prompt_tokens += t->n_ids;
+    e->m.prompt_seconds += t->t_prefilled - t->t_start;
+    e->m.i_prompt_seconds += t->t_prefilled - t->t_start;
+    e->m.n_decode++;
+    e->m.busy_slot_sum += (uint64_t)e->n_busy;
+    pthread_mutex_unlock(&e->mu);
+    task_emit(e, t, &first, 1);
+}
+
+/* Expected tokens of a step drafting n with per-position acceptance p. */
+static double expect_tokens(double p, int n) {
+    double s = 0, pk = 1;
+    for (int k = 0; k <= n; k++) s += pk, pk *= p;
+    return s;
+}
+
+/* max_emit for each stepping task (§14.2 rule 5; the header comment says how). */
+static void choose_drafts(srv_engine *e, int n) {
+    int nd[64];
+    int cap[64];
+    bool probe[64];
+    for (int i = 0; i < n; i++) {
+        srv_task *t = e->step_tasks[i];
+        long rem = t->n_predict >= 0 ? t->n_predict - t->n_gen : SPEX_DRAFT_MAX_N + 1;
+        int c = e->has_draft ? e->n_max : 0;
+        if (t->spec_n_max >= 0 && t->spec_n_max < c) c = t->spec_n_max;
+        if (rem - 1 < c) c = (int)(rem - 1 > 0 ? rem - 1 : 0);
+        cap[i] = c;
+        nd[i] = 0;
+        probe[i] = c > 0 && (!e->p.adaptive || e->n_steps < 4 || e->n_steps - t->last_probe >= SRV_PROBE_EVERY);
+        if (probe[i]) nd[i] = c, t->last_probe = e->n_steps;
+    }
+    if (e->p.adaptive && n <= 64) {
+        double v0, v1, d0, d1;
+        fit_get(&e->fit_v, &v0, &v1);
+        fit_get(&e->fit_d, &d0, &d1);
+        if (v0 + v1 <= 0) v0 = 1e-3;
+        int rows = 0, drows = 0;
+        double tok = 0;
+        for (int i = 0; i < n; i++) {
+            double p = e->step_tasks[i]->p_acc_s / (e->step_tasks[i]->p_acc_s + e->step_tasks[i]->p_acc_f);
+            rows += nd[i] + 1;
+            if (nd[i]) drows += nd[i] + 1;
+            tok += expect_tokens(p, nd[i]);
+        }
+#define COST(r, dr) (v0 + v1 * (r) + ((dr) > 0 ? d0 + d1 * (dr) : 0))
+        double base_rate = (double)n / COST(n, 0);
+        for (;;) {
+            double best = tok / COST(rows, drows);
+            int bi = -1;
+            for (int i = 0; i < n; i++) {
+                if (probe[i] || nd[i] >= cap[i]) continue;
+                srv_task *t = e->step_tasks[i];
+                double p = t->p_acc_s / (t->p_acc_s + t->p_acc_f);
+                double dt = expect_tokens(p, nd[i] + 1) - expect_tokens(p, nd[i]);
+                int ddr = nd[i] ? 1 : 2;
+                double r = (tok + dt) / COST(rows + 1, drows + ddr);
+                if (r > best * 1.0001) best = r, bi = i;
+            }
+            if (bi < 0) break;
+            srv_task *t = e->step_tasks[bi];
+            double p = t->p_acc_s / (t->p_acc_s + t->p_acc_f);
+            tok += expect_tokens(p, nd[bi] + 1) - expect_tokens(p, nd[bi]);
+            drows += nd[bi] ? 1 : 2;
+            rows++;
+            nd[bi]++;
+        }
+        bool any_probe = false;
+        for (int i = 0; i < n; i++) any_probe |= probe[i];
+        if (!any_probe && tok / COST(rows, drows) < base_rate * e->p.min_gain) {
+            for (int i = 0; i < n; i++) nd[i] = 0;
+        }
+#undef COST
+    } else if (!e->p.adaptive) {
+        for (int i = 0; i < n; i++) nd[i] = cap[i];
+    }
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        e->max_emit[i] = nd[i] + 1;
+        any |= nd[i] > 0;
+    }
+    if (e->has_draft && !any) e->m.spec_disabled_steps++;
+}
+
+static void engine_step(srv_engine *e) {
+    int n = 0;
+    for (int s = 0; s < e->p.n_slots; s++) {
+        srv_task *t = e->slots[s];   /* only the engine thread writes non-NULL entries */
+        if (!t || t->t_prefilled <= 0) continue;
+        pthread_mutex_lock(&t->mu);
+        bool c = t->cancelled;
+        pthread_mutex_unlock(&t->mu);
+        if (c) {
+            task_finish(e, t, "error", 499, "cancelled");
+            continue;
+        }
+        e->step_tasks[n] = t;
+        e->seqs[n] = t->slot;
+        n++;
+    }
+    if (n == 0) return;
+    choose_drafts(e, n);
+    const spex_spec_stats *tot = spex_spec_total_stats(e->spec);
+    double td0 = tot->t_draft, tv0 = tot->t_verify;
+    spex_error err = {0};
+    if (spex_spec_step(e->spec, e->seqs, n, e->max_emit, e->outs, &err) != SPEX_OK) {
+        for (int i = 0; i < n; i++) task_finish(e, e->step_tasks[i], "error", 500, err.msg);
+        return;
+    }
+    e->n_steps++;
+    double dt_d = tot->t_draft - td0, dt_v = tot->t_verify - tv0;
+    int rows = 0, drows = 0, drafted_seqs = 0;
+    for (int i = 0; i < n; i++) {
+        rows += e->outs[i].n_drafted + 1;
+        if (e->outs[i].n_drafted) drows += e->outs[i].n_drafted + 1, drafted_seqs++;
+    }
+    fit_add(&e->fit_v, rows, dt_v);
+    if (drows) fit_add(&e->fit_d, drows, dt_d);
+
+    pthread_mutex_lock(&e->mu);
+    e->m.n_decode++;
+    e->m.busy_slot_sum += (uint64_t)e->n_busy;
+    e->m.verify_rows += (uint64_t)rows;
+    e->m.draft_seconds += dt_d;
+    e->m.verify_seconds += dt_v;
+    for (int i = 0; i < n; i++) {
+        const spex_spec_out *o = &e->outs[i];
+        if (!o->n_drafted) continue;
+        int acc = o->n - 1;
+        e->m.any_spec = true;
+        e->m.spec_drafts++;
+        e->m.spec_draft_tokens += (uint64_t)o->n_drafted;
+        e->m.spec_accepted += (uint64_t)acc;
+        for (int k = 0; k < acc && k < SPEX_DRAFT_MAX_N; k++) e->m.accepted_at[k]++;
+    }
+    for (int s = 0; s < e->p.n_slots; s++) {
+        int32_t len = e->slots[s] ? spex_spec_seq_len(e->spec, s) : 0;
+        if ((uint64_t)len > e->m.n_tokens_max) e->m.n_tokens_max = (uint64_t)len;
+    }
+    pthread_mutex_unlock(&e->mu);
+
+    for (int i = 0; i < n; i++) {
+        srv_task *t = e->step_tasks[i];
+        const spex_spec_out *o = &e->outs[i];
+        if (o->n_drafted) {
+            int acc = o->n - 1;
+            t->tm.draft_n += o->n_drafted;
+            t->tm.draft_n_accepted += acc;
+            t->tm.draft_rounds++;
+            t->p_acc_s = t->p_acc_s * SRV_DECAY + acc;
+            t->p_acc_f = t->p_acc_f * SRV_DECAY + (acc < o->n_drafted ? 1 : 0);
+        }
+        task_emit(e, t, o->tokens, o->n);
+    }
+    if (e->p.step_delay_ms > 0) usleep((useconds_t)e->p.step_delay_ms * 1000u);
+}
+
+static void *engine_main(void *arg) {
+    srv_engine *e = arg;
+    srv_task **admitted = e->admitted;
+    for (;;) {
+        int n_adm = 0;
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && e->n_busy == 0 && e->q_len == 0) pthread_cond_wait(&e->cv, &e->mu);
+        if (e->stop) {
+            pthread_mutex_unlock(&e->mu);
+            break;
+        }
+        /* new requests join between steps */
+        for (int s = 0; s < e->p.n_slots && e->q_len > 0; s++) {
+            if (e->slots[s]) continue;
+            srv_task *t = e->q[e->q_head];
+            e->q_head = (e->q_head + 1) % e->p.queue_max;
+            e->q_len--;
+            t->slot = s;
+            e->slots[s] = t;
+            e->n_busy++;
+            admitted[n_adm++] = t;
+        }
+        pthread_mutex_unlock(&e->mu);
+        for (int i = 0; i < n_adm; i++) task_prefill(e, admitted[i]);
+        engine_step(e);
+    }
+    /* shutdown: everything still queued or running ends with 503 */
+    pthread_mutex_lock(&e->mu);
+    while (e->q_len > 0) {
+        srv_task *t = e->q[e->q_head];
+        e->q_head = (e->q_head + 1) % e->p.queue_max;
+        e->q_len--;
+        pthread_mutex_unlock(&e->mu);
+        task_finish(e, t, "error", 503, "the server is shutting down");
+        pthread_mutex_lock(&e->mu);
+    }
+    pthread_mutex_unlock(&e->mu);
+    for (int s = 0; s < e->p.n_slots; s++)
+        if (e->slots[s]) task_finish(e, e->slots[s], "error", 503, "the server is shutting down");
+    return NULL;
+}
+
+spex_status srv_engine_start(const srv_engine_params *p, spex_spec *spec, const spex_tokenizer *tok, int32_t n_max,
+                             srv_engine **out, spex_error *err) {
+    *out = NULL;
+    if (p->n_slots < 1 || p->n_slots > 64 || p->queue_max < 1)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "slots must be 1..64 and the queue at least 1");
+    srv_engine *e = calloc(1, sizeof *e);
+    if (!e) return spex_error_set(err, SPEX_ERR_NOMEM, "out of memory");
+    e->p = *p;
+    e->spec = spec;
+    e->tok = tok;
+    e->n_max = n_max;
+    e->has_draft = n_max > 0;
+    e->q = calloc((size_t)p->queue_max, sizeof *e->q);
+    e->slots = calloc((size_t)p->n_slots, sizeof *e->slots);
+    e->seqs = calloc((size_t)p->n_slots, sizeof *e->seqs);
+    e->max_emit = calloc((size_t)p->n_slots, sizeof *e->max_emit);
+    e->step_tasks = calloc((size_t)p->n_slots, sizeof *e->step_tasks);
+    e->outs = calloc((size_t)p->n_slots, sizeof *e->outs);
+    e->admitted = calloc((size_t)p->n_slots, sizeof *e->admitted);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    if (!e->q || !e->slots || !e->seqs || !e->max_emit || !e->step_tasks || !e->outs || !e->admitted) {
+        srv_engine_free(e);
+        return spex_error_set(err, SPEX_ERR_NOMEM, "out of memory");
+    }
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        srv_engine_free(e);
+        return spex_error_set(err, SPEX_ERR_INTERNAL, "cannot start the engine thread");
+    }
+    e->started = true;
+    *out = e;
+    return SPEX_OK;
+}
+
+void srv_engine_stop(srv_engine *e) {
+    if (!e) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (e->started) pthread_join(e->thread, NULL);
+    e->started = false;
+}
+
+void srv_engine_free(srv_engine *e) {
+    if (!e) return;
+    srv_engine_stop(e);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e->q);
+    free(e->slots);
+    free(e->seqs);
+    free(e->max_emit);
+    free(e->step_tasks);
+    free(e->outs);
+    free(e->admitted);
+    free(e);
+}
+
+bool srv_engine_submit(srv_engine *e, srv_task *t) {
+    pthread_mutex_lock(&e->mu);
+    bool ok = !e->stop && e->q_len < e->p.queue_max;
+    if (ok) {
+        pthread_mutex_lock(&t->mu);
+        t->refs++;
+        pthread_mutex_unlock(&t->mu);
+        t->t_queued = srv_now_s();
+        e->q[(e->q_head + e->q_len) % e->p.queue_max] = t;
+        e->q_len++;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return ok;
+}
+
+void srv_task_cancel(srv_engine *e, srv_task *t) {
+    pthread_mutex_lock(&t->mu);
+    t->cancelled = true;
+    pthread_mutex_unlock(&t->mu);
+    /* a queued task never reaches a slot: take it out now */
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < e->q_len; i++) {
+        int k = (e->q_head + i) % e->p.queue_max;
+        if (e->q[k] != t) continue;
+        for (int j = i; j < e->q_len - 1; j++)
+            e->q[(e->q_head + j) % e->p.queue_max] = e->q[(e->q_head + j + 1) % e->p.queue_max];
+        e->q_len--;
+        e->m.requests_cancelled++;
+        e->m.requests_total++;
+        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_lock(&t->mu);
+        t->done = true;
+        t->err_code = 499;
+        pthread_mutex_unlock(&t->mu);
+        srv_task_release(t);   /* the queue's reference */
+        return;
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+/* ======================================================================== */
+/* /metrics (§11)                                                            */
+/* ======================================================================== */
+
+typedef struct srv_buf {
+    char *p;
+    size_t n, cap;
+} srv_buf;
+
+static void bprintf(srv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void bprintf(srv_buf *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = b->p ? vsnprintf(b->p + b->n, b->cap - b->n, fmt, ap) : -1;
+        va_end(ap);
+        if (k >= 0 && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t nc = b->cap ? b->cap * 2 : 4096;
+        char *np = realloc(b->p, nc);
+        if (!np) return;
+        b->p = np, b->cap = nc;
+    }
+}
+
+static void metric(srv_buf *b, const char *name, const char *type, const char *help, double v) {
+    bprintf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
+}
+
+char *srv_engine_metrics(srv_engine *e) {
+    srv_buf b = {0};
+    bprintf(&b, "%s", "");
+    pthread_mutex_lock(&e->mu);
+    srv_metrics *m = &e->m;
+    metric(&b, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.", m->prompt_tokens);
+    metric(&b, "llamacpp:prompt_seconds_total", "counter", "Prompt process time", m->prompt_seconds);
+    metric(&b, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
+           m->predicted_tokens);
+    metric(&b, "llamacpp:tokens_predicted_seconds_total", "counter", "Predict process time", m->predicted_seconds);
+    metric(&b, "llamacpp:prompt_tokens_seconds", "gauge", "Average prompt throughput in tokens/s.",
+           m->i_prompt_seconds > 0 ? m->i_prompt_tokens / m->i_prompt_seconds : 0);
+    metric(&b, "llamacpp:predicted_tokens_seconds", "gauge", "Average generation throughput in tokens/s.",
+           m->i_predicted_seconds > 0 ? m->i_predicted_tokens / m->i_predicted_seconds : 0);
+    m->i_prompt_tokens = m->i_prompt_seconds = m->i_predicted_tokens = m->i_predicted_seconds = 0;
+    metric(&b, "llamacpp:requests_processing", "gauge", "Number of requests processing.", e->n_busy);
+    metric(&b, "llamacpp:requests_deferred", "gauge", "Number of requests deferred.", e->q_len);
+    metric(&b, "llamacpp:n_tokens_max", "counter", "Largest observed n_tokens.", (double)m->n_tokens_max);
+    metric(&b, "llamacpp:n_decode_total", "counter", "Total number of llama_decode() calls", (double)m->n_decode);
+    metric(&b, "llamacpp:n_busy_slots_per_decode", "gauge", "Average number of busy slots per llama_decode() call",
+           m->n_decode ? (double)m->busy_slot_sum / (double)m->n_decode : 0);
+    metric(&b, "llamacpp:spec_decode_num_drafts_total", "counter", "Verification steps that carried a draft.",
+           (double)m->spec_drafts);
+    metric(&b, "llamacpp:spec_decode_num_draft_tokens_total", "counter", "Draft tokens submitted for verification.",
+           (double)m->spec_draft_tokens);
+    metric(&b, "llamacpp:spec_decode_num_accepted_tokens_total", "counter", "Draft tokens accepted.",
+           (double)m->spec_accepted);
+    if (m->any_spec) {
+        const char *nm = "llamacpp:spec_decode_num_accepted_tokens_per_pos_total";
+        bprintf(&b, "# HELP %s Accepted draft tokens per position.\n# TYPE %s counter\n", nm, nm);
+        for (int k = 0; k < e->n_max && k < SPEX_DRAFT_MAX_N; k++)
+            bprintf(&b, "%s{position=\"%d\"} %llu\n", nm, k, (unsigned long long)m->accepted_at[k]);
+    }
+    metric(&b, "spex:draft_seconds_total", "counter", "Seconds spent drafting (forward and walk).", m->draft_seconds);
+    metric(&b, "spex:verify_seconds_total", "counter", "Seconds spent in target verify batches.", m->verify_seconds);
+    metric(&b, "spex:spec_disabled_steps_total", "counter", "Steps where the adaptive rule drafted nothing.",
+           (double)m->spec_disabled_steps);
+    metric(&b, "spex:verify_rows_total", "counter", "Target rows verified by decode steps.", (double)m->verify_rows);
+    metric(&b, "spex:requests_total", "counter", "Requests that reached the engine and ended.",
+           (double)m->requests_total);
+    metric(&b, "spex:requests_cancelled_total", "counter", "Requests cancelled by their client.",
+           (double)m->requests_cancelled);
+    pthread_mutex_unlock(&e->mu);
+    return b.p;
+}

@@ -1,0 +1,209 @@
+/*
+ * server.h — internals of `spex serve` shared by the src/server sources (not a public API).
+ *
+ * What it is: the parsed request (api.c), the task an HTTP thread hands to the engine
+ * (engine.c), the engine itself, and the entry point tools/serve.c calls (http.c). What it is
+ * not: anything the library exports — the server is built on include/spex.h only and never
+ * reaches into src/model (style.md). Spec: ../shared/docs/server-api.md (cited as §N).
+ *
+ * Threads: libmicrohttpd runs one thread per connection (http.c); one engine thread owns the
+ * target/draft contexts and the spex_spec and advances every busy slot in one batched step.
+ * A task is shared by its connection thread and the engine: its mutex guards the output part.
+ */
+#ifndef SPEX_SERVER_H
+#define SPEX_SERVER_H
+
+#include "spex.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SRV_MAX_STOP 16          /* stop strings per request                          */
+#define SRV_MAX_STOP_LEN 256     /* bytes per stop string                             */
+
+/* ======================================================================== */
+/* Requests (api.c)                                                          */
+/* ======================================================================== */
+
+typedef enum srv_endpoint {
+    SRV_EP_CHAT = 1,          /* POST /v1/chat/completions                            */
+    SRV_EP_COMPLETIONS = 2,   /* POST /v1/completions                                 */
+    SRV_EP_COMPLETION = 3,    /* POST /completion (llama.cpp native)                  */
+} srv_endpoint;
+
+typedef enum srv_reasoning {
+    SRV_REASONING_DEFAULT = -1,
+    SRV_REASONING_NONE = 0,        /* thinking left in content                        */
+    SRV_REASONING_DEEPSEEK = 1,    /* moved to reasoning_content                      */
+    SRV_REASONING_LEGACY = 2,      /* both                                            */
+} srv_reasoning;
+
+typedef struct srv_msg {
+    spex_chat_role role;
+    char *content;            /* text parts joined; owned                             */
+    char *reasoning;          /* assistant reasoning_content or NULL; owned           */
+} srv_msg;
+
+/* One parsed request body; every pointer owned (srv_request_free). Fields absent from the
+ * JSON keep the "unset" values below, so the server defaults apply. */
+typedef struct srv_request {
+    srv_endpoint ep;
+    srv_msg *msgs;            /* chat                                                  */
+    int n_msgs;
+    char *prompt;             /* completions: text prompt (NULL when ids are given)    */
+    int32_t *prompt_ids;      /* completions: token ids                                */
+    int n_prompt_ids;
+    char *model;              /* echoed in responses when present                      */
+    long n_predict;           /* -2: unset; -1: unlimited                              */
+    /* sampling: has_* says the field was given */
+    bool has_temp, has_top_p, has_top_k, has_min_p, has_seed, has_rep, has_rep_n, has_freq, has_pres;
+    float temp, top_p, min_p, repeat_penalty, freq_penalty, pres_penalty;
+    int32_t top_k, repeat_last_n;
+    int64_t seed;             /* -1: random                                            */
+    char *stop[SRV_MAX_STOP];
+    int n_stop;
+    bool stream, include_usage, timings_per_token;
+    int enable_thinking;      /* -1: unset                                             */
+    srv_reasoning reasoning_format;
+    int32_t spec_n_max;       /* -1: unset (speculative.n_max)                          */
+    /* /tokenize, /detokenize */
+    bool add_special, with_pieces;
+} srv_request;
+
+void srv_request_init(srv_request *r, srv_endpoint ep);
+void srv_request_free(srv_request *r);
+/* Parses body[0 .. len) for endpoint r->ep (after srv_request_init). Returns 0, or an HTTP
+ * status (400, 501) with a message in msg. Needs no model (fuzz/fuzz_server_req.c). */
+int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, size_t msg_cap);
+/* /tokenize ({content, add_special, with_pieces}) and /detokenize ({tokens}): the same
+ * error rules; content goes to r->prompt, tokens to r->prompt_ids. */
+int srv_parse_tokenize(srv_request *r, const char *body, size_t len, char *msg, size_t msg_cap);
+int srv_parse_detokenize(srv_request *r, const char *body, size_t len, char *msg, size_t msg_cap);
+
+/* llama.cpp's timings object (§10) plus what usage needs (§9). */
+typedef struct srv_timings {
+    int64_t cache_n, prompt_n, predicted_n;
+    double prompt_ms, predicted_ms;
+    int64_t draft_n, draft_n_accepted, draft_rounds;
+} srv_timings;
+
+/* The error body {"error": {code, message, type}} (§3), malloc'd. */
+char *srv_error_json(int code, const char *msg);
+const char *srv_error_type(int code);
+
+/* Splits generated text at </think> (§6.3). think_open: the prompt already opened the
+ * block. SRV_SPLIT_YES: [*r0, *r1) is reasoning, [*c0, len) content (r0 <= r1 <= c0 <= len);
+ * before the closing tag (final=false) a tail that could start it and trailing newlines stay
+ * out of the reasoning part. SRV_SPLIT_NONE: no reasoning, everything is content.
+ * SRV_SPLIT_WAIT (final=false only): the text may still become "<think>"; send nothing yet. */
+enum { SRV_SPLIT_NONE = 0, SRV_SPLIT_YES = 1, SRV_SPLIT_WAIT = 2 };
+int srv_split_reasoning(const char *text, size_t len, bool think_open, bool final, size_t *r0, size_t *r1,
+                        size_t *c0);
+
+/* ======================================================================== */
+/* Tasks and the engine (engine.c)                                           */
+/* ======================================================================== */
+
+typedef struct srv_task {
+    /* set by the HTTP thread before submission, read-only afterwards */
+    srv_endpoint ep;
+    int32_t *ids;             /* the prompt (owned)                                    */
+    int n_ids;
+    spex_sampler *smp;        /* owned; prompt already in its history                  */
+    spex_detok_stream *ds;    /* owned; prompt already pushed                          */
+    long n_predict;           /* -1: until EOG or a full context                       */
+    char stop[SRV_MAX_STOP][SRV_MAX_STOP_LEN];
+    int n_stop;
+    int32_t spec_n_max;       /* per-request cap (-1: none)                            */
+
+    /* engine-only state */
+    int slot;
+    long n_gen;
+    double t_queued, t_start, t_prefilled, t_last;
+    double p_acc_s, p_acc_f;  /* decayed acceptance counts (adaptive draft length)     */
+    uint64_t last_probe;
+
+    /* shared, under mu */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char *text;               /* generated text (cut at a stop string)                 */
+    size_t len, cap;
+    size_t released;          /* bytes that may be sent (no partial stop string)       */
+    bool done, cancelled;
+    const char *finish;       /* "stop" / "length" when done without error             */
+    int err_code;             /* != 0: failed with this HTTP status                    */
+    char err_msg[256];
+    srv_timings tm;
+    int refs;                 /* connection + engine                                   */
+} srv_task;
+
+/* Creates a task holding one reference (the caller's); srv_task_release drops one. */
+srv_task *srv_task_new(void);
+void srv_task_release(srv_task *t);
+
+typedef struct srv_engine srv_engine;
+
+typedef struct srv_engine_params {
+    int32_t n_slots;
+    int32_t n_ctx_slot;       /* positions per slot                                    */
+    int32_t queue_max;        /* waiting tasks beyond the slots; 503 past it           */
+    bool adaptive;            /* per-slot adaptive draft length (§14.2 rule 5)          */
+    float min_gain;           /* --spec-min-gain                                        */
+    int32_t step_delay_ms;    /* testing only: sleep after each step                    */
+} srv_engine_params;
+
+/* Borrows everything; starts the engine thread. spec's draft context may be NULL. */
+spex_status srv_engine_start(const srv_engine_params *p, spex_spec *spec, const spex_tokenizer *tok,
+                             int32_t n_max, srv_engine **out, spex_error *err);
+/* Cancels queued and running tasks (they end with 503) and joins the thread; later
+ * submissions fail (503). srv_engine_free stops if needed and frees. */
+void srv_engine_stop(srv_engine *e);
+void srv_engine_free(srv_engine *e);
+/* Queues t (takes a reference). false: the queue is full (503) or the engine stopped. */
+bool srv_engine_submit(srv_engine *e, srv_task *t);
+/* Marks t cancelled (the client went away); the engine frees its slot within one step. */
+void srv_task_cancel(srv_engine *e, srv_task *t);
+/* Prometheus text of /metrics (§11), malloc'd. */
+char *srv_engine_metrics(srv_engine *e);
+
+/* ======================================================================== */
+/* The server (http.c)                                                       */
+/* ======================================================================== */
+
+typedef struct srv_config {
+    const char *model, *draft, *alias, *host;
+    int port;
+    const char *api_keys;     /* comma list or NULL                                    */
+    int32_t n_ctx;            /* total over all slots (0: 4096 per slot)               */
+    int32_t n_slots;
+    int32_t n_batch;
+    int32_t n_threads;
+    long n_predict;           /* default -n                                            */
+    spex_sampler_params sp;   /* default sampling                                      */
+    int32_t n_draft_max, n_draft_min;
+    float p_draft_min;
+    bool draft_greedy;
+    spex_type draft_kv;
+    const char *chat_template;   /* NULL: detected                                     */
+    int enable_thinking;         /* default for requests (1/0)                         */
+    srv_reasoning reasoning_format;
+    bool metrics;
+    int32_t queue_max;
+    size_t body_max;
+    int timeout_s;
+    int sse_ping_s;           /* --sse-ping-interval; <= 0: off                          */
+    bool adaptive;
+    float min_gain;
+    int32_t step_delay_ms;
+    const char *const *overrides;
+    int n_overrides;
+} srv_config;
+
+/* Runs until SIGINT/SIGTERM; returns the process exit status. */
+int srv_main(const srv_config *cfg);
+
+double srv_now_s(void);
+
+#endif

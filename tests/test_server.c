@@ -1,0 +1,903 @@
+/*
+ * test_server.c — `spex serve` end to end: starts the build's own spex binary (the sibling of
+ * this program's folder, as test_run.c does) on a free loopback port with the synthetic pair
+ * tiny-qwen3 + tiny-qwen3.dflash2, and talks raw HTTP/1.1 over sockets.
+ *
+ * What it checks: /health, /v1/models; chat completions at temperature 0, plain and streamed,
+ * whose text equals `spex run --chat` with the same prompt and -n; /v1/completions and
+ * /completion against `spex run`; usage and timings fields; stop strings (plain and streamed);
+ * every error status (400 bad JSON / wrong types / missing fields / multimodal, 401, 404, 405,
+ * 413, 503); 4 concurrent clients on -np 2 with greedy texts equal to serial runs; a client
+ * that disconnects mid-stream frees its slot; /metrics counters add up; SIGTERM ends the
+ * server cleanly (and, in the ASan build, without a sanitizer report).
+ * What it is not: a test of the speculative loop's losslessness (test_spec) or of sampling.
+ */
+#include "spex.h"
+#include "server/server.h"
+#include "test.h"
+
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TINY_QWEN3 "tests/data/models/tiny-qwen3.gguf"
+#define TINY_DRAFT2 "tests/data/dflash/tiny-qwen3.dflash2.gguf"
+
+/* ======================================================================== */
+/* Processes                                                                 */
+/* ======================================================================== */
+
+static const char *spex_bin(void) {
+    static char path[4096];
+    if (path[0]) return path;
+    char self[4000];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return NULL;
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (!slash) return NULL;
+    *slash = 0;
+    slash = strrchr(self, '/');
+    if (!slash) return NULL;
+    *slash = 0;
+    snprintf(path, sizeof path, "%s/spex", self);
+    if (access(path, X_OK) != 0) path[0] = 0;
+    return path[0] ? path : NULL;
+}
+
+static char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)(n > 0 ? n : 0) + 1);
+    if (b && n > 0 && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) b[n > 0 ? n : 0] = 0, *len = (size_t)(n > 0 ? n : 0);
+    return b;
+}
+
+/* stdout of `spex run ARGS` (malloc'd), NULL on failure. */
+static char *spex_run(const char *const *args, size_t *len) {
+    const char *bin = spex_bin();
+    if (!bin) return NULL;
+    char out_path[] = "/tmp/spex_test_srv_run_XXXXXX";
+    int fo = mkstemp(out_path), fe = open("/dev/null", O_WRONLY);
+    if (fo < 0 || fe < 0) return NULL;
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = bin;
+    argv[n++] = "run";
+    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fo, 1);
+    posix_spawn_file_actions_adddup2(&fa, fe, 2);
+    pid_t pid;
+    fflush(stdout);
+    int e = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fo);
+    close(fe);
+    int st = 0;
+    char *out = NULL;
+    if (e == 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0) out = slurp(out_path, len);
+    unlink(out_path);
+    return out;
+}
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    char err_path[256];
+} server;
+
+/* Starts `spex serve --port 0 ARGS` and waits for "ready"; false on failure. */
+static bool server_start(server *s, const char *const *args) {
+    memset(s, 0, sizeof *s);
+    const char *bin = spex_bin();
+    if (!bin) return false;
+    snprintf(s->err_path, sizeof s->err_path, "/tmp/spex_test_srv_err_XXXXXX");
+    int fe = mkstemp(s->err_path);
+    if (fe < 0) return false;
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = bin;
+    argv[n++] = "serve";
+    argv[n++] = "--port";
+    argv[n++] = "0";
+    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fe, 2);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    fflush(stdout);
+    int e = posix_spawn(&s->pid, bin, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fe);
+    if (e != 0) return false;
+    for (int i = 0; i < 600; i++) {   /* up to 60 s (the ASan build loads slowly) */
+        size_t len = 0;
+        char *err = slurp(s->err_path, &len);
+        const char *p = err ? strstr(err, "listening on http://127.0.0.1:") : NULL;
+        if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
+        bool ready = err && strstr(err, "server: ready");
+        bool dead = waitpid(s->pid, NULL, WNOHANG) == s->pid;
+        if (dead) printf("  server exited: %s\n", err ? err : "");
+        free(err);
+        if (dead) {
+            s->pid = 0;
+            return false;
+        }
+        if (ready && s->port > 0) return true;
+        usleep(100 * 1000);
+    }
+    return false;
+}
+
+/* SIGTERM, wait; returns the exit status and whether stderr is sanitizer-clean. */
+static int server_stop(server *s, bool *clean) {
+    if (s->pid <= 0) return -1;
+    kill(s->pid, SIGTERM);
+    int st = 0, rc = -1;
+    for (int i = 0; i < 300; i++) {
+        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
+            rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            break;
+        }
+        usleep(100 * 1000);
+    }
+    if (rc < 0) {
+        kill(s->pid, SIGKILL);
+        waitpid(s->pid, &st, 0);
+    }
+    size_t len = 0;
+    char *err = slurp(s->err_path, &len);
+    *clean = err && !strstr(err, "Sanitizer") && !strstr(err, "runtime error") && strstr(err, "server: stopped");
+    if (!*clean) printf("  server stderr:\n%s\n", err ? err : "(none)");
+    free(err);
+    unlink(s->err_path);
+    s->pid = 0;
+    return rc;
+}
+
+/* ======================================================================== */
+/* HTTP                                                                      */
+/* ======================================================================== */
+
+typedef struct resp {
+    int status;
+    char *head;    /* status line + headers */
+    char *body;    /* de-chunked, NUL-terminated */
+    size_t body_len;
+} resp;
+
+static void resp_free(resp *r) {
+    free(r->head);
+    free(r->body);
+    memset(r, 0, sizeof *r);
+}
+
+static int connect_to(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct timeval tv = {.tv_sec = 60};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool send_all(int fd, const char *p, size_t n) {
+    while (n) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k <= 0) return false;
+        p += k, n -= (size_t)k;
+    }
+    return true;
+}
+
+/* Sends a request (body may be NULL); extra: more header lines, each ending in \r\n. */
+static int open_request(int port, const char *method, const char *path, const char *extra, const char *body) {
+    int fd = connect_to(port);
+    if (fd < 0) return -1;
+    char head[1024];
+    size_t bl = body ? strlen(body) : 0;
+    int n = snprintf(head, sizeof head,
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s%s", method, path,
+                     extra ? extra : "", body ? "Content-Type: application/json\r\n" : "", "");
+    if (body) n += snprintf(head + n, sizeof head - (size_t)n, "Content-Length: %zu\r\n", bl);
+    n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
+    if (!send_all(fd, head, (size_t)n) || (bl && !send_all(fd, body, bl))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static bool read_response(int fd, resp *r) {
+    memset(r, 0, sizeof *r);
+    size_t cap = 65536, n = 0;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (n + 4096 > cap) buf = realloc(buf, cap *= 2);
+        ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
+        if (k <= 0) break;
+        n += (size_t)k;
+    }
+    close(fd);
+    buf[n] = 0;
+    char *sep = strstr(buf, "\r\n\r\n");
+    if (!sep || sscanf(buf, "HTTP/1.%*d %d", &r->status) != 1) {
+        free(buf);
+        return false;
+    }
+    size_t hl = (size_t)(sep - buf);
+    r->head = malloc(hl + 1);
+    memcpy(r->head, buf, hl);
+    r->head[hl] = 0;
+    const char *b = sep + 4;
+    size_t bl = n - hl - 4;
+    r->body = malloc(bl + 1);
+    if (strcasestr(r->head, "transfer-encoding: chunked")) {
+        size_t o = 0;
+        const char *p = b, *end = b + bl;
+        while (p < end) {
+            char *e;
+            unsigned long sz = strtoul(p, &e, 16);
+            const char *nl = strstr(p, "\r\n");
+            if (!nl || sz == 0) break;
+            p = nl + 2;
+            if (p + sz > end) sz = (unsigned long)(end - p);
+            memcpy(r->body + o, p, sz);
+            o += sz;
+            p += sz + 2;
+        }
+        r->body_len = o;
+    } else {
+        memcpy(r->body, b, bl);
+        r->body_len = bl;
+    }
+    r->body[r->body_len] = 0;
+    free(buf);
+    return true;
+}
+
+static bool http(int port, const char *method, const char *path, const char *extra, const char *body, resp *r) {
+    memset(r, 0, sizeof *r);
+    int fd = open_request(port, method, path, extra, body);
+    return fd >= 0 && read_response(fd, r);
+}
+
+/* error.code and error.type of an error body match. */
+static bool is_error(const resp *r, int code, const char *type) {
+    cJSON *o = cJSON_Parse(r->body);
+    cJSON *e = cJSON_GetObjectItem(o, "error");
+    bool ok = r->status == code && cJSON_IsNumber(cJSON_GetObjectItem(e, "code")) &&
+              cJSON_GetObjectItem(e, "code")->valueint == code &&
+              cJSON_IsString(cJSON_GetObjectItem(e, "message")) &&
+              (!type || !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), type));
+    if (!ok) printf("  expected %d %s, got %d: %s\n", code, type ? type : "", r->status, r->body);
+    cJSON_Delete(o);
+    return ok;
+}
+
+/* ======================================================================== */
+/* Requests                                                                  */
+/* ======================================================================== */
+
+/* A generation request body: chat (user message) or completion prompt, greedy. */
+static char *gen_body(bool chat, const char *prompt, int n, bool stream, const char *stop) {
+    cJSON *o = cJSON_CreateObject();
+    if (chat) {
+        cJSON *ms = cJSON_AddArrayToObject(o, "messages"), *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "role", "user");
+        cJSON_AddStringToObject(m, "content", prompt);
+        cJSON_AddItemToArray(ms, m);
+        cJSON_AddNumberToObject(o, "max_tokens", n);
+    } else {
+        cJSON_AddStringToObject(o, "prompt", prompt);
+        cJSON_AddNumberToObject(o, "max_tokens", n);
+    }
+    cJSON_AddNumberToObject(o, "temperature", 0);
+    cJSON_AddBoolToObject(o, "stream", stream);
+    if (stop) cJSON_AddStringToObject(o, "stop", stop);
+    cJSON_AddStringToObject(o, "unknown_field_is_ignored", "yes");
+    char *s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+typedef struct gen_result {
+    int status;
+    char text[8192];
+    char finish[32];
+    long prompt_tokens, completion_tokens;
+    bool has_timings, has_draft, done_marker;
+} gen_result;
+
+/* The text of a non-streaming or streaming chat / completions response. */
+static bool gen(int port, bool chat, const char *prompt, int n, bool stream, const char *stop, gen_result *g) {
+    memset(g, 0, sizeof *g);
+    char *body = gen_body(chat, prompt, n, stream, stop);
+    resp r;
+    bool ok = http(port, "POST", chat ? "/v1/chat/completions" : "/v1/completions", NULL, body, &r);
+    free(body);
+    if (!ok) return false;
+    g->status = r.status;
+    size_t tl = 0;
+    cJSON *last = NULL;
+    if (!stream) {
+        cJSON *o = cJSON_Parse(r.body);
+        cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+        const char *t = chat ? cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "message"), "content"))
+                             : cJSON_GetStringValue(cJSON_GetObjectItem(c0, "text"));
+        if (t) snprintf(g->text, sizeof g->text, "%s", t);
+        last = o;
+    } else {
+        if (!strstr(r.head, "text/event-stream")) ok = false;
+        for (char *p = r.body; p && *p;) {
+            char *e = strstr(p, "\n\n");
+            if (!e) break;
+            *e = 0;
+            if (!strncmp(p, "data: ", 6)) {
+                if (!strcmp(p + 6, "[DONE]")) g->done_marker = true;
+                else {
+                    cJSON *o = cJSON_Parse(p + 6);
+                    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
+                    const char *t = chat ? cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(c0, "delta"), "content"))
+                                         : cJSON_GetStringValue(cJSON_GetObjectItem(c0, "text"));
+                    if (t && tl + strlen(t) < sizeof g->text) memcpy(g->text + tl, t, strlen(t)), tl += strlen(t);
+                    if (!o) ok = false;
+                    cJSON_Delete(last);
+                    last = o;
+                }
+            }
+            p = e + 2;
+        }
+        g->text[tl] = 0;
+    }
+    cJSON *c0 = cJSON_GetArrayItem(cJSON_GetObjectItem(last, "choices"), 0);
+    const char *fr = cJSON_GetStringValue(cJSON_GetObjectItem(c0, "finish_reason"));
+    if (fr) snprintf(g->finish, sizeof g->finish, "%s", fr);
+    cJSON *tm = cJSON_GetObjectItem(last, "timings");
+    g->has_timings = tm && cJSON_IsNumber(cJSON_GetObjectItem(tm, "prompt_n")) &&
+                     cJSON_IsNumber(cJSON_GetObjectItem(tm, "prompt_ms")) &&
+                     cJSON_IsNumber(cJSON_GetObjectItem(tm, "prompt_per_second")) &&
+                     cJSON_IsNumber(cJSON_GetObjectItem(tm, "predicted_n")) &&
+                     cJSON_IsNumber(cJSON_GetObjectItem(tm, "predicted_ms")) &&
+                     cJSON_IsNumber(cJSON_GetObjectItem(tm, "predicted_per_second")) &&
+                     cJSON_IsNumber(cJSON_GetObjectItem(tm, "cache_n"));
+    g->has_draft = tm && cJSON_IsNumber(cJSON_GetObjectItem(tm, "draft_n")) &&
+                   cJSON_IsNumber(cJSON_GetObjectItem(tm, "draft_n_accepted"));
+    cJSON *u = cJSON_GetObjectItem(last, "usage");
+    if (u) {
+        g->prompt_tokens = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "prompt_tokens"));
+        g->completion_tokens = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "completion_tokens"));
+        if (tm && (long)cJSON_GetNumberValue(cJSON_GetObjectItem(tm, "predicted_n")) != g->completion_tokens) ok = false;
+        if ((long)cJSON_GetNumberValue(cJSON_GetObjectItem(u, "total_tokens")) != g->prompt_tokens + g->completion_tokens)
+            ok = false;
+    } else if (tm) {
+        g->prompt_tokens = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(tm, "prompt_n"));
+        g->completion_tokens = (long)cJSON_GetNumberValue(cJSON_GetObjectItem(tm, "predicted_n"));
+    }
+    cJSON_Delete(last);
+    resp_free(&r);
+    return ok;
+}
+
+/* `spex run` text for the same prompt (chat or plain), -n n, greedy. */
+static char *expected(bool chat, const char *prompt, int n) {
+    char nb[16];
+    snprintf(nb, sizeof nb, "%d", n);
+    size_t len;
+    if (chat) {
+        const char *a[] = {"-m", TINY_QWEN3, "--chat", "-p", prompt, "-n", nb, "--temp", "0", "-t", "1", NULL};
+        return spex_run(a, &len);
+    }
+    const char *a[] = {"-m", TINY_QWEN3, "-p", prompt, "-n", nb, "--temp", "0", "-t", "1", NULL};
+    return spex_run(a, &len);
+}
+
+/* ======================================================================== */
+/* The shared server                                                         */
+/* ======================================================================== */
+
+static server g_srv;
+static bool g_started, g_failed;
+
+static int main_port(void) {
+    if (!g_started && !g_failed) {
+        const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-np", "2", "-c", "512", "--metrics", "-t", "1", NULL};
+        g_started = server_start(&g_srv, a);
+        g_failed = !g_started;
+    }
+    return g_started ? g_srv.port : -1;
+}
+
+#define REQUIRE_SERVER(port)                                                     \
+    int port = -1;                                                               \
+    do {                                                                         \
+        if (!spex_bin()) SKIP("no spex binary next to this test's folder");      \
+        port = main_port();                                                      \
+        CHECK_MSG(port > 0, "the server did not start");                         \
+    } while (0)
+
+/* ======================================================================== */
+/* Tests                                                                     */
+/* ======================================================================== */
+
+TEST(health_and_models) {
+    REQUIRE_SERVER(port);
+    resp r;
+    CHECK(http(port, "GET", "/health", NULL, NULL, &r));
+    CHECK_EQ_INT(r.status, 200);
+    CHECK(strstr(r.body, "\"status\":\"ok\""));
+    resp_free(&r);
+    CHECK(http(port, "GET", "/v1/models", NULL, NULL, &r));
+    CHECK_EQ_INT(r.status, 200);
+    cJSON *o = cJSON_Parse(r.body);
+    cJSON *m = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "data"), 0);
+    bool ok = !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "object")), "list") &&
+              !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(m, "id")), TINY_QWEN3) &&
+              cJSON_GetObjectItem(cJSON_GetObjectItem(m, "meta"), "speculative");
+    cJSON_Delete(o);
+    resp_free(&r);
+    CHECK(ok);
+}
+
+TEST(chat_equals_run) {
+    REQUIRE_SERVER(port);
+    char *want = expected(true, "Hello", 24);
+    CHECK(want);
+    gen_result g;
+    bool ok = gen(port, true, "Hello", 24, false, NULL, &g);
+    bool same = !strcmp(g.text, want);
+    if (!same) printf("  server '%s'\n  run    '%s'\n", g.text, want);
+    free(want);
+    CHECK(ok);
+    CHECK_EQ_INT(g.status, 200);
+    CHECK(same);
+    CHECK(!strcmp(g.finish, "length"));
+    CHECK_EQ_INT(g.completion_tokens, 24);
+    CHECK(g.has_timings);
+}
+
+TEST(chat_stream_equals_run) {
+    REQUIRE_SERVER(port);
+    char *want = expected(true, "Tell me", 20);
+    CHECK(want);
+    gen_result g;
+    bool ok = gen(port, true, "Tell me", 20, true, NULL, &g);
+    bool same = !strcmp(g.text, want);
+    if (!same) printf("  server '%s'\n  run    '%s'\n", g.text, want);
+    free(want);
+    CHECK(ok);
+    CHECK_EQ_INT(g.status, 200);
+    CHECK(same);
+    CHECK(g.done_marker);
+    CHECK(g.has_timings);
+    CHECK(!strcmp(g.finish, "length"));
+}
+
+TEST(completions_equal_run) {
+    REQUIRE_SERVER(port);
+    char *want = expected(false, "Once upon", 16);
+    CHECK(want);
+    gen_result a, b;
+    bool ok = gen(port, false, "Once upon", 16, false, NULL, &a) && gen(port, false, "Once upon", 16, true, NULL, &b);
+    bool same = !strcmp(a.text, want) && !strcmp(b.text, want);
+    if (!same) printf("  plain '%s'\n  stream '%s'\n  run '%s'\n", a.text, b.text, want);
+    /* llama.cpp's native endpoint */
+    resp r;
+    bool ok2 = http(port, "POST", "/completion", NULL, "{\"prompt\":\"Once upon\",\"n_predict\":16,\"temperature\":0}", &r);
+    cJSON *o = cJSON_Parse(r.body);
+    bool same2 = ok2 && r.status == 200 && cJSON_GetStringValue(cJSON_GetObjectItem(o, "content")) &&
+                 !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "content")), want) &&
+                 cJSON_IsObject(cJSON_GetObjectItem(o, "timings"));
+    cJSON_Delete(o);
+    resp_free(&r);
+    free(want);
+    CHECK(ok);
+    CHECK(same);
+    CHECK(same2);
+    CHECK(a.has_timings && b.has_timings && b.done_marker);
+}
+
+/* include_usage adds a choices-less usage chunk before [DONE]; /completion streams
+ * {"content", "stop"} events ending with stop: true and timings, without [DONE]. */
+TEST(stream_usage_and_native_stream) {
+    REQUIRE_SERVER(port);
+    resp r;
+    CHECK(http(port, "POST", "/v1/chat/completions", NULL,
+               "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"max_tokens\":6,\"temperature\":0,"
+               "\"stream\":true,\"stream_options\":{\"include_usage\":true}}", &r));
+    CHECK_EQ_INT(r.status, 200);
+    char *u = strstr(r.body, "\"choices\":[]");
+    bool ok = u && strstr(u, "\"usage\":{") && strstr(u, "\"completion_tokens\":6") && strstr(u, "\"timings\":{") &&
+              strstr(u, "data: [DONE]\n\n") && !strncmp(r.body, "data: {", 7);
+    if (!ok) printf("  %s\n", r.body);
+    resp_free(&r);
+    CHECK(ok);
+    CHECK(http(port, "POST", "/completion", NULL, "{\"prompt\":\"Hi\",\"n_predict\":5,\"temperature\":0,\"stream\":true}", &r));
+    ok = r.status == 200 && strstr(r.body, "\"stop\":false") && strstr(r.body, "\"stop\":true") &&
+         strstr(r.body, "\"tokens_predicted\":5") && strstr(r.body, "\"timings\":{") && !strstr(r.body, "[DONE]");
+    if (!ok) printf("  %s\n", r.body);
+    resp_free(&r);
+    CHECK(ok);
+}
+
+/* A stop string taken from the greedy text: the answer is the text up to its first
+ * occurrence, finish_reason "stop", plain and streamed. */
+TEST(stop_strings) {
+    REQUIRE_SERVER(port);
+    gen_result full;
+    CHECK(gen(port, false, "Hello", 40, false, NULL, &full));
+    const char *t = full.text;
+    size_t n = strlen(t), i;
+    for (i = 3; i + 2 < n; i++)
+        if (t[i] > 32 && t[i] < 127 && t[i + 1] > 32 && t[i + 1] < 127) break;
+    if (i + 2 >= n) SKIP("the greedy text has no two printable ASCII bytes in a row");
+    char stop[3] = {t[i], t[i + 1], 0};
+    size_t cut = (size_t)(strstr(t, stop) - t);
+    gen_result a, b;
+    CHECK(gen(port, false, "Hello", 40, false, stop, &a));
+    CHECK(gen(port, false, "Hello", 40, true, stop, &b));
+    bool ok = strlen(a.text) == cut && !memcmp(a.text, t, cut) && !strcmp(a.text, b.text);
+    if (!ok) printf("  full '%s' stop '%s'\n  plain '%s'\n  stream '%s'\n", t, stop, a.text, b.text);
+    CHECK(ok);
+    CHECK(!strcmp(a.finish, "stop") && !strcmp(b.finish, "stop"));
+}
+
+TEST(request_errors) {
+    REQUIRE_SERVER(port);
+    static const struct {
+        const char *path, *body;
+        int code;
+    } cases[] = {
+        {"/v1/chat/completions", "{not json", 400},
+        {"/v1/chat/completions", "[1,2]", 400},
+        {"/v1/chat/completions", "{}", 400},                                                         /* no messages */
+        {"/v1/chat/completions", "{\"messages\":5}", 400},
+        {"/v1/chat/completions", "{\"messages\":[]}", 400},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":\"9\"}", 400},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"temperature\":\"hot\"}", 400},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":1}", 400},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":7}", 400},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"wizard\",\"content\":\"hi\"}]}", 400},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\"}}]}]}", 400},
+        {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"n\":2}", 501},
+        {"/v1/completions", "{\"prompt\":12}", 400},
+        {"/v1/completions", "{\"prompt\":\"x\",\"top_p\":3}", 400},
+        {"/v1/completions", "{\"prompt\":[1,99999]}", 400},
+        {"/v1/completions", "{\"prompt\":\"bad \xff\xfe utf-8\"}", 400},
+        {"/v1/completions", "{\"prompt\":[\"a\",\"b\"]}", 501},
+        {"/tokenize", "{\"content\":5}", 400},
+        {"/detokenize", "{\"tokens\":\"a\"}", 400},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        resp r;
+        CHECK(http(port, "POST", cases[k].path, NULL, cases[k].body, &r));
+        bool ok = is_error(&r, cases[k].code, cases[k].code == 400 ? "invalid_request_error" : NULL);
+        resp_free(&r);
+        CHECK_MSG(ok, "case %zu: %s", k, cases[k].body);
+    }
+    /* a prompt longer than a slot's context (512 / 2) */
+    char *big = malloc(8192);
+    strcpy(big, "{\"prompt\":\"");
+    for (int k = 0; k < 1000; k++) strcat(big, "ab ");
+    strcat(big, "\"}");
+    resp r;
+    CHECK(http(port, "POST", "/v1/completions", NULL, big, &r));
+    free(big);
+    bool ok = is_error(&r, 400, "exceed_context_size_error") && strstr(r.body, "\"n_ctx\":256");
+    resp_free(&r);
+    CHECK(ok);
+    CHECK(http(port, "GET", "/no/such/path", NULL, NULL, &r));
+    ok = is_error(&r, 404, "not_found_error");
+    resp_free(&r);
+    CHECK(ok);
+    CHECK(http(port, "GET", "/v1/chat/completions", NULL, NULL, &r));
+    ok = is_error(&r, 405, NULL);
+    resp_free(&r);
+    CHECK(ok);
+    CHECK(http(port, "POST", "/v1/models", NULL, "{}", &r));
+    ok = is_error(&r, 405, NULL);
+    resp_free(&r);
+    CHECK(ok);
+    /* 413: a declared body beyond the limit is refused before it is read */
+    int fd = connect_to(port);
+    CHECK(fd >= 0);
+    const char *h = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                    "Content-Length: 100000000\r\n\r\n";
+    CHECK(send_all(fd, h, strlen(h)));
+    CHECK(read_response(fd, &r));
+    ok = is_error(&r, 413, NULL);
+    resp_free(&r);
+    CHECK(ok);
+    /* the server still serves */
+    CHECK(http(port, "GET", "/health", NULL, NULL, &r));
+    CHECK_EQ_INT(r.status, 200);
+    resp_free(&r);
+}
+
+TEST(tokenize_detokenize) {
+    REQUIRE_SERVER(port);
+    resp r;
+    CHECK(http(port, "POST", "/tokenize", NULL, "{\"content\":\"Hello\"}", &r));
+    CHECK_EQ_INT(r.status, 200);
+    cJSON *o = cJSON_Parse(r.body);
+    cJSON *toks = cJSON_DetachItemFromObject(o, "tokens");
+    cJSON_Delete(o);
+    resp_free(&r);
+    CHECK(cJSON_GetArraySize(toks) > 0);
+    cJSON *d = cJSON_CreateObject();
+    cJSON_AddItemToObject(d, "tokens", toks);
+    char *body = cJSON_PrintUnformatted(d);
+    cJSON_Delete(d);
+    CHECK(http(port, "POST", "/detokenize", NULL, body, &r));
+    free(body);
+    bool ok = r.status == 200 && strstr(r.body, "\"content\":\"Hello\"");
+    if (!ok) printf("  %s\n", r.body);
+    resp_free(&r);
+    CHECK(ok);
+}
+
+typedef struct client_arg {
+    int port;
+    bool chat, stream;
+    const char *prompt;
+    int n;
+    gen_result g;
+    bool ok;
+} client_arg;
+
+static void *client_main(void *p) {
+    client_arg *a = p;
+    a->ok = gen(a->port, a->chat, a->prompt, a->n, a->stream, NULL, &a->g);
+    return NULL;
+}
+
+static bool metric_value(const char *text, const char *name, double *v) {
+    char key[200];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(text, key);
+    if (!p) return false;
+    *v = strtod(p + strlen(key), NULL);
+    return true;
+}
+
+/* 4 clients at once on 2 slots: all complete, each greedy text equals a serial `spex run`,
+ * and the /metrics counters move by exactly their token counts. */
+TEST(concurrent_clients_and_metrics) {
+    REQUIRE_SERVER(port);
+    resp r;
+    CHECK(http(port, "GET", "/metrics", NULL, NULL, &r));
+    CHECK_EQ_INT(r.status, 200);
+    double p0 = 0, g0 = 0, d0 = 0, a0 = 0;
+    bool ok = metric_value(r.body, "llamacpp:prompt_tokens_total", &p0) &&
+              metric_value(r.body, "llamacpp:tokens_predicted_total", &g0) &&
+              metric_value(r.body, "llamacpp:spec_decode_num_draft_tokens_total", &d0) &&
+              metric_value(r.body, "llamacpp:spec_decode_num_accepted_tokens_total", &a0);
+    resp_free(&r);
+    CHECK(ok);
+    client_arg c[4] = {
+        {port, true, false, "Hello", 30, {0}, false},
+        {port, false, true, "The cat", 25, {0}, false},
+        {port, true, true, "Why is the sky", 20, {0}, false},
+        {port, false, false, "abc def", 28, {0}, false},
+    };
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, client_main, &c[i]);
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    long sum_p = 0, sum_g = 0;
+    for (int i = 0; i < 4; i++) {
+        char *want = expected(c[i].chat, c[i].prompt, c[i].n);
+        bool same = want && !strcmp(want, c[i].g.text);
+        if (!same) printf("  client %d: '%s' vs run '%s'\n", i, c[i].g.text, want ? want : "(run failed)");
+        free(want);
+        CHECK_MSG(c[i].ok && c[i].g.status == 200, "client %d failed (status %d)", i, c[i].g.status);
+        CHECK_MSG(same, "client %d text differs", i);
+        sum_p += c[i].g.prompt_tokens;
+        sum_g += c[i].g.completion_tokens;
+    }
+    CHECK(http(port, "GET", "/metrics", NULL, NULL, &r));
+    double p1 = 0, g1 = 0, d1 = 0, a1 = 0, busy = -1, def = -1;
+    ok = metric_value(r.body, "llamacpp:prompt_tokens_total", &p1) &&
+         metric_value(r.body, "llamacpp:tokens_predicted_total", &g1) &&
+         metric_value(r.body, "llamacpp:spec_decode_num_draft_tokens_total", &d1) &&
+         metric_value(r.body, "llamacpp:spec_decode_num_accepted_tokens_total", &a1) &&
+         metric_value(r.body, "llamacpp:requests_processing", &busy) &&
+         metric_value(r.body, "llamacpp:requests_deferred", &def) && strstr(r.body, "# TYPE llamacpp:n_decode_total counter");
+    resp_free(&r);
+    CHECK(ok);
+    CHECK_EQ_INT((long)(p1 - p0), sum_p);
+    CHECK_EQ_INT((long)(g1 - g0), sum_g);
+    CHECK(a1 - a0 <= d1 - d0);
+    CHECK_EQ_INT((long)busy, 0);
+    CHECK_EQ_INT((long)def, 0);
+}
+
+/* A second server: one slot, a queue of one, slowed steps, an API key. */
+TEST(auth_queue_full_and_cancel) {
+    if (!spex_bin()) SKIP("no spex binary next to this test's folder");
+    server s;
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "--queue-max", "1", "--api-key", "k1,k2", "--metrics",
+                       "--test-step-delay-ms", "20", "-t", "1", NULL};
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    int port = s.port;
+    const char *auth = "Authorization: Bearer k2\r\n";
+    resp r;
+    bool ok = http(port, "GET", "/health", NULL, NULL, &r) && r.status == 200;   /* public */
+    resp_free(&r);
+    ok = ok && http(port, "GET", "/v1/models", NULL, NULL, &r) && is_error(&r, 401, "authentication_error");
+    resp_free(&r);
+    ok = ok && http(port, "GET", "/v1/models", "Authorization: Bearer nope\r\n", NULL, &r) && r.status == 401;
+    resp_free(&r);
+    ok = ok && http(port, "GET", "/v1/models", auth, NULL, &r) && r.status == 200;
+    resp_free(&r);
+    ok = ok && http(port, "GET", "/v1/models", "X-Api-Key: k1\r\n", NULL, &r) && r.status == 200;
+    resp_free(&r);
+    /* A (streaming, long) takes the slot, B waits in the queue, C is refused with 503. */
+    const char *longreq = "{\"prompt\":\"Hello\",\"max_tokens\":200,\"temperature\":0,\"stream\":true}";
+    int fa = open_request(port, "POST", "/v1/completions", auth, longreq);
+    usleep(300 * 1000);
+    int fb = open_request(port, "POST", "/v1/completions", auth, longreq);
+    usleep(300 * 1000);
+    bool ok503 = http(port, "POST", "/v1/completions", auth, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) &&
+                 is_error(&r, 503, "unavailable_error");
+    resp_free(&r);
+    /* A reads a little and goes away; B goes away: both are cancelled, the slot frees. */
+    char buf[256];
+    bool got = fa >= 0 && recv(fa, buf, sizeof buf, 0) > 0;
+    if (fa >= 0) close(fa);
+    if (fb >= 0) close(fb);
+    double busy = -1, def = -1;
+    for (int i = 0; i < 50; i++) {
+        usleep(100 * 1000);
+        if (!http(port, "GET", "/metrics", auth, NULL, &r)) continue;
+        metric_value(r.body, "llamacpp:requests_processing", &busy);
+        metric_value(r.body, "llamacpp:requests_deferred", &def);
+        resp_free(&r);
+        if (busy == 0 && def == 0) break;
+    }
+    bool ok_after = http(port, "POST", "/v1/completions", auth, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) &&
+                    r.status == 200;
+    resp_free(&r);
+    bool clean;
+    int rc = server_stop(&s, &clean);
+    CHECK(ok);
+    CHECK(fa >= 0 && fb >= 0 && got);
+    CHECK(ok503);
+    CHECK_MSG(busy == 0 && def == 0, "after the clients left: processing %g, deferred %g", busy, def);
+    CHECK(ok_after);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+}
+
+/* The </think> split (§6.3) on fixed texts, final and partial. */
+TEST(reasoning_split_rules) {
+    size_t r0, r1, c0;
+    const char *t = "<think>\nplan\n</think>\n\nanswer";
+    CHECK(srv_split_reasoning(t, strlen(t), false, true, &r0, &r1, &c0) == SRV_SPLIT_YES);
+    CHECK(r1 - r0 == 4 && !memcmp(t + r0, "plan", 4) && !strcmp(t + c0, "answer"));
+    t = "plan</think>ok";   /* the template opened the block */
+    CHECK(srv_split_reasoning(t, strlen(t), true, true, &r0, &r1, &c0) == SRV_SPLIT_YES);
+    CHECK(r0 == 0 && r1 == 4 && !strcmp(t + c0, "ok"));
+    t = "no reasoning here";
+    CHECK(srv_split_reasoning(t, strlen(t), false, true, &r0, &r1, &c0) == SRV_SPLIT_NONE);
+    t = "<think>abc</thi";   /* streaming: a partial closing tag is held back */
+    CHECK(srv_split_reasoning(t, strlen(t), false, false, &r0, &r1, &c0) == SRV_SPLIT_YES);
+    CHECK(r1 - r0 == 3 && c0 == strlen(t));
+    t = "<thi";              /* streaming: maybe an opening tag */
+    CHECK(srv_split_reasoning(t, strlen(t), false, false, &r0, &r1, &c0) == SRV_SPLIT_WAIT);
+    CHECK(srv_split_reasoning(t, strlen(t), false, true, &r0, &r1, &c0) == SRV_SPLIT_NONE);
+}
+
+/* A template that opens <think> (qwen35 with thinking on): the generation is reasoning
+ * until </think>; reasoning_content equals `spex run`'s text, plain and streamed, and
+ * reasoning_format none or enable_thinking false put the text in content. */
+TEST(reasoning_content) {
+    if (!spex_bin()) SKIP("no spex binary next to this test's folder");
+    server s;
+    const char *a[] = {"-m", TINY_QWEN3, "--chat-template", "qwen35", "-t", "1", NULL};
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    size_t len;
+    const char *ra[] = {"-m", TINY_QWEN3, "--chat", "--chat-template", "qwen35", "-p", "Hello", "-n", "12", "--temp", "0", "-t", "1", NULL};
+    char *want = spex_run(ra, &len);
+    const char *ra2[] = {"-m", TINY_QWEN3, "--chat", "--no-think", "--chat-template", "qwen35", "-p", "Hello", "-n", "12", "--temp", "0", "-t", "1", NULL};
+    char *want_nt = spex_run(ra2, &len);
+    const char *body = "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":12,\"temperature\":0%s}";
+    char b[512];
+    resp r;
+    bool ok = want && want_nt;
+    snprintf(b, sizeof b, body, "");
+    ok = ok && http(s.port, "POST", "/v1/chat/completions", NULL, b, &r);
+    cJSON *o = cJSON_Parse(r.body), *m = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "message");
+    bool ok1 = ok && cJSON_GetStringValue(cJSON_GetObjectItem(m, "reasoning_content")) &&
+               !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(m, "reasoning_content")), want) &&
+               !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(m, "content")), "");
+    cJSON_Delete(o);
+    resp_free(&r);
+    /* streamed: the reasoning deltas add up to the same text */
+    snprintf(b, sizeof b, body, ",\"stream\":true");
+    char acc[4096] = "";
+    bool ok2 = ok && http(s.port, "POST", "/v1/chat/completions", NULL, b, &r);
+    for (char *p = ok2 ? r.body : NULL; p && (p = strstr(p, "data: {"));) {
+        char *e = strstr(p, "\n\n");
+        if (!e) break;
+        *e = 0;
+        cJSON *c = cJSON_Parse(p + 6);
+        const char *rc = cJSON_GetStringValue(cJSON_GetObjectItem(
+            cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(c, "choices"), 0), "delta"), "reasoning_content"));
+        if (rc && strlen(acc) + strlen(rc) < sizeof acc) strcat(acc, rc);
+        cJSON_Delete(c);
+        p = e + 2;
+    }
+    if (ok2) resp_free(&r);
+    ok2 = ok2 && !strcmp(acc, want);
+    snprintf(b, sizeof b, body, ",\"reasoning_format\":\"none\"");
+    bool ok3 = ok && http(s.port, "POST", "/v1/chat/completions", NULL, b, &r);
+    o = cJSON_Parse(ok3 ? r.body : "");
+    m = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "message");
+    ok3 = ok3 && cJSON_GetStringValue(cJSON_GetObjectItem(m, "content")) &&
+          !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(m, "content")), want) && !cJSON_GetObjectItem(m, "reasoning_content");
+    cJSON_Delete(o);
+    if (ok) resp_free(&r);
+    snprintf(b, sizeof b, body, ",\"chat_template_kwargs\":{\"enable_thinking\":false}");
+    bool ok4 = ok && http(s.port, "POST", "/v1/chat/completions", NULL, b, &r);
+    o = cJSON_Parse(ok4 ? r.body : "");
+    m = cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "message");
+    ok4 = ok4 && cJSON_GetStringValue(cJSON_GetObjectItem(m, "content")) &&
+          !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(m, "content")), want_nt);
+    cJSON_Delete(o);
+    if (ok) resp_free(&r);
+    free(want);
+    free(want_nt);
+    bool clean;
+    int rc = server_stop(&s, &clean);
+    CHECK(ok);
+    CHECK(ok1);
+    CHECK(ok2);
+    CHECK(ok3);
+    CHECK(ok4);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+}
+
+/* Last: SIGTERM stops the shared server cleanly. */
+TEST(shutdown_clean) {
+    REQUIRE_SERVER(port);
+    (void)port;
+    bool clean;
+    int rc = server_stop(&g_srv, &clean);
+    g_started = false, g_failed = true;
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+}
+
+TEST_MAIN()

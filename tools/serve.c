@@ -1,0 +1,317 @@
+/*
+ * serve.c — `spex serve`: flag parsing for the HTTP server (src/server/), llama-server's names.
+ *
+ * What it is: server-api.md §2 mapped onto srv_config; the server itself (model loading,
+ * listener, engine) is src/server/http.c. What it is not: every llama-server flag — flags spex
+ * accepts without effect are listed as such in docs/server.md; unknown flags are errors.
+ */
+#include "spex.h"
+#include "cli.h"
+#include "server/server.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SERVE_MAX_OVERRIDES 16
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: spex serve -m MODEL [options]   (OpenAI- and llama-server-compatible HTTP server)\n"
+            "\n"
+            "  -m, --model FILE            target GGUF                          -a, --alias NAME   model id\n"
+            "  -c, --ctx-size N            KV tokens in total; each slot gets N / np (default 4096 per slot)\n"
+            "  -np, --parallel N           slots (default 4)                    -n, --n-predict N  default max tokens (-1)\n"
+            "  -b, --batch-size N          prompt batch (512)                   -t, --threads N    threads (all CPUs)\n"
+            "  --host HOST (127.0.0.1)     --port PORT (8080)                   --api-key K[,K..]  --api-key-file FILE\n"
+            "  -to, --timeout N            connection timeout, s (3600)         --metrics          enable /metrics\n"
+            "  --chat-template NAME        chatml, qwen3, qwen35, none          --chat-template-kwargs JSON\n"
+            "  --reasoning-format F        none, deepseek (auto), deepseek-legacy   -rea on|off|auto\n"
+            "  --temp --top-k --top-p --min-p --seed --repeat-penalty --repeat-last-n --presence-penalty\n"
+            "  --frequency-penalty --samplers LIST      sampling defaults (llama.cpp's)\n"
+            "  -md, --model-draft FILE     DFlash drafter                       --spec-type none|draft-dflash\n"
+            "  --spec-draft-n-max N  --spec-draft-n-min N  --spec-draft-p-min P  --spec-draft-sampling greedy|probabilistic\n"
+            "  -ctkd/-ctvd f16|f32|q8_0    draft KV type                        --spec-draft-override-kv KEY=TYPE:VALUE\n"
+            "  --spec-adaptive on|off      adaptive draft length (on)           --spec-min-gain X (1.05)\n"
+            "  --queue-max N               waiting requests before 503 (64)     --body-max BYTES (8 MiB)\n");
+}
+
+static bool is(const char *a, const char *x, const char *y) {
+    return !strcmp(a, x) || (y && !strcmp(a, y));
+}
+
+static bool get_float(const char *flag, const char *v, float *out) {
+    if (!v) {
+        fprintf(stderr, "error: %s needs a value\n", flag);
+        return false;
+    }
+    char *end;
+    errno = 0;
+    float f = strtof(v, &end);
+    if (errno || end == v || *end || !isfinite(f)) {
+        fprintf(stderr, "error: %s expects a finite number, got '%s'\n", flag, v);
+        return false;
+    }
+    *out = f;
+    return true;
+}
+
+static char *read_key_file(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    static char buf[4096];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] == '\n' || buf[i] == '\r') buf[i] = ',';
+    while (n > 0 && buf[n - 1] == ',') buf[--n] = 0;
+    return buf;
+}
+
+int cmd_serve(int argc, char **argv) {
+    static const char *overrides[SERVE_MAX_OVERRIDES];
+    srv_config c;
+    memset(&c, 0, sizeof c);
+    c.host = "127.0.0.1";
+    c.port = 8080;
+    c.n_slots = 4;   /* llama-server -np -1 = auto; spex auto = 4 (§2.1) */
+    c.n_batch = 512;
+    c.n_predict = -1;
+    c.sp = spex_sampler_default_params();
+    c.draft_kv = SPEX_TYPE_F16;
+    c.enable_thinking = 1;
+    c.reasoning_format = SRV_REASONING_DEEPSEEK;
+    c.queue_max = 64;
+    c.body_max = 8u << 20;
+    c.timeout_s = 3600;
+    c.sse_ping_s = 30;
+    c.adaptive = true;
+    c.min_gain = 1.05f;
+    c.overrides = overrides;
+    const char *env = getenv("LLAMA_ARG_MODEL");
+    if (env) c.model = env;
+    long repeat_last_n = c.sp.repeat_last_n;
+    bool spec_none = false, spec_dflash = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        long n;
+        float f;
+        bool takes = true;
+        if (is(a, "-h", "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (is(a, "-m", "--model")) {
+            if (!v) goto need;
+            c.model = v;
+        } else if (is(a, "-a", "--alias")) {
+            if (!v) goto need;
+            c.alias = v;
+        } else if (is(a, "-md", "--model-draft") || !strcmp(a, "--spec-draft-model")) {
+            if (!v) goto need;
+            c.draft = v;
+        } else if (is(a, "-c", "--ctx-size")) {
+            if (!cli_parse_int(a, v, 0, 1L << 24, &n)) return 2;
+            c.n_ctx = (int32_t)n;
+        } else if (is(a, "-np", "--parallel")) {
+            if (!cli_parse_int(a, v, -1, 64, &n)) return 2;
+            c.n_slots = n <= 0 ? 4 : (int32_t)n;   /* auto = 4 (§2.1) */
+        } else if (is(a, "-n", "--n-predict") || !strcmp(a, "--predict")) {
+            if (!cli_parse_int(a, v, -1, 1L << 30, &n)) return 2;
+            c.n_predict = n;
+        } else if (is(a, "-b", "--batch-size")) {
+            if (!cli_parse_int(a, v, 1, 1L << 16, &n)) return 2;
+            c.n_batch = (int32_t)n;
+        } else if (is(a, "-ub", "--ubatch-size") || is(a, "-tb", "--threads-batch") || is(a, "--threads-http", NULL) ||
+                   is(a, "-ngl", "--n-gpu-layers") || is(a, "-ngld", "--spec-draft-ngl") ||
+                   is(a, "--spec-verify-budget", NULL)) {
+            if (!cli_parse_int(a, v, -1, 1L << 30, &n)) return 2;   /* accepted, no effect (docs/server.md) */
+        } else if (is(a, "-cb", "--cont-batching") || is(a, "-nocb", "--no-cont-batching") || is(a, "--jinja", NULL) ||
+                   is(a, "--no-jinja", NULL) || is(a, "-kvu", "--kv-unified") || is(a, "--cache-prompt", NULL) ||
+                   is(a, "--no-cache-prompt", NULL) || is(a, "--no-slots", NULL) || is(a, "--slots", NULL)) {
+            takes = false;
+        } else if (is(a, "--sse-ping-interval", NULL)) {
+            if (!cli_parse_int(a, v, -1, 1L << 20, &n)) return 2;
+            c.sse_ping_s = (int)n;
+        } else if (is(a, "-t", "--threads")) {
+            if (!cli_parse_int(a, v, -1, 1024, &n)) return 2;
+            c.n_threads = (int32_t)n;
+        } else if (is(a, "--host", NULL)) {
+            if (!v) goto need;
+            c.host = v;
+        } else if (is(a, "--port", NULL)) {
+            if (!cli_parse_int(a, v, 0, 65535, &n)) return 2;
+            c.port = (int)n;
+        } else if (is(a, "--api-key", NULL)) {
+            if (!v) goto need;
+            c.api_keys = v;
+        } else if (is(a, "--api-key-file", NULL)) {
+            if (!v) goto need;
+            c.api_keys = read_key_file(v);
+            if (!c.api_keys) {
+                fprintf(stderr, "error: cannot read --api-key-file '%s'\n", v);
+                return 2;
+            }
+        } else if (is(a, "-to", "--timeout")) {
+            if (!cli_parse_int(a, v, 1, 1L << 24, &n)) return 2;
+            c.timeout_s = (int)n;
+        } else if (is(a, "--metrics", NULL)) {
+            c.metrics = true, takes = false;
+        } else if (is(a, "--chat-template", NULL)) {
+            if (!v) goto need;
+            spex_chat_template t;
+            if (!spex_chat_template_from_name(v, &t)) {
+                fprintf(stderr, "error: --chat-template '%s' is not supported: use --chat-template chatml\n", v);
+                return 2;
+            }
+            c.chat_template = v;
+        } else if (is(a, "--chat-template-kwargs", NULL)) {
+            if (!v) goto need;
+            if (strstr(v, "\"enable_thinking\"") && strstr(v, "false")) c.enable_thinking = 0;
+            else if (strstr(v, "\"enable_thinking\"") && strstr(v, "true")) c.enable_thinking = 1;
+        } else if (is(a, "--reasoning-format", NULL)) {
+            if (!v) goto need;
+            if (!strcmp(v, "none")) c.reasoning_format = SRV_REASONING_NONE;
+            else if (!strcmp(v, "deepseek") || !strcmp(v, "auto")) c.reasoning_format = SRV_REASONING_DEEPSEEK;
+            else if (!strcmp(v, "deepseek-legacy")) c.reasoning_format = SRV_REASONING_LEGACY;
+            else {
+                fprintf(stderr, "error: %s expects none, auto, deepseek or deepseek-legacy, got '%s'\n", a, v);
+                return 2;
+            }
+        } else if (is(a, "-rea", "--reasoning")) {
+            if (!v) goto need;
+            if (!strcmp(v, "off")) c.enable_thinking = 0;
+            else if (!strcmp(v, "on") || !strcmp(v, "auto")) c.enable_thinking = 1;
+            else {
+                fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", a, v);
+                return 2;
+            }
+        } else if (is(a, "--temp", "--temperature")) {
+            if (!get_float(a, v, &f)) return 2;
+            c.sp.temp = f;
+        } else if (is(a, "--top-k", NULL)) {
+            if (!cli_parse_int(a, v, 0, 1L << 30, &n)) return 2;
+            c.sp.top_k = (int32_t)n;
+        } else if (is(a, "--top-p", NULL)) {
+            if (!get_float(a, v, &f)) return 2;
+            c.sp.top_p = f;
+        } else if (is(a, "--min-p", NULL)) {
+            if (!get_float(a, v, &f)) return 2;
+            c.sp.min_p = f;
+        } else if (is(a, "--repeat-penalty", NULL)) {
+            if (!get_float(a, v, &f)) return 2;
+            c.sp.repeat_penalty = f;
+        } else if (is(a, "--repeat-last-n", NULL)) {
+            if (!cli_parse_int(a, v, -1, 1L << 24, &repeat_last_n)) return 2;
+        } else if (is(a, "--presence-penalty", NULL)) {
+            if (!get_float(a, v, &f)) return 2;
+            c.sp.presence_penalty = f;
+        } else if (is(a, "--frequency-penalty", NULL)) {
+            if (!get_float(a, v, &f)) return 2;
+            c.sp.frequency_penalty = f;
+        } else if (is(a, "--samplers", NULL)) {
+            if (!v) goto need;
+            spex_error err = {0};
+            if (spex_sampler_parse_stages(v, &c.sp, &err) != SPEX_OK) {
+                fprintf(stderr, "error: %s: %s\n", a, err.msg);
+                return 2;
+            }
+        } else if (is(a, "-s", "--seed")) {
+            if (!cli_parse_int(a, v, -1, 0xFFFFFFFEL, &n)) return 2;
+            c.sp.seed = n < 0 ? SPEX_SEED_RANDOM : (uint64_t)n;
+        } else if (is(a, "--spec-type", NULL)) {
+            if (!v) goto need;
+            if (!strcmp(v, "none")) spec_none = true;
+            else if (strcmp(v, "draft-dflash") && strcmp(v, "dflash") && strcmp(v, "auto")) {
+                fprintf(stderr, "error: --spec-type '%s' is not supported (none, draft-dflash)\n", v);
+                return 2;
+            } else if (strcmp(v, "auto")) {
+                spec_dflash = true;   /* -md may come later: checked after the loop */
+            }
+        } else if (is(a, "--spec-draft-n-max", NULL)) {
+            if (!cli_parse_int(a, v, 0, 1024, &n)) return 2;
+            c.n_draft_max = (int32_t)n;
+        } else if (is(a, "--spec-draft-n-min", NULL)) {
+            if (!cli_parse_int(a, v, 0, 1024, &n)) return 2;
+            c.n_draft_min = (int32_t)n;
+        } else if (is(a, "--spec-draft-p-min", "--draft-p-min")) {
+            if (!get_float(a, v, &f)) return 2;
+            c.p_draft_min = f;
+        } else if (is(a, "--spec-draft-p-split", "--draft-p-split")) {
+            if (!get_float(a, v, &f)) return 2;
+        } else if (is(a, "--spec-draft-sampling", NULL)) {
+            if (!v || (strcmp(v, "greedy") && strcmp(v, "probabilistic"))) {
+                fprintf(stderr, "error: %s expects greedy or probabilistic\n", a);
+                return 2;
+            }
+            c.draft_greedy = !strcmp(v, "greedy");
+        } else if (is(a, "-ctkd", "--spec-draft-type-k") || is(a, "-ctvd", "--spec-draft-type-v")) {
+            if (!v) goto need;
+            if (!strcmp(v, "f16")) c.draft_kv = SPEX_TYPE_F16;
+            else if (!strcmp(v, "f32")) c.draft_kv = SPEX_TYPE_F32;
+            else if (!strcmp(v, "q8_0")) c.draft_kv = SPEX_TYPE_Q8_0;
+            else {
+                fprintf(stderr, "error: %s expects f16, f32 or q8_0, got '%s'\n", a, v);
+                return 2;
+            }
+        } else if (is(a, "--spec-draft-override-kv", NULL)) {
+            if (!v) goto need;
+            if (c.n_overrides >= SERVE_MAX_OVERRIDES) {
+                fprintf(stderr, "error: at most %d %s flags\n", SERVE_MAX_OVERRIDES, a);
+                return 2;
+            }
+            overrides[c.n_overrides++] = v;
+        } else if (is(a, "--spec-adaptive", NULL)) {
+            if (!v || (strcmp(v, "on") && strcmp(v, "off"))) {
+                fprintf(stderr, "error: %s expects on or off\n", a);
+                return 2;
+            }
+            c.adaptive = !strcmp(v, "on");
+        } else if (is(a, "--spec-min-gain", NULL)) {
+            if (!get_float(a, v, &f)) return 2;
+            c.min_gain = f;
+        } else if (is(a, "--queue-max", NULL)) {
+            if (!cli_parse_int(a, v, 1, 1L << 20, &n)) return 2;
+            c.queue_max = (int32_t)n;
+        } else if (is(a, "--body-max", NULL)) {
+            if (!cli_parse_int(a, v, 1024, 1L << 30, &n)) return 2;
+            c.body_max = (size_t)n;
+        } else if (is(a, "--test-step-delay-ms", NULL)) {   /* testing only: slows every engine step */
+            if (!cli_parse_int(a, v, 0, 10000, &n)) return 2;
+            c.step_delay_ms = (int32_t)n;
+        } else if (is(a, "--draft", "--draft-n") || is(a, "--draft-max", "--draft-min") || is(a, "--draft-n-min", NULL)) {
+            fprintf(stderr, "error: the argument has been removed. use --spec-draft-n-max or --spec-draft-n-min\n");
+            return 2;
+        } else {
+            fprintf(stderr, "error: unknown flag '%s' (see 'spex serve --help')\n", a);
+            return 2;
+        }
+        if (takes) i++;
+        continue;
+    need:
+        fprintf(stderr, "error: %s needs a value\n", a);
+        return 2;
+    }
+    if (!c.model) {
+        fprintf(stderr, "error: -m MODEL is required (see 'spex serve --help')\n");
+        return 2;
+    }
+    if (spec_dflash && !c.draft) {
+        fprintf(stderr, "error: --spec-type draft-dflash needs a drafter (-md FILE)\n");
+        return 2;
+    }
+    if (spec_none) c.draft = NULL;
+    c.sp.repeat_last_n = repeat_last_n < 0 ? -1 : (int32_t)repeat_last_n;
+    spex_sampler_params probe = c.sp;
+    if (probe.repeat_last_n < 0) probe.repeat_last_n = 0;
+    spex_sampler *s = NULL;
+    spex_error err = {0};
+    if (spex_sampler_init(&probe, 1, &s, &err) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", err.msg);
+        return 2;
+    }
+    spex_sampler_free(s);
+    return srv_main(&c);
+}
