@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# demo.sh — the README's main job. Until the default models ship (issue: default models),
-# it is a smoke run of the foundation on a small GGUF that the build generates:
-# write it, inspect and validate it, quantize it to Q8_0 and Q4_K_M, validate those, and
-# measure the matmul kernels against memory bandwidth on a short benchmark.
+# demo.sh — the README's main job: the default models of models/ (a trained qwen3 target and
+# its DFlash2 drafter, issue 5) on the 8 held-out demo problems, target alone vs DFlash2 at
+# T = 0 and T = 1, printed as one table (`spex demo`, tools/demo.c). Without models/ it falls
+# back to the smoke run of the foundation on a GGUF the build generates.
 set -euo pipefail
 out=${1:-build}
 spex="$out/spex"
+"$spex" isa
+if [ -f models/target.gguf ] && [ -f models/drafter.gguf ]; then
+  "$spex" demo -m models/target.gguf -md models/drafter.gguf -f models/demo.jsonl
+  exit 0
+fi
+echo "models/ has no default models: smoke run instead"
 work="$out/smoke"
 mkdir -p "$work"
-"$spex" isa
 "$spex" gen-smoke "$work/smoke-f32.gguf"
 "$spex" inspect "$work/smoke-f32.gguf"
 for t in q8_0 q4_K_M; do

@@ -132,6 +132,10 @@ static bool block_load(const fixture *f, int32_t n, block *b) {
     return true;
 }
 
+/* The larger of two errors. Not fmax: aarch64 gcc 12's vectorizer crashes (internal compiler
+ * error in vect_transform_reduction) on fmax reductions in loops at -O3. */
+static double max_d(double a, double b) { return b > a ? b : a; }
+
 static double rel_err(float a, float ref) {
     return fabs((double)a - (double)ref) / fmax(1.0, fabs((double)ref));
 }
@@ -162,7 +166,7 @@ TEST(selector_rows_match_lattice) {
                     fixture_free(&f);
                     CHECK_MSG(0, "spex_selector_row: %s", e.msg);
                 }
-                for (int32_t k = 0; k < f.K; k++) worst = fmax(worst, rel_err(S[k], ref[k]));
+                for (int32_t k = 0; k < f.K; k++) worst = max_d(worst, rel_err(S[k], ref[k]));
                 rows++;
             }
         }
@@ -220,7 +224,7 @@ TEST(greedy_walk_matches_golden) {
             }
         }
         /* conf of every visited slot, the stopping one included (at index n) */
-        for (int32_t p = 0; p <= out.n && p < b.n; p++) worst = fmax(worst, fabs((double)out.conf[p] - b.conf[p]));
+        for (int32_t p = 0; p <= out.n && p < b.n; p++) worst = max_d(worst, fabs((double)out.conf[p] - b.conf[p]));
     }
     /* block 3: same anchor, its own C/U/gate */
     int32_t ids3[SPEX_DRAFT_MAX_N], ks3[SPEX_DRAFT_MAX_N];
@@ -233,7 +237,7 @@ TEST(greedy_walk_matches_golden) {
             failed = 1;
         for (int32_t p = 0; p < 3 && !failed; p++)
             if (out.ids[p] != ids3[p] || out.kidx[p] != ks3[p]) failed = 1;
-        for (int32_t p = 0; p < 3; p++) worst = fmax(worst, fabs((double)out.conf[p] - b3.conf[p]));
+        for (int32_t p = 0; p < 3; p++) worst = max_d(worst, fabs((double)out.conf[p] - b3.conf[p]));
     }
     printf("  greedy: ids/k exact at p_min {%g, %g, %g} (n %d/%d/%d), block 3; max |conf - golden| %.3g\n",
            p_min[0], p_min[1], p_min[2], (int)n_drafted[0], (int)n_drafted[1], (int)n_drafted[2], worst);
@@ -275,8 +279,9 @@ TEST(sampled_walk_matches_golden) {
                        (int)out.kidx[p], (int)ids[7 * w + p], (int)ks[7 * w + p]);
                 failed = 1;
             }
-            for (int32_t k = 0; k < f.K; k++)
-                worst = fmax(worst, fabs((double)out.q[p][k] - q[k + (size_t)f.K * (p + 7 * w)]));
+            for (int32_t k = 0; k < f.K; k++) {
+                worst = max_d(worst, fabs((double)out.q[p][k] - q[k + (size_t)f.K * (p + 7 * w)]));
+            }
         }
     }
     printf("  sampled: ids/k exact at %d temperatures; max |q - golden| %.3g\n", n_T, worst);
@@ -481,7 +486,7 @@ TEST(v1_greedy_matches_golden) {
         }
         for (int p = 0; p < out.n && !failed; p++)
             if (out.ids[p] != ids[p] || out.kidx[p] != 0 || out.cand[p][0] != ids[p]) failed = 1;
-        for (int p = 0; p <= out.n && p < 15; p++) worst = fmax(worst, fabs((double)out.conf[p] - conf[p]));
+        for (int p = 0; p <= out.n && p < 15; p++) worst = max_d(worst, fabs((double)out.conf[p] - conf[p]));
     }
     if (!failed) {
         if (spex_dflash_walk(f.d, 0, 15, NULL, NULL, NULL, z2p, 0.0f, 0.0f, NULL, NULL, &out, NULL) != SPEX_OK ||
