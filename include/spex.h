@@ -959,6 +959,17 @@ void spex_spec_set_draft_fn(spex_spec *s, spex_spec_draft_fn fn, void *user);
  * streams are derived from the sampler's RNG. n_prompt >= 1. */
 spex_status spex_spec_seq_begin(spex_spec *s, int32_t seq, const int32_t *prompt, int32_t n_prompt,
                                 spex_sampler *sampler, int32_t *first, spex_error *err);
+/* spex_spec_seq_begin in pieces, for prompt-prefix reuse and prompts processed in chunks
+ * between other sequences' steps. feed: makes seq inactive, keeps the first n_keep positions
+ * of both its caches (the caller knows they hold tokens equal to its new prompt's first n_keep;
+ * n_keep <= the cached length), then runs tokens[0 .. n) at positions n_keep .. with their
+ * features injected (may be called again to continue, with n_keep = spex_spec_seq_len). start:
+ * runs the prompt's last token, samples the first token with `sampler` and makes seq active
+ * (stats restart). begin(prompt, n) = feed(0, prompt, n - 1) + start(prompt[n - 1]). */
+spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const int32_t *tokens, int32_t n,
+                               spex_error *err);
+spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sampler *sampler, int32_t *first,
+                                spex_error *err);
 /* Rewinds begun sequence seq to its first n_keep positions (0 < n_keep <= its length) with
  * `anchor` as the next token (at position n_keep), in both caches; sampler, when not NULL,
  * replaces the sequence's sampler (path and draft / acceptance streams are derived again).

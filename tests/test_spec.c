@@ -602,6 +602,53 @@ TEST(sampled_broken_rule_is_detected) { sampled_lossless(true, true, false, 0.6f
 
 TEST(sampled_broken_rule_detected_with_drafter) { sampled_lossless(false, true, false, 1.3f); }
 
+/* Prompt-prefix reuse and chunked prompts (spex_spec_seq_feed / start): keeping a cached
+ * prefix, or feeding the prompt in pieces, gives the same greedy output as a fresh begin. */
+TEST(feed_start_prefix_reuse) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    static int32_t ref[N_GEN];
+    CHECK(target_only(TGT_F32, PROMPTS[2], PROMPT_LEN[2], greedy_params(), 64, ref));
+    pair p;
+    CHECK(pair_open(&p, TGT_F32, DRAFT2, 1, 5, SPEX_TYPE_F32));
+    spex_sampler *smp = make_sampler(greedy_params(), 256);
+    CHECK(smp);
+    spex_error e = {0};
+    bool ok = true;
+    for (int mode = 0; mode < 3 && ok; mode++) {
+        int32_t first = -1;
+        if (mode == 0) {
+            /* An unrelated sequence first, then reuse nothing: a fresh prompt in 3 pieces. */
+            CHECK_OK(spex_spec_seq_begin(p.s, 0, PROMPTS[0], PROMPT_LEN[0], smp, &first, &e));
+            CHECK_OK(spex_spec_seq_feed(p.s, 0, 0, PROMPTS[2], 4, &e));
+            CHECK_OK(spex_spec_seq_feed(p.s, 0, 4, PROMPTS[2] + 4, 5, &e));
+            CHECK_OK(spex_spec_seq_feed(p.s, 0, 9, PROMPTS[2] + 9, PROMPT_LEN[2] - 10, &e));
+        } else {
+            /* The cache holds prompt 2 plus generated tokens: keep a prefix of the prompt. */
+            int keep = mode == 1 ? 7 : PROMPT_LEN[2] - 1;
+            CHECK_OK(spex_spec_seq_feed(p.s, 0, keep, PROMPTS[2] + keep, PROMPT_LEN[2] - 1 - keep, &e));
+        }
+        CHECK_EQ_INT(spex_spec_seq_len(p.s, 0), PROMPT_LEN[2] - 1);
+        CHECK_EQ_INT(spex_draft_kv_seq_len(p.dc, 0), PROMPT_LEN[2] - 1);
+        CHECK_OK(spex_spec_seq_start(p.s, 0, PROMPTS[2][PROMPT_LEN[2] - 1], smp, &first, &e));
+        int32_t got[64];
+        int have = 0;
+        got[have++] = first;
+        while (have < 64) {
+            int32_t seq = 0, budget = 64 - have;
+            spex_spec_out so;
+            CHECK_OK(spex_spec_step(p.s, &seq, 1, &budget, &so, &e));
+            for (int k = 0; k < so.n; k++) got[have++] = so.tokens[k];
+        }
+        int d = first_diff(got, ref, 64);
+        if (d >= 0) printf("  mode %d: token %d differs\n", mode, d);
+        ok = d < 0;
+    }
+    CHECK(spex_spec_seq_feed(p.s, 0, 1000, PROMPTS[2], 1, &e) == SPEX_ERR_INVALID_ARG);
+    spex_sampler_free(smp);
+    pair_close(&p);
+    CHECK(ok);
+}
+
 /* ======================================================================== */
 /* Errors                                                                    */
 /* ======================================================================== */

@@ -322,41 +322,73 @@ spex_status spex_spec_seq_rewind(spex_spec *s, int32_t seq, int32_t n_keep, int3
     return SPEX_OK;
 }
 
-spex_status spex_spec_seq_begin(spex_spec *s, int32_t seq, const int32_t *prompt, int32_t n_prompt,
-                                spex_sampler *sampler, int32_t *first, spex_error *err) {
+/* Runs tokens[0 .. n) of seq at positions pos0 .. through the target in batches, the last
+ * one with logits when `logits_last`, injecting every batch's features. */
+static spex_status run_tokens(spex_spec *s, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n,
+                              bool logits_last, spex_error *err) {
+    for (int32_t done = 0; done < n;) {
+        int32_t k = n - done < s->n_batch_max ? n - done : s->n_batch_max;
+        for (int32_t i = 0; i < k; i++)
+            s->batch[i] = (spex_batch_token){.token = tokens[done + i], .pos = pos0 + done + i, .seq = seq,
+                                             .logits = logits_last && done + i == n - 1};
+        spex_batch b = {.tokens = s->batch, .n_tokens = k};
+        spex_status st = spex_forward(s->t, &b, err);
+        if (st == SPEX_OK && s->dc) st = inject_rows(s, seq, 0, k, pos0 + done, err);
+        if (st != SPEX_OK) return st;
+        done += k;
+    }
+    return SPEX_OK;
+}
+
+static int32_t ctx_limit(const spex_spec *s) { return s->dc && s->dc_ctx < s->n_ctx ? s->dc_ctx : s->n_ctx; }
+
+spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const int32_t *tokens, int32_t n,
+                               spex_error *err) {
     if (!seq_ok(s, seq))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sequence %d outside 0 .. %d", seq,
                               s ? s->n_seq - 1 : -1);
-    if (!prompt || n_prompt < 1 || !sampler || !first)
-        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: begin: empty prompt or NULL sampler/out");
+    int32_t have = spex_kv_seq_len(s->t, seq);
+    if (s->dc && spex_draft_kv_seq_len(s->dc, seq) < have) have = spex_draft_kv_seq_len(s->dc, seq);
+    if (n_keep < 0 || n_keep > have || n < 0 || (n > 0 && !tokens))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: feed: keep %d of %d cached positions, %d tokens",
+                              n_keep, have, n);
+    /* One position must stay free for the prompt's last token and one for the first anchor. */
+    if (n_keep + n + 1 >= ctx_limit(s))
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: prompt of %d tokens does not fit a context of %d",
+                              n_keep + n + 1, ctx_limit(s));
+    s->seq[seq].active = false;
+    s->seq[seq].smp = NULL;
+    spex_status st = spex_kv_seq_truncate(s->t, seq, n_keep, err);
+    if (st == SPEX_OK && s->dc) st = spex_draft_kv_seq_truncate(s->dc, seq, n_keep, err);
+    if (st == SPEX_OK) st = run_tokens(s, seq, n_keep, tokens, n, false, err);
+    if (st != SPEX_OK) spex_spec_seq_end(s, seq);
+    return st;
+}
+
+spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sampler *sampler, int32_t *first,
+                                spex_error *err) {
+    if (!seq_ok(s, seq))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sequence %d outside 0 .. %d", seq,
+                              s ? s->n_seq - 1 : -1);
+    if (!sampler || !first)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: start: NULL sampler or out");
     if (spex_sampler_n_vocab(sampler) != s->n_vocab)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sampler vocabulary %d != model vocabulary %d",
                               spex_sampler_n_vocab(sampler), s->n_vocab);
-    /* One position must stay free for the first anchor. */
-    if (n_prompt >= s->n_ctx || (s->dc && n_prompt >= s->dc_ctx))
-        return spex_error_set(err, SPEX_ERR_RANGE, "spec: prompt of %d tokens does not fit a context of %d",
-                              n_prompt, s->dc && s->dc_ctx < s->n_ctx ? s->dc_ctx : s->n_ctx);
+    int32_t pos = spex_kv_seq_len(s->t, seq);
+    if (s->dc && spex_draft_kv_seq_len(s->dc, seq) != pos)
+        return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: draft cache %d positions, target %d", seq,
+                              spex_draft_kv_seq_len(s->dc, seq), pos);
+    if (pos + 2 > ctx_limit(s))
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: prompt of %d tokens does not fit a context of %d", pos + 2,
+                              ctx_limit(s));
     spec_seq *q = &s->seq[seq];
-    spex_spec_seq_end(s, seq);
+    q->active = false;
     memset(&q->st, 0, sizeof q->st);
-
     double t0 = now_s();
-    for (int32_t done = 0; done < n_prompt;) {
-        int32_t k = n_prompt - done < s->n_batch_max ? n_prompt - done : s->n_batch_max;
-        for (int32_t i = 0; i < k; i++)
-            s->batch[i] = (spex_batch_token){
-                .token = prompt[done + i], .pos = done + i, .seq = seq, .logits = done + i == n_prompt - 1};
-        spex_batch b = {.tokens = s->batch, .n_tokens = k};
-        spex_status st = spex_forward(s->t, &b, err);
-        if (st == SPEX_OK && s->dc) st = inject_rows(s, seq, 0, k, done, err);
-        if (st != SPEX_OK) {
-            spex_spec_seq_end(s, seq);
-            return st;
-        }
-        done += k;
-    }
     int32_t tok;
-    spex_status st = spex_sampler_sample(sampler, spex_logits(s->t, 0), &tok, err);
+    spex_status st = run_tokens(s, seq, pos, &last, 1, true, err);
+    if (st == SPEX_OK) st = spex_sampler_sample(sampler, spex_logits(s->t, 0), &tok, err);
     if (st == SPEX_OK) st = spex_sampler_accept(sampler, tok);
     if (st != SPEX_OK) {
         spex_spec_seq_end(s, seq);
@@ -368,6 +400,21 @@ spex_status spex_spec_seq_begin(spex_spec *s, int32_t seq, const int32_t *prompt
     q->st.t_other += now_s() - t0;
     *first = tok;
     return SPEX_OK;
+}
+
+spex_status spex_spec_seq_begin(spex_spec *s, int32_t seq, const int32_t *prompt, int32_t n_prompt,
+                                spex_sampler *sampler, int32_t *first, spex_error *err) {
+    if (!seq_ok(s, seq))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sequence %d outside 0 .. %d", seq,
+                              s ? s->n_seq - 1 : -1);
+    if (!prompt || n_prompt < 1 || !sampler || !first)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: begin: empty prompt or NULL sampler/out");
+    if (spex_sampler_n_vocab(sampler) != s->n_vocab)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sampler vocabulary %d != model vocabulary %d",
+                              spex_sampler_n_vocab(sampler), s->n_vocab);
+    spex_status st = spex_spec_seq_feed(s, seq, 0, prompt, n_prompt - 1, err);
+    if (st == SPEX_OK) st = spex_spec_seq_start(s, seq, prompt[n_prompt - 1], sampler, first, err);
+    return st;
 }
 
 /* ======================================================================== */
