@@ -998,8 +998,12 @@ typedef struct spex_spec_out {
 spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, const int32_t *max_emit,
                            spex_spec_out *out, spex_error *err);
 
-/* Positions the target holds for seq (== the draft cache's, Invariant A). */
+/* Positions the target holds for seq. The draft cache holds the same positions (Invariant A)
+ * except the last spex_spec_seq_pending of them: tokens verified in steps where seq did not
+ * draft, whose features wait (at most 32) and are injected in one batch before its next
+ * draft, so a sequence that does not draft costs no drafter work per token. */
 int32_t spex_spec_seq_len(const spex_spec *s, int32_t seq);
+int32_t spex_spec_seq_pending(const spex_spec *s, int32_t seq);
 
 /* ======================================================================== */
 /* Chat templates                                                            */

@@ -20,7 +20,13 @@
  * distribution.
  *
  * Invariant A (§16) is checked at every step: the draft cache of a stepping sequence holds
- * exactly the positions its target cache holds; a mismatch is SPEX_ERR_INTERNAL.
+ * exactly the positions its target cache holds, less the features still pending (below); a
+ * mismatch is SPEX_ERR_INTERNAL.
+ *
+ * Deferred injection. A sequence that does not draft in a step (the server's adaptive draft
+ * length turned it off, or its budget left no room) keeps its verified row's features in a
+ * small per-sequence buffer instead of injecting them; they are injected in one batch right
+ * before its next draft (or when 32 are waiting). Drafting off then costs only the taps.
  *
  * Nothing is allocated after spex_spec_init.
  */
@@ -43,7 +49,14 @@ typedef struct spec_seq {
     spex_rng rng_accept;        /* acceptance uniforms                               */
     spex_spec_path path;
     spex_spec_stats st;
+    float *pend;                /* [SPEC_PEND_MAX][feat_w] features not yet injected */
+    int32_t n_pend;             /* they belong to positions draft_len .. + n_pend - 1 */
 } spec_seq;
+
+/* Features of tokens verified without a draft wait here until the sequence's next draft (or
+ * until SPEC_PEND_MAX of them are waiting), then go into the draft cache in one batch: a slot
+ * the server does not let draft pays no drafter work per token. */
+#define SPEC_PEND_MAX 32
 
 struct spex_spec {
     spex_context *t;            /* borrowed */
@@ -55,7 +68,7 @@ struct spex_spec {
     int32_t dc_ctx, dc_inject_max, dc_blocks_max;
     spec_seq *seq;              /* [n_seq]                                 */
     spex_spec_stats total;
-    int test_break;             /* spec_test.h: 1 = accept every draft (tests only) */
+    int test_break;             /* spec_test.h modes (tests only): broken rule, eager injection */
 
     /* scratch, allocated at init */
     spex_batch_token *batch;    /* [n_batch_max]                           */
@@ -66,6 +79,7 @@ struct spex_spec {
     spex_token_prob *dist;      /* [V]                                     */
     spex_token_prob *resid;     /* [V]                                     */
     float *feat;                /* [n_out_max][feat_w] accepted features   */
+    float *pend_all;            /* [n_seq][SPEC_PEND_MAX][feat_w]          */
     int32_t *inj_seq, *inj_pos; /* [n_out_max]                             */
 };
 
@@ -195,11 +209,15 @@ spex_status spex_spec_init(spex_context *tctx, spex_draft_context *dc, const spe
     s->inj_seq = malloc(sizeof(int32_t) * (size_t)nb);
     s->inj_pos = malloc(sizeof(int32_t) * (size_t)nb);
     s->feat = feat_w ? malloc(sizeof(float) * (size_t)nb * (size_t)feat_w) : NULL;
+    s->pend_all = feat_w ? malloc(sizeof(float) * (size_t)s->n_seq * SPEC_PEND_MAX * (size_t)feat_w) : NULL;
     if (!s->seq || !s->batch || !s->drafts || !s->blocks || !s->nd || !s->row0 || !s->dist || !s->resid ||
-        !s->inj_seq || !s->inj_pos || (feat_w && !s->feat)) {
+        !s->inj_seq || !s->inj_pos || (feat_w && (!s->feat || !s->pend_all))) {
         spex_spec_free(s);
         return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
     }
+    if (feat_w)
+        for (int32_t i = 0; i < s->n_seq; i++)
+            s->seq[i].pend = s->pend_all + (size_t)i * SPEC_PEND_MAX * (size_t)feat_w;
     *out = s;
     return SPEX_OK;
 }
@@ -215,6 +233,7 @@ void spex_spec_free(spex_spec *s) {
     free(s->dist);
     free(s->resid);
     free(s->feat);
+    free(s->pend_all);
     free(s->inj_seq);
     free(s->inj_pos);
     free(s);
@@ -248,10 +267,13 @@ int32_t spex_spec_seq_len(const spex_spec *s, int32_t seq) {
     return seq_ok(s, seq) ? spex_kv_seq_len(s->t, seq) : -1;
 }
 
+int32_t spex_spec_seq_pending(const spex_spec *s, int32_t seq) { return seq_ok(s, seq) ? s->seq[seq].n_pend : -1; }
+
 void spex_spec_seq_end(spex_spec *s, int32_t seq) {
     if (!seq_ok(s, seq)) return;
     s->seq[seq].active = false;
     s->seq[seq].smp = NULL;
+    s->seq[seq].n_pend = 0;
     spex_kv_seq_clear(s->t, seq, NULL);
     if (s->dc) spex_draft_kv_seq_clear(s->dc, seq, NULL);
 }
@@ -277,6 +299,45 @@ static spex_status inject_rows(spex_spec *s, int32_t seq, int32_t r0, int32_t n,
         done += k;
     }
     return SPEX_OK;
+}
+
+/* Injects sequence seq's pending features (positions draft_len ..) in one call. */
+static spex_status flush_pending(spex_spec *s, int32_t seq, spex_error *err) {
+    spec_seq *q = &s->seq[seq];
+    if (!s->dc || q->n_pend == 0) return SPEX_OK;
+    int32_t pos0 = spex_draft_kv_seq_len(s->dc, seq);
+    for (int32_t done = 0; done < q->n_pend;) {
+        int32_t k = q->n_pend - done < s->dc_inject_max ? q->n_pend - done : s->dc_inject_max;
+        for (int32_t i = 0; i < k; i++) {
+            s->inj_seq[i] = seq;
+            s->inj_pos[i] = pos0 + done + i;
+        }
+        spex_status st = spex_draft_inject(s->dc, q->pend + (size_t)done * (size_t)s->feat_w, s->feat_w, s->inj_seq,
+                                           s->inj_pos, k, err);
+        if (st != SPEX_OK) return st;
+        done += k;
+    }
+    q->n_pend = 0;
+    return SPEX_OK;
+}
+
+/* Both caches of seq (pending features included) back to n_keep positions; what stays
+ * pending is injected, so the draft cache then equals the target's. n_keep must not exceed
+ * the target length. */
+static spex_status settle(spex_spec *s, int32_t seq, int32_t n_keep, spex_error *err) {
+    spec_seq *q = &s->seq[seq];
+    spex_status st = spex_kv_seq_truncate(s->t, seq, n_keep, err);
+    if (st != SPEX_OK || !s->dc) return st;
+    int32_t dl = spex_draft_kv_seq_len(s->dc, seq);
+    if (n_keep <= dl) {
+        q->n_pend = 0;
+        return spex_draft_kv_seq_truncate(s->dc, seq, n_keep, err);
+    }
+    if (n_keep - dl > q->n_pend)
+        return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: draft cache %d + pending %d < %d", seq, dl,
+                              q->n_pend, n_keep);
+    q->n_pend = n_keep - dl;
+    return flush_pending(s, seq, err);
 }
 
 static bool has_penalties(const spex_sampler_params *sp) {
@@ -313,8 +374,7 @@ spex_status spex_spec_seq_rewind(spex_spec *s, int32_t seq, int32_t n_keep, int3
     if (sampler && spex_sampler_n_vocab(sampler) != s->n_vocab)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sampler vocabulary %d != model vocabulary %d",
                               spex_sampler_n_vocab(sampler), s->n_vocab);
-    spex_status st = spex_kv_seq_truncate(s->t, seq, n_keep, err);
-    if (st == SPEX_OK && s->dc) st = spex_draft_kv_seq_truncate(s->dc, seq, n_keep, err);
+    spex_status st = settle(s, seq, n_keep, err);
     if (st != SPEX_OK) return st;
     spec_seq *q = &s->seq[seq];
     bind_sampler(s, q, sampler ? sampler : q->smp);
@@ -348,7 +408,8 @@ spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const 
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sequence %d outside 0 .. %d", seq,
                               s ? s->n_seq - 1 : -1);
     int32_t have = spex_kv_seq_len(s->t, seq);
-    if (s->dc && spex_draft_kv_seq_len(s->dc, seq) < have) have = spex_draft_kv_seq_len(s->dc, seq);
+    if (s->dc && spex_draft_kv_seq_len(s->dc, seq) + s->seq[seq].n_pend < have)
+        have = spex_draft_kv_seq_len(s->dc, seq) + s->seq[seq].n_pend;
     if (n_keep < 0 || n_keep > have || n < 0 || (n > 0 && !tokens))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: feed: keep %d of %d cached positions, %d tokens",
                               n_keep, have, n);
@@ -358,8 +419,7 @@ spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const 
                               n_keep + n + 1, ctx_limit(s));
     s->seq[seq].active = false;
     s->seq[seq].smp = NULL;
-    spex_status st = spex_kv_seq_truncate(s->t, seq, n_keep, err);
-    if (st == SPEX_OK && s->dc) st = spex_draft_kv_seq_truncate(s->dc, seq, n_keep, err);
+    spex_status st = settle(s, seq, n_keep, err);
     if (st == SPEX_OK) st = run_tokens(s, seq, n_keep, tokens, n, false, err);
     if (st != SPEX_OK) spex_spec_seq_end(s, seq);
     return st;
@@ -376,6 +436,8 @@ spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sa
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sampler vocabulary %d != model vocabulary %d",
                               spex_sampler_n_vocab(sampler), s->n_vocab);
     int32_t pos = spex_kv_seq_len(s->t, seq);
+    spex_status fs = flush_pending(s, seq, err);
+    if (fs != SPEX_OK) return fs;
     if (s->dc && spex_draft_kv_seq_len(s->dc, seq) != pos)
         return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: draft cache %d positions, target %d", seq,
                               spex_draft_kv_seq_len(s->dc, seq), pos);
@@ -504,10 +566,11 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
         int32_t P = spex_kv_seq_len(s->t, sq);
         if (P + 1 > s->n_ctx)
             return spex_error_set(err, SPEX_ERR_RANGE, "spec: sequence %d: context full (%d positions)", sq, s->n_ctx);
-        if (s->dc && spex_draft_kv_seq_len(s->dc, sq) != P)
+        if (s->dc && spex_draft_kv_seq_len(s->dc, sq) + s->seq[sq].n_pend != P)
             return spex_error_set(err, SPEX_ERR_INTERNAL,
-                                  "spec: sequence %d: draft cache holds %d positions, target %d (invariant A)", sq,
-                                  spex_draft_kv_seq_len(s->dc, sq), P);
+                                  "spec: sequence %d: draft cache holds %d positions (+%d pending), target %d "
+                                  "(invariant A)",
+                                  sq, spex_draft_kv_seq_len(s->dc, sq), s->seq[sq].n_pend, P);
     }
 
     /* Draft lengths: n_max, the emit budget, the context space, and the verify batch (each
@@ -532,9 +595,11 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
         rows_left -= s->nd[i] + 1;
     }
 
-    /* Draft. */
+    /* Draft: sequences about to draft first catch their draft cache up. */
     double t1 = now_s();
     spex_status st = SPEX_OK;
+    for (int32_t i = 0; i < n_seqs && st == SPEX_OK; i++)
+        if (s->nd[i] > 0) st = flush_pending(s, seqs[i], err);
     if (s->fn) {
         for (int32_t i = 0; i < n_seqs && st == SPEX_OK; i++)
             if (s->nd[i] > 0) {
@@ -588,7 +653,14 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
         int32_t m = 0;
         if ((st = accept_seq(s, sq, &s->drafts[i], n, s->row0[i], &out[i], &m, err))) return st;
         if ((st = spex_kv_seq_truncate(s->t, sq, P + m + 1, err))) return st;
-        if (s->dc) {
+        spec_seq *q = &s->seq[sq];
+        if (s->dc && n == 0 && q->n_pend < SPEC_PEND_MAX && s->test_break != SPEX_SPEC_TEST_NO_DEFER) {
+            /* No draft this step: defer the one verified row (the anchor). */
+            memcpy(q->pend + (size_t)q->n_pend * (size_t)s->feat_w, spex_taps(s->t) + (size_t)s->row0[i] * (size_t)s->feat_w,
+                   sizeof(float) * (size_t)s->feat_w);
+            q->n_pend++;
+        } else if (s->dc) {
+            if ((st = flush_pending(s, sq, err))) return st;
             const float *taps = spex_taps(s->t);
             for (int32_t r = 0; r <= m; r++) {
                 memcpy(s->feat + (size_t)n_inj * (size_t)s->feat_w, taps + (size_t)(s->row0[i] + r) * (size_t)s->feat_w,

@@ -1,6 +1,7 @@
 /*
  * spec_test.h — a test-only switch of the speculative loop (spec.c): deliberately broken
- * acceptance rules, so that tests/test_spec.c can show its distribution test fails them.
+ * acceptance rules, so that tests/test_spec.c can show its distribution test fails them, and
+ * eager injection as the reference of deferred injection.
  * Not part of the public API; nothing outside tests calls it.
  */
 #ifndef SPEX_SPEC_SPEC_TEST_H
@@ -10,6 +11,8 @@
 
 #define SPEX_SPEC_TEST_NONE 0
 #define SPEX_SPEC_TEST_ACCEPT_ALWAYS 1   /* every drafted token accepted, whatever p and q */
+#define SPEX_SPEC_TEST_NO_DEFER 2        /* inject every verified row at once (the reference for
+                                          * deferred injection), not a broken rule */
 
 void spex_spec_test_break(spex_spec *s, int mode);
 
