@@ -335,7 +335,7 @@ typedef struct gen_result {
     int status;
     char text[8192];
     char finish[32];
-    long prompt_tokens, completion_tokens;
+    long prompt_tokens, completion_tokens, cache_n, prompt_n;
     bool has_timings, has_draft, done_marker;
 } gen_result;
 
@@ -391,6 +391,8 @@ static bool gen(int port, bool chat, const char *prompt, int n, bool stream, con
                      cJSON_IsNumber(cJSON_GetObjectItem(tm, "predicted_ms")) &&
                      cJSON_IsNumber(cJSON_GetObjectItem(tm, "predicted_per_second")) &&
                      cJSON_IsNumber(cJSON_GetObjectItem(tm, "cache_n"));
+    g->cache_n = tm ? (long)cJSON_GetNumberValue(cJSON_GetObjectItem(tm, "cache_n")) : -1;
+    g->prompt_n = tm ? (long)cJSON_GetNumberValue(cJSON_GetObjectItem(tm, "prompt_n")) : -1;
     g->has_draft = tm && cJSON_IsNumber(cJSON_GetObjectItem(tm, "draft_n")) &&
                    cJSON_IsNumber(cJSON_GetObjectItem(tm, "draft_n_accepted"));
     cJSON *u = cJSON_GetObjectItem(last, "usage");
@@ -484,6 +486,31 @@ TEST(chat_equals_run) {
     CHECK(!strcmp(g.finish, "length"));
     CHECK_EQ_INT(g.completion_tokens, 24);
     CHECK(g.has_timings);
+}
+
+/* A slot keeps its cache after a request: the same prompt again (and a longer prompt that
+ * extends it) reuses the cached prefix (timings.cache_n) and still gives spex run's text. */
+TEST(prompt_prefix_reuse) {
+    REQUIRE_SERVER(port);
+    const char *p1 = "Prefix reuse: once upon a time there was a little robot";
+    const char *p2 = "Prefix reuse: once upon a time there was a little robot who loved tea";
+    char *want1 = expected(false, p1, 12), *want2 = expected(false, p2, 12);
+    CHECK(want1 && want2);
+    gen_result a, b, c;
+    bool ok = gen(port, false, p1, 12, false, NULL, &a) && gen(port, false, p1, 12, false, NULL, &b) &&
+              gen(port, false, p2, 12, true, NULL, &c);
+    bool same = !strcmp(a.text, want1) && !strcmp(b.text, want1) && !strcmp(c.text, want2);
+    printf("  cache_n %ld / %ld / %ld of %ld / %ld / %ld prompt tokens\n", a.cache_n, b.cache_n, c.cache_n,
+           a.prompt_tokens, b.prompt_tokens, c.prompt_tokens);
+    free(want1);
+    free(want2);
+    CHECK(ok);
+    CHECK(same);
+    /* The test server has several slots and other tests run before: a's cache_n may be 0 or
+     * not; the repeat must reuse all but the last prompt token, the extension at least p1's. */
+    CHECK_EQ_INT(b.cache_n, b.prompt_tokens - 1);
+    CHECK(c.cache_n >= a.prompt_tokens - 1 && c.prompt_n >= 1);
+    CHECK_EQ_INT(b.prompt_n + b.cache_n, b.prompt_tokens);
 }
 
 TEST(chat_stream_equals_run) {
@@ -722,7 +749,7 @@ TEST(concurrent_clients_and_metrics) {
         free(want);
         CHECK_MSG(c[i].ok && c[i].g.status == 200, "client %d failed (status %d)", i, c[i].g.status);
         CHECK_MSG(same, "client %d text differs", i);
-        sum_p += c[i].g.prompt_tokens;
+        sum_p += c[i].g.prompt_n;   /* processed prompt tokens: a reused prefix is not counted */
         sum_g += c[i].g.completion_tokens;
     }
     CHECK(http(port, "GET", "/metrics", NULL, NULL, &r));

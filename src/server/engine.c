@@ -10,9 +10,11 @@
  * others. What it is not: HTTP (http.c) or prompt rendering / tokenization (done on the
  * connection thread, so the engine never allocates per request).
  *
- * Known limits: a prompt is prefilled in one spex_spec_seq_begin call (chunked by the
- * context's batch size, but not interleaved with other slots' decode steps); no prompt-prefix
- * reuse yet (cache_n is always 0).
+ * Prompts. A slot keeps its KV cache (target and draft) after a request ends, with the
+ * tokens it holds (hist). A new request goes to the free slot whose cache shares the longest
+ * prefix with its prompt; that prefix is kept (timings.cache_n) and only the rest is run, in
+ * chunks of at most SRV_PREFILL_CHUNK tokens per engine iteration over all prefilling slots,
+ * so running generations keep streaming between chunks (spex_spec_seq_feed / start).
  *
  * Adaptive draft length (§14.2 rule 5; docs/server.md "Speculation under concurrency"):
  *  - cost model, measured online: the target verify time of a step is fitted as v0 + v1·rows
@@ -101,6 +103,8 @@ typedef struct srv_metrics {
     double draft_seconds, verify_seconds;
 } srv_metrics;
 
+#define SRV_PREFILL_CHUNK 256
+
 struct srv_engine {
     srv_engine_params p;
     spex_spec *spec;
@@ -123,6 +127,9 @@ struct srv_engine {
     spex_spec_out *outs;
     uint64_t n_steps;
     srv_fit fit_v, fit_d;
+    int32_t **hist;           /* [n_slots][hist_cap] tokens in each slot's cache, in order  */
+    int32_t *hist_len;        /* [n_slots] (valid up to spex_spec_seq_len of the slot)      */
+    int32_t hist_cap;
     srv_metrics m;
 };
 
@@ -193,7 +200,16 @@ static bool task_check_stop(srv_task *t, size_t from) {
 static void task_finish(srv_engine *e, srv_task *t, const char *finish, int err_code, const char *err_msg) {
     uint64_t n_steps = 0;
     if (t->slot >= 0 && t->t_prefilled > 0) n_steps = spex_spec_seq_stats(e->spec, t->slot)->n_steps;
-    if (t->slot >= 0) spex_spec_seq_end(e->spec, t->slot);
+    if (t->slot >= 0) {
+        /* Keep the cache for prefix reuse unless something went wrong with it. */
+        int32_t len = spex_spec_seq_len(e->spec, t->slot);
+        if (err_code || len > e->hist_len[t->slot]) {
+            spex_spec_seq_end(e->spec, t->slot);
+            e->hist_len[t->slot] = 0;
+        } else {
+            e->hist_len[t->slot] = len;
+        }
+    }
     pthread_mutex_lock(&t->mu);
     if (!err_code && t->ds && strcmp(finish, "stop_string")) {
         spex_str tail = spex_detok_stream_flush(t->ds);
@@ -230,6 +246,12 @@ static void task_finish(srv_engine *e, srv_task *t, const char *finish, int err_
     pthread_mutex_unlock(&e->mu);
     t->slot = -1;
     srv_task_release(t);   /* the engine's reference */
+}
+
+/* Records tokens the speculative loop emitted for slot s (all of them, also those a stop cuts
+ * off: the cache holds them). */
+static void hist_add(srv_engine *e, int s, const int32_t *toks, int n) {
+    for (int k = 0; k < n && e->hist_len[s] < e->hist_cap; k++) e->hist[s][e->hist_len[s]++] = toks[k];
 }
 
 /* Emits tokens of one step for t; returns true when t finished. */
@@ -272,39 +294,76 @@ static bool task_emit(srv_engine *e, srv_task *t, const int32_t *toks, int n) {
     return false;
 }
 
-static void task_prefill(srv_engine *e, srv_task *t) {
+/* Longest common prefix of the slot's cached tokens and a prompt, leaving the prompt's last
+ * token to run (spex_spec_seq_start needs it for the first logits). */
+static int32_t common_prefix(const srv_engine *e, int s, const int32_t *ids, int32_t n) {
+    int32_t have = e->hist_len[s], len = spex_spec_seq_len(e->spec, s);
+    if (len < have) have = len;
+    int32_t k = 0;
+    while (k < have && k < n - 1 && e->hist[s][k] == ids[k]) k++;
+    return k;
+}
+
+/* Advances t's prompt by at most *budget tokens; starts it once the prompt is in. */
+static void task_prefill(srv_engine *e, srv_task *t, int32_t *budget) {
     spex_error err = {0};
+    if (!t->admitted_once) {
+        t->admitted_once = true;
+        t->t_start = srv_now_s();
+        pthread_mutex_lock(&t->mu);
+        bool cancelled = t->cancelled;
+        pthread_mutex_unlock(&t->mu);
+        if (cancelled) {
+            task_finish(e, t, "error", 499, "cancelled");
+            return;
+        }
+        if (t->n_predict == 0) {
+            t->t_prefilled = t->t_last = t->t_start;
+            task_finish(e, t, "length", 0, NULL);
+            return;
+        }
+        int32_t k = common_prefix(e, t->slot, t->ids, t->n_ids);
+        /* Settle both caches at the reused prefix (feed with no tokens). */
+        if (spex_spec_seq_feed(e->spec, t->slot, k, t->ids, 0, &err) != SPEX_OK) {
+            task_finish(e, t, "error", 500, err.msg);
+            return;
+        }
+        t->fed = k;
+        t->tm.cache_n = k;
+        e->hist_len[t->slot] = 0;
+        hist_add(e, t->slot, t->ids, t->n_ids);
+    }
+    int32_t c = t->n_ids - 1 - t->fed;
+    if (c > *budget) c = *budget;
+    if (c > 0) {
+        if (spex_spec_seq_feed(e->spec, t->slot, t->fed, t->ids + t->fed, c, &err) != SPEX_OK) {
+            task_finish(e, t, "error", 500, err.msg);
+            return;
+        }
+        t->fed += c;
+        *budget -= c;
+    }
+    if (t->fed < t->n_ids - 1) return;   /* more chunks next iteration */
     int32_t first;
-    t->t_start = srv_now_s();
-    pthread_mutex_lock(&t->mu);
-    bool cancelled = t->cancelled;
-    pthread_mutex_unlock(&t->mu);
-    if (cancelled) {
-        task_finish(e, t, "error", 499, "cancelled");
-        return;
-    }
-    if (t->n_predict == 0) {
-        t->t_prefilled = t->t_last = t->t_start;
-        task_finish(e, t, "length", 0, NULL);
-        return;
-    }
-    if (spex_spec_seq_begin(e->spec, t->slot, t->ids, t->n_ids, t->smp, &first, &err) != SPEX_OK) {
+    if (spex_spec_seq_start(e->spec, t->slot, t->ids[t->n_ids - 1], t->smp, &first, &err) != SPEX_OK) {
         task_finish(e, t, "error", 500, err.msg);
         return;
     }
     t->t_prefilled = srv_now_s();
-    t->tm.prompt_n = t->n_ids;
+    int32_t processed = t->n_ids - (int32_t)t->tm.cache_n;
+    t->tm.prompt_n = processed;
     t->tm.prompt_ms = (t->t_prefilled - t->t_start) * 1e3;
     t->p_acc_s = 1, t->p_acc_f = 1;   /* prior p = 0.5 */
     t->last_probe = e->n_steps;
     pthread_mutex_lock(&e->mu);
-    e->m.prompt_tokens += t->n_ids;
-    e->m.i_prompt_tokens += t->n_ids;
+    e->m.prompt_tokens += processed;
+    e->m.i_prompt_tokens += processed;
     e->m.prompt_seconds += t->t_prefilled - t->t_start;
     e->m.i_prompt_seconds += t->t_prefilled - t->t_start;
     e->m.n_decode++;
     e->m.busy_slot_sum += (uint64_t)e->n_busy;
     pthread_mutex_unlock(&e->mu);
+    hist_add(e, t->slot, &first, 1);
     task_emit(e, t, &first, 1);
 }
 
@@ -451,6 +510,7 @@ static void engine_step(srv_engine *e) {
             t->p_acc_s = t->p_acc_s * SRV_DECAY + acc;
             t->p_acc_f = t->p_acc_f * SRV_DECAY + (acc < o->n_drafted ? 1 : 0);
         }
+        hist_add(e, t->slot, o->tokens, o->n);
         task_emit(e, t, o->tokens, o->n);
     }
     if (e->p.step_delay_ms > 0) usleep((useconds_t)e->p.step_delay_ms * 1000u);
@@ -467,19 +527,33 @@ static void *engine_main(void *arg) {
             pthread_mutex_unlock(&e->mu);
             break;
         }
-        /* new requests join between steps */
-        for (int s = 0; s < e->p.n_slots && e->q_len > 0; s++) {
-            if (e->slots[s]) continue;
+        /* new requests join between steps, each on the free slot whose cache shares the
+         * longest prefix with its prompt */
+        while (e->q_len > 0 && e->n_busy < e->p.n_slots) {
             srv_task *t = e->q[e->q_head];
             e->q_head = (e->q_head + 1) % e->p.queue_max;
             e->q_len--;
-            t->slot = s;
-            e->slots[s] = t;
+            int best = -1;
+            int32_t best_k = -1;
+            for (int s = 0; s < e->p.n_slots; s++) {
+                if (e->slots[s]) continue;
+                int32_t k = common_prefix(e, s, t->ids, t->n_ids);
+                if (k > best_k) best_k = k, best = s;
+            }
+            t->slot = best;
+            e->slots[best] = t;
             e->n_busy++;
-            admitted[n_adm++] = t;
         }
         pthread_mutex_unlock(&e->mu);
-        for (int i = 0; i < n_adm; i++) task_prefill(e, admitted[i]);
+        /* Prompts advance by at most SRV_PREFILL_CHUNK tokens per iteration in all. */
+        int32_t budget = SRV_PREFILL_CHUNK;
+        for (int s = 0; s < e->p.n_slots; s++) {
+            srv_task *t = e->slots[s];
+            if (t && t->t_prefilled <= 0) {
+                admitted[n_adm++] = t;
+                task_prefill(e, t, &budget);
+            }
+        }
         engine_step(e);
     }
     /* shutdown: everything still queued or running ends with 503 */
@@ -517,9 +591,16 @@ spex_status srv_engine_start(const srv_engine_params *p, spex_spec *spec, const 
     e->step_tasks = calloc((size_t)p->n_slots, sizeof *e->step_tasks);
     e->outs = calloc((size_t)p->n_slots, sizeof *e->outs);
     e->admitted = calloc((size_t)p->n_slots, sizeof *e->admitted);
+    e->hist_cap = p->n_ctx_slot + SPEX_DRAFT_MAX_N + 2;
+    e->hist = calloc((size_t)p->n_slots, sizeof *e->hist);
+    e->hist_len = calloc((size_t)p->n_slots, sizeof *e->hist_len);
+    for (int s = 0; e->hist && s < p->n_slots; s++) e->hist[s] = malloc(sizeof(int32_t) * (size_t)e->hist_cap);
+    for (int s = 0; e->hist && s < p->n_slots; s++)
+        if (!e->hist[s]) e->hist_len = NULL;   /* reported below */
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    if (!e->q || !e->slots || !e->seqs || !e->max_emit || !e->step_tasks || !e->outs || !e->admitted) {
+    if (!e->q || !e->slots || !e->seqs || !e->max_emit || !e->step_tasks || !e->outs || !e->admitted || !e->hist ||
+        !e->hist_len) {
         srv_engine_free(e);
         return spex_error_set(err, SPEX_ERR_NOMEM, "out of memory");
     }
@@ -554,6 +635,9 @@ void srv_engine_free(srv_engine *e) {
     free(e->step_tasks);
     free(e->outs);
     free(e->admitted);
+    for (int s = 0; e->hist && s < e->p.n_slots; s++) free(e->hist[s]);
+    free(e->hist);
+    free(e->hist_len);
     free(e);
 }
 

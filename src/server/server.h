@@ -124,6 +124,8 @@ typedef struct srv_task {
     double t_queued, t_start, t_prefilled, t_last;
     double p_acc_s, p_acc_f;  /* decayed acceptance counts (adaptive draft length)     */
     uint64_t last_probe;
+    int32_t fed;              /* prompt tokens in the slot's cache (prefix reuse + chunks) */
+    bool admitted_once;       /* the prefix has been matched against the slot's cache    */
 
     /* shared, under mu */
     pthread_mutex_t mu;
