@@ -167,11 +167,11 @@ TEST(heldout_acceptance_and_identity) {
 
 /* The PyTorch golden of the target (tools/train/golden_target.py: float64 on the dequantized
  * shipped weights). spex quantizes activations to Q8_0 inside its matmuls, which the reference
- * does not, so logits differ by ~1 % of their range (bound below); greedy ids must agree at
- * every step whose top-1 / top-2 margin is above twice that bound, up to the first closer call. */
+ * does not, so logits differ by ~0.3 % of their range (bound below: 1 % + 0.02); greedy ids
+ * must agree at every step up to the first whose top-1 / top-2 margin is below 0.2. */
 TEST(target_matches_pytorch_golden) {
     const char *gpath = "tests/data/default/target.golden.gguf";
-    if (!have_models() || access(gpath, R_OK) != 0) SKIP("models/ or %s not present", gpath);
+    if (access(TARGET, R_OK) != 0 || access(gpath, R_OK) != 0) SKIP("%s or %s not present", TARGET, gpath);
     spex_error e = {0};
     spex_gguf *g = NULL;
     CHECK_OK(spex_gguf_open(gpath, &g, &e));
@@ -227,7 +227,7 @@ TEST(target_matches_pytorch_golden) {
             int best = 0;
             for (int v = 1; v < V; v++)
                 if (row[v] > row[best]) best = v;
-            if (margin[k] < 0.3f) break;   /* a close call: stop comparing this path */
+            if (margin[k] < 0.2f) break;   /* a close call (> 2x the measured logit error): stop here */
             if (best != greedy[k]) {
                 printf("  prompt %u step %d: spex %d, golden %d (margin %.3f)\n", i, k, best, greedy[k],
                        (double)margin[k]);
@@ -246,7 +246,8 @@ TEST(target_matches_pytorch_golden) {
     spex_model_free(m);
     spex_gguf_close(g);
     CHECK(ok);
-    CHECK_MSG(worst <= 0.03 * absmax + 0.02, "logits differ by %.4f (bound %.4f)", worst, 0.03 * absmax + 0.02);
+    /* Measured 0.085 with |logit| <= 24.8 (0.34 %); the bound allows 3x that. */
+    CHECK_MSG(worst <= 0.01 * absmax + 0.02, "logits differ by %.4f (bound %.4f)", worst, 0.01 * absmax + 0.02);
     CHECK(greedy_checked >= 16);
 }
 
