@@ -251,4 +251,119 @@ TEST(target_matches_pytorch_golden) {
     CHECK(greedy_checked >= 16);
 }
 
+/* The PyTorch golden of the drafter (tools/train/golden_drafter.py, float64 on the shipped
+ * weights): after each held-out prompt, spex's first block (n = 7) must have the same top-K
+ * candidate set per slot and the same greedy walk, and U within a tolerance below the golden's
+ * smallest decision margin (the top-K boundary and the walk's argmax). */
+TEST(drafter_matches_pytorch_golden) {
+    const char *gpath = "tests/data/default/drafter.golden.gguf";
+    if (!have_models() || access(gpath, R_OK) != 0) SKIP("models/ or %s not present", gpath);
+    spex_error e = {0};
+    spex_gguf *g = NULL;
+    CHECK_OK(spex_gguf_open(gpath, &g, &e));
+    spex_model *m = NULL;
+    spex_drafter *d = NULL;
+    CHECK_OK(spex_model_load(TARGET, NULL, &m, &e));
+    CHECK_OK(spex_drafter_load(DRAFTER, m, NULL, &d, &e));
+    const spex_drafter_hparams *dh = spex_drafter_get_hparams(d);
+    spex_context_params cp = spex_context_default_params();
+    cp.n_ctx_per_seq = 512;
+    cp.kv_type = SPEX_TYPE_F32;
+    cp.n_threads = 2;
+    cp.tap_layers = dh->target_layers;
+    cp.n_taps = dh->n_taps;
+    spex_context *c = NULL;
+    CHECK_OK(spex_context_init(m, &cp, &c, &e));
+    spex_draft_context_params dp = spex_draft_context_default_params();
+    dp.n_ctx_per_seq = 512;
+    dp.kv_type = SPEX_TYPE_F32;
+    dp.pool = spex_context_pool(c);
+    spex_draft_context *dc = NULL;
+    CHECK_OK(spex_draft_context_init(d, &dp, &dc, &e));
+    uint32_t n_cases = 0;
+    float min_margin = 0;
+    CHECK_OK(spex_gguf_get_u32(g, "golden.n_cases", &n_cases, &e));
+    CHECK_OK(spex_gguf_get_f32(g, "golden.min_margin", &min_margin, &e));
+    const int K = dh->selector_top_k;
+    double worst = 0;
+    bool ok = n_cases >= 1;
+    for (uint32_t ci = 0; ci < n_cases && ok; ci++) {
+        char key[80];
+        spex_gguf_value pv, cv, gv;
+        int64_t anchor = -1, P = -1, n = -1;
+        snprintf(key, sizeof key, "golden.case%u.prompt", ci);
+        CHECK(spex_gguf_get_arr(g, key, &pv, NULL) == SPEX_OK && pv.n >= 1 && pv.n <= 400);
+        snprintf(key, sizeof key, "golden.case%u.anchor", ci);
+        CHECK_OK(spex_gguf_get_i64(g, key, &anchor, &e));
+        snprintf(key, sizeof key, "golden.case%u.P", ci);
+        CHECK_OK(spex_gguf_get_i64(g, key, &P, &e));
+        snprintf(key, sizeof key, "golden.case%u.n", ci);
+        CHECK_OK(spex_gguf_get_i64(g, key, &n, &e));
+        CHECK(P == (int64_t)pv.n && n >= 1 && n <= 7);
+        snprintf(key, sizeof key, "golden.case%u.C", ci);
+        CHECK(spex_gguf_get_arr(g, key, &cv, NULL) == SPEX_OK && cv.n == (uint64_t)(n * K));
+        snprintf(key, sizeof key, "golden.case%u.greedy.ids", ci);
+        CHECK(spex_gguf_get_arr(g, key, &gv, NULL) == SPEX_OK && gv.n == (uint64_t)n);
+        snprintf(key, sizeof key, "case%u.U", ci);
+        const spex_tensor_info *ut = spex_gguf_find_tensor(g, key);
+        CHECK(ut && ut->type == SPEX_TYPE_F32 && ut->ne[0] == K && ut->ne[1] == n);
+        const int32_t *prompt = (const int32_t *)pv.data, *C = (const int32_t *)cv.data, *gids = (const int32_t *)gv.data;
+        const float *U = ut->data;
+
+        CHECK_OK(spex_kv_seq_clear(c, 0, &e));
+        CHECK_OK(spex_draft_kv_seq_clear(dc, 0, &e));
+        static spex_batch_token bt[400];
+        static int32_t seqv[400], posv[400];
+        for (int p = 0; p < (int)P; p++) {
+            bt[p] = (spex_batch_token){prompt[p], p, 0, p == P - 1};
+            seqv[p] = 0, posv[p] = p;
+        }
+        CHECK_OK(spex_forward(c, &(spex_batch){bt, (int32_t)P}, &e));
+        const float *row = spex_logits(c, 0);
+        int best = 0;
+        for (int v = 1; v < dh->n_vocab; v++)
+            if (row[v] > row[best]) best = v;
+        CHECK_EQ_INT(best, anchor);
+        CHECK_OK(spex_draft_inject(dc, spex_taps(c), (int64_t)dh->n_taps * dh->n_embd, seqv, posv, (int32_t)P, &e));
+        spex_draft_block blk = {.seq = 0, .anchor = (int32_t)anchor, .n = (int32_t)n};
+        CHECK_OK(spex_draft_forward(dc, &blk, 1, &e));
+        for (int p = 1; p <= n && ok; p++) {
+            const int32_t *ids;
+            const float *u;
+            CHECK_EQ_INT(spex_draft_candidates(dc, 0, p, &ids, &u), K);
+            /* The same K candidates (the set: neighbours closer than spex's error may swap
+             * places inside it, which only matters for exact ties), with the same U per id. */
+            for (int k = 0; k < K; k++) {
+                int j = 0;
+                while (j < K && C[(p - 1) * K + j] != ids[k]) j++;
+                if (j == K) {
+                    printf("  case %u slot %d: spex candidate %d not in the golden's top-%d\n", ci, p, ids[k], K);
+                    ok = false;
+                    break;
+                }
+                double du = fabs((double)u[k] - (double)U[(p - 1) * K + j]);
+                if (du > worst) worst = du;
+            }
+        }
+        spex_draft dr;
+        CHECK_OK(spex_draft_walk(dc, 0, 0.0f, 0.0f, NULL, &dr, &e));
+        CHECK_EQ_INT(dr.n, n);
+        for (int p = 0; p < n && ok; p++)
+            if (dr.ids[p] != gids[p]) {
+                printf("  case %u: walk slot %d spex %d, golden %d\n", ci, p + 1, dr.ids[p], gids[p]);
+                ok = false;
+            }
+    }
+    printf("  %u cases: candidates and greedy walks equal; max |U - golden| %.2e (smallest margin %.3f)\n",
+           n_cases, worst, (double)min_margin);
+    spex_draft_context_free(dc);
+    spex_context_free(c);
+    spex_drafter_free(d);
+    spex_model_free(m);
+    spex_gguf_close(g);
+    CHECK(ok);
+    /* spex quantizes the target's activations to Q8_0 (the features, the head): ~1e-2. */
+    CHECK_MSG(worst < 0.25 * min_margin + 0.05, "U differs by %.3g", worst);
+}
+
 TEST_MAIN()

@@ -262,6 +262,12 @@ int cmd_demo(int argc, char **argv) {
     demo_row rows[4] = {0};
     demo_env env = {.m = m, .tok = tok, .tmpl = tmpl, .n_predict = (int)n_predict};
     int identical = 0;
+    /* Warm-up, not counted: the first passes over the mapped weights fault pages in. */
+    for (int meth = 0; meth < 2; meth++) {
+        demo_row scratch = {0};
+        env.spec = meth ? spec : plain;
+        if (generate(&env, &probs[0], smp[0], got, &scratch) < 0) goto done;
+    }
     for (int ti = 0; ti < 2; ti++) {
         for (int meth = 0; meth < 2; meth++) {
             env.spec = meth ? spec : plain;
