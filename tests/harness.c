@@ -6,6 +6,7 @@
 #include "test.h"
 
 #include <ftw.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #define MAX_CASES 512
@@ -85,4 +86,38 @@ int test_main_(int argc, char **argv) {
         fflush(stdout);
     }
     return fail ? 1 : 0;
+}
+
+const char *test_spex_bin(void) {
+    static char path[4096];
+    if (path[0]) return path;
+    char self[4000];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return NULL;
+    self[n] = 0;
+    char *slash = strrchr(self, '/');   /* .../build/tests/test_x -> .../build/tests */
+    if (!slash) return NULL;
+    *slash = 0;
+    slash = strrchr(self, '/');         /* -> .../build */
+    if (!slash) return NULL;
+    *slash = 0;
+    snprintf(path, sizeof path, "%s/spex", self);
+    if (access(path, X_OK) != 0) path[0] = 0;
+    return path[0] ? path : NULL;
+}
+
+char *test_slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *b = malloc((size_t)(n > 0 ? n : 0) + 1);
+    if (b && n > 0 && fread(b, 1, (size_t)n, f) != (size_t)n) {
+        free(b);
+        b = NULL;
+    }
+    fclose(f);
+    if (b) b[n > 0 ? n : 0] = 0, *len = (size_t)(n > 0 ? n : 0);
+    return b;
 }

@@ -27,6 +27,11 @@ const char *test_shared_path(const char *rel);
  * path inside it (one of 8 rotating buffers, so a few may be held at once). */
 const char *test_tmp_dir(void);
 const char *test_tmp_path(const char *name);
+/* The spex binary of the build this test belongs to (build/tests/test_x -> build/spex), or
+ * NULL if it is not there. */
+const char *test_spex_bin(void);
+/* A whole file, malloc'd with a NUL appended; *len its size. NULL if unreadable. */
+char *test_slurp(const char *path, size_t *len);
 
 #define TEST(name)                                                                  \
     static void test_##name(void);                                                  \

@@ -17,26 +17,7 @@
 #include <stdint.h>
 #include <unistd.h>
 
-static char g_spex[PATH_MAX + 8];
 static char g_tmp[64];
-
-/* Path of the spex binary: <build>/tests/test_genmodel -> <build>/spex. */
-static const char *spex_bin(void) {
-    if (g_spex[0]) return g_spex;
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return NULL;
-    self[n] = 0;
-    char *slash = strrchr(self, '/');
-    if (!slash) return NULL;
-    *slash = 0;
-    slash = strrchr(self, '/');
-    if (!slash) return NULL;
-    *slash = 0;
-    snprintf(g_spex, sizeof g_spex, "%s/spex", self);
-    if (access(g_spex, X_OK) != 0) g_spex[0] = 0;
-    return g_spex[0] ? g_spex : NULL;
-}
 
 static void cleanup(void) {
     if (!g_tmp[0]) return;
@@ -60,7 +41,7 @@ static const char *tmp_file(const char *name) {
 
 /* Runs `spex gen-model --shape tiny --type type --seed seed -t threads -o out`; true on success. */
 static bool gen(const char *type, int seed, int threads, const char *out) {
-    const char *bin = spex_bin();
+    const char *bin = test_spex_bin();
     if (!bin || !out) return false;
     char cmd[PATH_MAX + 256];
     snprintf(cmd, sizeof cmd, "'%s' gen-model --shape tiny --type %s --seed %d -t %d -o '%s' > /dev/null", bin, type,
@@ -68,21 +49,6 @@ static bool gen(const char *type, int seed, int threads, const char *out) {
     return system(cmd) == 0;
 }
 
-static uint8_t *slurp(const char *path, size_t *n) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *b = malloc(len > 0 ? (size_t)len : 1);
-    if (b && fread(b, 1, (size_t)len, f) != (size_t)len) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    *n = (size_t)len;
-    return b;
-}
 
 #define N_TOK 12
 #define V_TINY 512
@@ -122,7 +88,7 @@ static double correlation(const float *a, const float *b, size_t n) {
 }
 
 TEST(genmodel_tiny_loads_with_shape_and_mix) {
-    if (!spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    if (!test_spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
     const char *f = tmp_file("q4km.gguf");
     CHECK(gen("q4_K_M", 1, 2, f));
     spex_model *m = NULL;
@@ -166,7 +132,7 @@ TEST(genmodel_tiny_loads_with_shape_and_mix) {
 }
 
 TEST(genmodel_forward_sane_and_types_agree) {
-    if (!spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    if (!test_spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
     const char *f32 = tmp_file("f32.gguf"), *q8 = tmp_file("q8.gguf"), *q4 = tmp_file("q4.gguf");
     CHECK(gen("f32", 3, 2, f32) && gen("q8_0", 3, 2, q8) && gen("q4_K_M", 3, 2, q4));
     const size_t n = (size_t)N_TOK * V_TINY;
@@ -196,11 +162,11 @@ TEST(genmodel_forward_sane_and_types_agree) {
 }
 
 TEST(genmodel_deterministic_by_seed) {
-    if (!spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    if (!test_spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
     const char *a = tmp_file("s5a.gguf"), *b = tmp_file("s5b.gguf"), *c = tmp_file("s6.gguf");
     CHECK(gen("q8_0", 5, 1, a) && gen("q8_0", 5, 3, b) && gen("q8_0", 6, 2, c));
     size_t na = 0, nb = 0, nc = 0;
-    uint8_t *ba = slurp(a, &na), *bb = slurp(b, &nb), *bc = slurp(c, &nc);
+    uint8_t *ba = (uint8_t *)test_slurp(a, &na), *bb = (uint8_t *)test_slurp(b, &nb), *bc = (uint8_t *)test_slurp(c, &nc);
     bool same = ba && bb && na == nb && !memcmp(ba, bb, na);
     /* another seed: same size and metadata, different weights */
     size_t differ = 0;
@@ -214,7 +180,7 @@ TEST(genmodel_deterministic_by_seed) {
 }
 
 TEST(genmodel_rejects_bad_arguments) {
-    const char *bin = spex_bin();
+    const char *bin = test_spex_bin();
     if (!bin) SKIP("no spex binary next to the test folder (build it with make tests)");
     char cmd[PATH_MAX + 200];
     const char *bad[] = {"--shape qwen3-9b --type f16", "--shape tiny --type q3_K", "--shape tiny --type f16 --vocab 100",

@@ -38,45 +38,13 @@ typedef struct run_result {
     size_t out_len, err_len;
 } run_result;
 
-static const char *spex_bin(void) {
-    static char path[4096];
-    if (path[0]) return path;
-    char self[4000];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return NULL;
-    self[n] = 0;
-    char *slash = strrchr(self, '/');   /* .../build/tests/test_run -> .../build/tests */
-    if (!slash) return NULL;
-    *slash = 0;
-    slash = strrchr(self, '/');         /* -> .../build */
-    if (!slash) return NULL;
-    *slash = 0;
-    snprintf(path, sizeof path, "%s/spex", self);
-    if (access(path, X_OK) != 0) path[0] = 0;
-    return path[0] ? path : NULL;
-}
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)(n > 0 ? n : 0) + 1);
-    if (b && n > 0 && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n > 0 ? n : 0] = 0, *len = (size_t)(n > 0 ? n : 0);
-    return b;
-}
 
 /* Runs spex with args (NULL-terminated, without argv[0]); false if it could not be started. */
 static bool run_spex(const char *const *args, run_result *r) {
     memset(r, 0, sizeof *r);
     r->rc = -1;
-    const char *bin = spex_bin();
+    const char *bin = test_spex_bin();
     if (!bin) return false;
     char out_path[] = "/tmp/spex_test_run_out_XXXXXX", err_path[] = "/tmp/spex_test_run_err_XXXXXX";
     int fo = mkstemp(out_path), fe = mkstemp(err_path);
@@ -103,8 +71,8 @@ static bool run_spex(const char *const *args, run_result *r) {
         if (waitpid(pid, &st, 0) != pid) ok = false;
         else r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
     }
-    r->out = slurp(out_path, &r->out_len);
-    r->err = slurp(err_path, &r->err_len);
+    r->out = test_slurp(out_path, &r->out_len);
+    r->err = test_slurp(err_path, &r->err_len);
     unlink(out_path);
     unlink(err_path);
     return ok && r->out && r->err;
@@ -161,13 +129,13 @@ static const char *stop_reason(const char *err, char *buf, size_t cap) {
 
 #define REQUIRE_BIN()                                                            \
     do {                                                                         \
-        if (!spex_bin()) SKIP("no spex binary next to this test's folder");      \
+        if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");      \
     } while (0)
 
 #define RUN(r, ...)                                                              \
     do {                                                                         \
         const char *const a_[] = {__VA_ARGS__, NULL};                            \
-        CHECK_MSG(run_spex(a_, &(r)), "could not run %s", spex_bin());            \
+        CHECK_MSG(run_spex(a_, &(r)), "could not run %s", test_spex_bin());            \
     } while (0)
 
 /* ======================================================================== */
@@ -256,7 +224,7 @@ TEST(stories_greedy_equals_golden) {
     const char *gold = test_shared_path("data/stories260K/stories260K.greedy.txt");
     if (!model || !gold) SKIP("../shared/data/stories260K absent");
     size_t glen = 0;
-    char *golden = slurp(gold, &glen);
+    char *golden = test_slurp(gold, &glen);
     CHECK(golden && glen == 464);
     run_result r;
     RUN(r, "-m", model, "-n", "200", "--temp", "0", "-t", "1");
@@ -284,7 +252,7 @@ TEST(stories_prompt_continuation_and_chunks) {
     const char *gold = test_shared_path("data/stories260K/stories260K.greedy.txt");
     if (!model || !gold) SKIP("../shared/data/stories260K absent");
     size_t glen = 0;
-    char *golden = slurp(gold, &glen);
+    char *golden = test_slurp(gold, &glen);
     CHECK(golden && glen > 40);
     run_result a, b;
     RUN(a, "-m", model, "-p", "Once upon", "-n", "30", "--temp", "0", "-t", "1");

@@ -40,43 +40,11 @@ extern char **environ;
 /* Processes                                                                 */
 /* ======================================================================== */
 
-static const char *spex_bin(void) {
-    static char path[4096];
-    if (path[0]) return path;
-    char self[4000];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0) return NULL;
-    self[n] = 0;
-    char *slash = strrchr(self, '/');
-    if (!slash) return NULL;
-    *slash = 0;
-    slash = strrchr(self, '/');
-    if (!slash) return NULL;
-    *slash = 0;
-    snprintf(path, sizeof path, "%s/spex", self);
-    if (access(path, X_OK) != 0) path[0] = 0;
-    return path[0] ? path : NULL;
-}
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)(n > 0 ? n : 0) + 1);
-    if (b && n > 0 && fread(b, 1, (size_t)n, f) != (size_t)n) {
-        free(b);
-        b = NULL;
-    }
-    fclose(f);
-    if (b) b[n > 0 ? n : 0] = 0, *len = (size_t)(n > 0 ? n : 0);
-    return b;
-}
 
 /* stdout of `spex run ARGS` (malloc'd), NULL on failure. */
 static char *spex_run(const char *const *args, size_t *len) {
-    const char *bin = spex_bin();
+    const char *bin = test_spex_bin();
     if (!bin) return NULL;
     char out_path[] = "/tmp/spex_test_srv_run_XXXXXX";
     int fo = mkstemp(out_path), fe = open("/dev/null", O_WRONLY);
@@ -99,7 +67,7 @@ static char *spex_run(const char *const *args, size_t *len) {
     close(fe);
     int st = 0;
     char *out = NULL;
-    if (e == 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0) out = slurp(out_path, len);
+    if (e == 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0) out = test_slurp(out_path, len);
     unlink(out_path);
     return out;
 }
@@ -113,7 +81,7 @@ typedef struct server {
 /* Starts `spex serve --port 0 ARGS` and waits for "ready"; false on failure. */
 static bool server_start(server *s, const char *const *args) {
     memset(s, 0, sizeof *s);
-    const char *bin = spex_bin();
+    const char *bin = test_spex_bin();
     if (!bin) return false;
     snprintf(s->err_path, sizeof s->err_path, "/tmp/spex_test_srv_err_XXXXXX");
     int fe = mkstemp(s->err_path);
@@ -137,7 +105,7 @@ static bool server_start(server *s, const char *const *args) {
     if (e != 0) return false;
     for (int i = 0; i < 600; i++) {   /* up to 60 s (the ASan build loads slowly) */
         size_t len = 0;
-        char *err = slurp(s->err_path, &len);
+        char *err = test_slurp(s->err_path, &len);
         const char *p = err ? strstr(err, "listening on http://127.0.0.1:") : NULL;
         if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
         bool ready = err && strstr(err, "server: ready");
@@ -171,7 +139,7 @@ static int server_stop(server *s, bool *clean) {
         waitpid(s->pid, &st, 0);
     }
     size_t len = 0;
-    char *err = slurp(s->err_path, &len);
+    char *err = test_slurp(s->err_path, &len);
     *clean = err && !strstr(err, "Sanitizer") && !strstr(err, "runtime error") && strstr(err, "server: stopped");
     if (!*clean) printf("  server stderr:\n%s\n", err ? err : "(none)");
     free(err);
@@ -443,7 +411,7 @@ static int main_port(void) {
 #define REQUIRE_SERVER(port)                                                     \
     int port = -1;                                                               \
     do {                                                                         \
-        if (!spex_bin()) SKIP("no spex binary next to this test's folder");      \
+        if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");      \
         port = main_port();                                                      \
         CHECK_MSG(port > 0, "the server did not start");                         \
     } while (0)
@@ -771,7 +739,7 @@ TEST(concurrent_clients_and_metrics) {
 
 /* A second server: one slot, a queue of one, slowed steps, an API key. */
 TEST(auth_queue_full_and_cancel) {
-    if (!spex_bin()) SKIP("no spex binary next to this test's folder");
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     server s;
     const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "--queue-max", "1", "--api-key", "k1,k2", "--metrics",
                        "--test-step-delay-ms", "20", "-t", "1", NULL};
@@ -849,7 +817,7 @@ TEST(reasoning_split_rules) {
  * until </think>; reasoning_content equals `spex run`'s text, plain and streamed, and
  * reasoning_format none or enable_thinking false put the text in content. */
 TEST(reasoning_content) {
-    if (!spex_bin()) SKIP("no spex binary next to this test's folder");
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     server s;
     const char *a[] = {"-m", TINY_QWEN3, "--chat-template", "qwen35", "-t", "1", NULL};
     CHECK_MSG(server_start(&s, a), "the server did not start");

@@ -41,7 +41,7 @@ spex_context_params spex_context_default_params(void) {
 /* Allocation                                                                */
 /* ======================================================================== */
 
-static void *buf_alloc(uint64_t bytes, uint64_t *total) {
+void *spex_ctx_buf_alloc(uint64_t bytes, uint64_t *total) {
     if (bytes == 0) bytes = BUF_ALIGN;
     uint64_t r = (bytes + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
     if (r > SIZE_MAX / 2) return NULL;
@@ -160,34 +160,34 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     spex_attn_args aa = {.n_q = p.n_batch_max, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                          .head_dim = hp->head_dim};
     b->attn_ws_floats = (spex_attn_scratch_floats(&aa) + 15) / 16 * 16;
-    b->x = buf_alloc(nb * E * 4, &compute);
-    b->xn = buf_alloc(nb * E * 4, &compute);
-    b->tmp = buf_alloc(nb * E * 4, &compute);
-    b->q = buf_alloc(nb * qd * 4, &compute);
-    b->k = buf_alloc(nb * kvd * 4, &compute);
-    b->v = buf_alloc(nb * kvd * 4, &compute);
-    b->att = buf_alloc(nb * qd * 4, &compute);
-    b->gate = buf_alloc(nb * F * 4, &compute);
-    b->up = buf_alloc(nb * F * 4, &compute);
-    b->rope = buf_alloc(nb * (uint64_t)hp->n_rot * 4, &compute);
-    b->hout = buf_alloc(no * E * 4, &compute);
-    b->logits = buf_alloc(no * V * 4, &compute);
-    b->taps = p.n_taps ? buf_alloc(nb * (uint64_t)p.n_taps * E * 4, &compute) : NULL;
-    b->mm_ws = buf_alloc(spex_forward_mm_ws_size(m, p.n_batch_max, p.n_outputs_max), &compute);
-    b->attn_ws = buf_alloc((uint64_t)c->nth * b->attn_ws_floats * 4, &compute);
-    b->kv_f32 = p.kv_type == SPEX_TYPE_Q8_0 ? buf_alloc(2 * C * kvd * 4, &compute) : NULL;
+    b->x = spex_ctx_buf_alloc(nb * E * 4, &compute);
+    b->xn = spex_ctx_buf_alloc(nb * E * 4, &compute);
+    b->tmp = spex_ctx_buf_alloc(nb * E * 4, &compute);
+    b->q = spex_ctx_buf_alloc(nb * qd * 4, &compute);
+    b->k = spex_ctx_buf_alloc(nb * kvd * 4, &compute);
+    b->v = spex_ctx_buf_alloc(nb * kvd * 4, &compute);
+    b->att = spex_ctx_buf_alloc(nb * qd * 4, &compute);
+    b->gate = spex_ctx_buf_alloc(nb * F * 4, &compute);
+    b->up = spex_ctx_buf_alloc(nb * F * 4, &compute);
+    b->rope = spex_ctx_buf_alloc(nb * (uint64_t)hp->n_rot * 4, &compute);
+    b->hout = spex_ctx_buf_alloc(no * E * 4, &compute);
+    b->logits = spex_ctx_buf_alloc(no * V * 4, &compute);
+    b->taps = p.n_taps ? spex_ctx_buf_alloc(nb * (uint64_t)p.n_taps * E * 4, &compute) : NULL;
+    b->mm_ws = spex_ctx_buf_alloc(spex_forward_mm_ws_size(m, p.n_batch_max, p.n_outputs_max), &compute);
+    b->attn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * b->attn_ws_floats * 4, &compute);
+    b->kv_f32 = p.kv_type == SPEX_TYPE_Q8_0 ? spex_ctx_buf_alloc(2 * C * kvd * 4, &compute) : NULL;
 
-    c->tap_ids = buf_alloc((uint64_t)(p.n_taps + 1) * 4, &small);
-    c->tap_slot = buf_alloc((N + 1) * 4, &small);
-    c->seq_len = buf_alloc(S * 4, &small);
-    c->perm = buf_alloc(nb * 4, &small);
-    c->row_of = buf_alloc(nb * 4, &small);
-    c->tok = buf_alloc(nb * 4, &small);
-    c->pos = buf_alloc(nb * 4, &small);
-    c->out_row = buf_alloc(no * 4, &small);
-    c->out_of = buf_alloc(nb * 4, &small);
-    c->seq_start = buf_alloc((S + 1) * 4, &small);
-    c->seq_next = buf_alloc(S * 4, &small);
+    c->tap_ids = spex_ctx_buf_alloc((uint64_t)(p.n_taps + 1) * 4, &small);
+    c->tap_slot = spex_ctx_buf_alloc((N + 1) * 4, &small);
+    c->seq_len = spex_ctx_buf_alloc(S * 4, &small);
+    c->perm = spex_ctx_buf_alloc(nb * 4, &small);
+    c->row_of = spex_ctx_buf_alloc(nb * 4, &small);
+    c->tok = spex_ctx_buf_alloc(nb * 4, &small);
+    c->pos = spex_ctx_buf_alloc(nb * 4, &small);
+    c->out_row = spex_ctx_buf_alloc(no * 4, &small);
+    c->out_of = spex_ctx_buf_alloc(nb * 4, &small);
+    c->seq_start = spex_ctx_buf_alloc((S + 1) * 4, &small);
+    c->seq_next = spex_ctx_buf_alloc(S * 4, &small);
     if (!c->k_cache || !c->v_cache || !b->x || !b->xn || !b->tmp || !b->q || !b->k || !b->v || !b->att ||
         !b->gate || !b->up || !b->rope || !b->hout || !b->logits || (p.n_taps && !b->taps) || !b->mm_ws ||
         !b->attn_ws || (p.kv_type == SPEX_TYPE_Q8_0 && !b->kv_f32) || !c->tap_ids || !c->tap_slot ||

@@ -21,7 +21,6 @@
 #include <string.h>
 
 #define SEQ_MAX 65536
-#define BUF_ALIGN 64
 
 /* ======================================================================== */
 /* Parameters and allocation                                                 */
@@ -39,17 +38,6 @@ spex_draft_context_params spex_draft_context_default_params(void) {
     return p;
 }
 
-static void *buf_alloc(uint64_t bytes, uint64_t *total) {
-    if (bytes == 0) bytes = BUF_ALIGN;
-    uint64_t r = (bytes + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
-    if (r > SIZE_MAX / 2) return NULL;
-    void *p = aligned_alloc(BUF_ALIGN, (size_t)r);
-    if (p) {
-        memset(p, 0, (size_t)r);
-        *total += r;
-    }
-    return p;
-}
 
 void spex_draft_context_free(spex_draft_context *dc) {
     if (!dc) return;
@@ -149,42 +137,42 @@ spex_status spex_draft_context_init(const spex_drafter *d, const spex_draft_cont
     spex_attn_args aa = {.n_q = (int)B, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
                          .head_dim = hp->head_dim};
     c->attn_ws_floats = (spex_attn_scratch_floats(&aa) + 15) / 16 * 16;
-    c->seq_len = buf_alloc(S * 4, &small);
-    c->kv_f32 = p.kv_type == SPEX_TYPE_Q8_0 ? buf_alloc(2 * C * kvd * 4, &compute) : NULL;
-    c->x = buf_alloc(nr * D * 4, &compute);
-    c->xn = buf_alloc(nr * D * 4, &compute);
-    c->xc = buf_alloc(nr * D * 4, &compute);
-    c->tmp = buf_alloc(nr * D * 4, &compute);
-    c->q = buf_alloc(nr * qd * 4, &compute);
-    c->k = buf_alloc(nr * kvd * 4, &compute);
-    c->v = buf_alloc(nr * kvd * 4, &compute);
-    c->att = buf_alloc(nr * qd * 4, &compute);
-    c->gate = buf_alloc(nr * F * 4, &compute);
-    c->up = buf_alloc(nr * F * 4, &compute);
-    c->rope = buf_alloc(nmeta * (uint64_t)hp->n_rot * 4, &compute);
-    c->da = buf_alloc(nr * nd * 4, &compute);
-    c->df = buf_alloc(nr * nd * 4, &compute);
-    c->hout = buf_alloc(ns * D * 4, &compute);
-    c->logits = buf_alloc(ns * V * 4, &compute);
-    c->gatev = buf_alloc(ns * R * 4, &compute);
-    c->cand = buf_alloc(ns * (uint64_t)c->K * 4, &compute);
-    c->cand_u = buf_alloc(ns * (uint64_t)c->K * 4, &compute);
-    c->mm_ws = buf_alloc(spex_dflash_mm_ws_size(d, c->nr_max, c->ns_max, p.n_inject_max), &compute);
-    c->attn_ws = buf_alloc((uint64_t)c->nth * c->attn_ws_floats * 4, &compute);
-    c->iy = buf_alloc(ni * D * 4, &compute);
-    c->ic = buf_alloc(ni * D * 4, &compute);
-    c->ik = buf_alloc(ni * kvd * 4, &compute);
-    c->iv = buf_alloc(ni * kvd * 4, &compute);
-    c->row_pos = buf_alloc(nmeta * 4, &small);
-    c->row_seq = buf_alloc(nmeta * 4, &small);
-    c->row_j = buf_alloc(nr * 4, &small);
-    c->row_tok = buf_alloc(nr * 4, &small);
-    c->row_slot = buf_alloc(nr * 4, &small);
-    c->seq_next = buf_alloc(S * 4, &small);
-    c->seq_used = buf_alloc(S * 4, &small);
-    c->blocks = buf_alloc(NB * sizeof(spex_draft_block), &small);
-    c->blk_row0 = buf_alloc((NB + 1) * 4, &small);
-    c->blk_slot0 = buf_alloc((NB + 1) * 4, &small);
+    c->seq_len = spex_ctx_buf_alloc(S * 4, &small);
+    c->kv_f32 = p.kv_type == SPEX_TYPE_Q8_0 ? spex_ctx_buf_alloc(2 * C * kvd * 4, &compute) : NULL;
+    c->x = spex_ctx_buf_alloc(nr * D * 4, &compute);
+    c->xn = spex_ctx_buf_alloc(nr * D * 4, &compute);
+    c->xc = spex_ctx_buf_alloc(nr * D * 4, &compute);
+    c->tmp = spex_ctx_buf_alloc(nr * D * 4, &compute);
+    c->q = spex_ctx_buf_alloc(nr * qd * 4, &compute);
+    c->k = spex_ctx_buf_alloc(nr * kvd * 4, &compute);
+    c->v = spex_ctx_buf_alloc(nr * kvd * 4, &compute);
+    c->att = spex_ctx_buf_alloc(nr * qd * 4, &compute);
+    c->gate = spex_ctx_buf_alloc(nr * F * 4, &compute);
+    c->up = spex_ctx_buf_alloc(nr * F * 4, &compute);
+    c->rope = spex_ctx_buf_alloc(nmeta * (uint64_t)hp->n_rot * 4, &compute);
+    c->da = spex_ctx_buf_alloc(nr * nd * 4, &compute);
+    c->df = spex_ctx_buf_alloc(nr * nd * 4, &compute);
+    c->hout = spex_ctx_buf_alloc(ns * D * 4, &compute);
+    c->logits = spex_ctx_buf_alloc(ns * V * 4, &compute);
+    c->gatev = spex_ctx_buf_alloc(ns * R * 4, &compute);
+    c->cand = spex_ctx_buf_alloc(ns * (uint64_t)c->K * 4, &compute);
+    c->cand_u = spex_ctx_buf_alloc(ns * (uint64_t)c->K * 4, &compute);
+    c->mm_ws = spex_ctx_buf_alloc(spex_dflash_mm_ws_size(d, c->nr_max, c->ns_max, p.n_inject_max), &compute);
+    c->attn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * c->attn_ws_floats * 4, &compute);
+    c->iy = spex_ctx_buf_alloc(ni * D * 4, &compute);
+    c->ic = spex_ctx_buf_alloc(ni * D * 4, &compute);
+    c->ik = spex_ctx_buf_alloc(ni * kvd * 4, &compute);
+    c->iv = spex_ctx_buf_alloc(ni * kvd * 4, &compute);
+    c->row_pos = spex_ctx_buf_alloc(nmeta * 4, &small);
+    c->row_seq = spex_ctx_buf_alloc(nmeta * 4, &small);
+    c->row_j = spex_ctx_buf_alloc(nr * 4, &small);
+    c->row_tok = spex_ctx_buf_alloc(nr * 4, &small);
+    c->row_slot = spex_ctx_buf_alloc(nr * 4, &small);
+    c->seq_next = spex_ctx_buf_alloc(S * 4, &small);
+    c->seq_used = spex_ctx_buf_alloc(S * 4, &small);
+    c->blocks = spex_ctx_buf_alloc(NB * sizeof(spex_draft_block), &small);
+    c->blk_row0 = spex_ctx_buf_alloc((NB + 1) * 4, &small);
+    c->blk_slot0 = spex_ctx_buf_alloc((NB + 1) * 4, &small);
     if (!c->k_cache || !c->v_cache || !c->seq_len || (p.kv_type == SPEX_TYPE_Q8_0 && !c->kv_f32) || !c->x ||
         !c->xn || !c->xc || !c->tmp || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope ||
         !c->da || !c->df || !c->hout || !c->logits || !c->gatev || !c->cand || !c->cand_u || !c->mm_ws ||

@@ -134,6 +134,10 @@ void spex_forward_dense(spex_context *ctx);
 /* Bytes of workspace / scratch the dense forward needs for the context's shapes. */
 size_t spex_forward_mm_ws_size(const spex_model *m, int32_t n_batch_max, int32_t n_outputs_max);
 
+/* A zeroed 64-byte-aligned buffer of at least `bytes` (rounded up), its size added to *total
+ * (the memory report); NULL on failure. Contexts allocate every buffer with it. */
+void *spex_ctx_buf_alloc(uint64_t bytes, uint64_t *total);
+
 /* Internal (tests): address of the K or V row of (layer, seq, pos). */
 void *spex_kv_row(const spex_context *ctx, bool v, int32_t layer, int32_t seq, int32_t pos);
 
