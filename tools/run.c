@@ -418,6 +418,23 @@ static int32_t *tokenize_all(const spex_tokenizer *tok, const char *text, size_t
 /* Generation                                                                */
 /* ======================================================================== */
 
+bool run_prime(int32_t n_vocab, spex_detok_stream *ds, spex_sampler *smp, const int32_t *ids, int n_prompt) {
+    /* The prompt's pieces go through the stream unprinted (so the first generated piece is
+     * rendered as a continuation), its ids into the penalty history (as llama-cli does). */
+    spex_error err = {0};
+    for (int i = 0; i < n_prompt; i++) {
+        spex_str ignored;
+        if (ids[i] < 0 || ids[i] >= n_vocab || spex_detok_stream_push(ds, ids[i], &ignored, &err) != SPEX_OK ||
+            spex_sampler_accept(smp, ids[i]) != SPEX_OK) {
+            fprintf(stderr, "error: prompt token %d (id %d): %s\n", i, ids[i], err.msg[0] ? err.msg : "out of range");
+            return false;
+        }
+    }
+    /* A prompt ending inside a UTF-8 sequence must not leak its U+FFFD into the output. */
+    (void)spex_detok_stream_flush(ds);
+    return true;
+}
+
 double run_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -541,18 +558,7 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
         goto done;
     }
 
-    /* The prompt: its pieces go through the stream unprinted (so the first generated piece is
-     * rendered as a continuation), its ids into the penalty history (as llama-cli does). */
-    for (int i = 0; i < n_prompt; i++) {
-        spex_str ignored;
-        if (ids[i] < 0 || ids[i] >= hp->n_vocab || spex_detok_stream_push(ds, ids[i], &ignored, &err) != SPEX_OK ||
-            spex_sampler_accept(smp, ids[i]) != SPEX_OK) {
-            fprintf(stderr, "error: prompt token %d (id %d): %s\n", i, ids[i], err.msg[0] ? err.msg : "out of range");
-            goto done;
-        }
-    }
-    /* A prompt ending inside a UTF-8 sequence must not leak its U+FFFD into the output. */
-    (void)spex_detok_stream_flush(ds);
+    if (!run_prime(hp->n_vocab, ds, smp, ids, n_prompt)) goto done;
     double t0 = run_now_s();
     for (int i = 0; i < n_prompt; i += n_batch) {
         int k = n_prompt - i < n_batch ? n_prompt - i : n_batch;

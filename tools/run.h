@@ -39,6 +39,9 @@ typedef struct run_opts {
 int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const int32_t *ids,
                     int n_prompt);
 
+/* Pushes the prompt through the detokenizer stream (unprinted) and the sampler's penalty
+ * history; prints an error and returns false on a bad id. */
+bool run_prime(int32_t n_vocab, spex_detok_stream *ds, spex_sampler *smp, const int32_t *ids, int n_prompt);
 void run_log_stderr(void *user, const char *line);
 void run_write_str(spex_str s);
 double run_now_s(void);

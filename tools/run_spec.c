@@ -106,15 +106,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
-    for (int i = 0; i < n_prompt; i++) {
-        spex_str ignored;
-        if (ids[i] < 0 || ids[i] >= hp->n_vocab || spex_detok_stream_push(ds, ids[i], &ignored, &err) != SPEX_OK ||
-            spex_sampler_accept(smp, ids[i]) != SPEX_OK) {
-            fprintf(stderr, "error: prompt token %d (id %d): %s\n", i, ids[i], err.msg[0] ? err.msg : "out of range");
-            goto done;
-        }
-    }
-    (void)spex_detok_stream_flush(ds);
+    if (!run_prime(hp->n_vocab, ds, smp, ids, n_prompt)) goto done;
 
     double t0 = run_now_s();
     int32_t first;
