@@ -710,6 +710,54 @@ TEST(deferred_injection_equals_eager) {
     pair_close(&b);
 }
 
+/* The same with three sequences stepping together, each with its own on/off schedule, so
+ * that one sequence's pending buffer overflows (and is flushed) in the middle of a step that
+ * is collecting the other sequences' accepted rows (a bug the server's load test found). */
+TEST(deferred_injection_multi_sequence) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    static int32_t ref[MAX_SEQ][N_GEN], got[MAX_SEQ][N_GEN];
+    for (int s = 0; s < MAX_SEQ; s++) CHECK(target_only(TGT_F32, PROMPTS[s], PROMPT_LEN[s], greedy_params(), 150, ref[s]));
+    pair p;
+    CHECK(pair_open(&p, TGT_F32, DRAFT2, MAX_SEQ, 7, SPEX_TYPE_F32));
+    spex_sampler *smp[MAX_SEQ];
+    spex_error e = {0};
+    int have[MAX_SEQ];
+    for (int s = 0; s < MAX_SEQ; s++) {
+        smp[s] = make_sampler(greedy_params(), 256);
+        CHECK(smp[s]);
+        CHECK_OK(spex_spec_seq_begin(p.s, s, PROMPTS[s], PROMPT_LEN[s], smp[s], &got[s][0], &e));
+        have[s] = 1;
+    }
+    int peak = 0;
+    for (int step = 0; step < 120; step++) {
+        int32_t seqs[MAX_SEQ] = {0, 1, 2}, me[MAX_SEQ];
+        /* seq 0 always drafts (its rows are collected first), seq 1 never until step 60
+         * (its pending buffer overflows at step 32), seq 2 every other step */
+        me[0] = 4;
+        me[1] = step < 60 ? 1 : 3;
+        me[2] = step % 2 ? 2 : 1;
+        for (int s = 0; s < MAX_SEQ; s++)
+            if (have[s] + me[s] > 150) me[s] = 1;
+        spex_spec_out so[MAX_SEQ];
+        CHECK_OK(spex_spec_step(p.s, seqs, MAX_SEQ, me, so, &e));
+        for (int s = 0; s < MAX_SEQ; s++) {
+            for (int t = 0; t < so[s].n && have[s] < N_GEN; t++) got[s][have[s]++] = so[s].tokens[t];
+            int pend = spex_spec_seq_pending(p.s, s);
+            if (pend > peak) peak = pend;
+            CHECK_EQ_INT(spex_draft_kv_seq_len(p.dc, s) + pend, spex_spec_seq_len(p.s, s));
+        }
+        if (have[0] >= 150 || have[1] >= 150 || have[2] >= 150) break;
+    }
+    CHECK_MSG(peak == 32, "pending peaked at %d", peak);
+    for (int s = 0; s < MAX_SEQ; s++) {
+        int n = have[s] < 150 ? have[s] : 150;
+        int d = first_diff(got[s], ref[s], n);
+        CHECK_MSG(d < 0, "seq %d token %d differs", s, d);
+        spex_sampler_free(smp[s]);
+    }
+    pair_close(&p);
+}
+
 /* ======================================================================== */
 /* Errors                                                                    */
 /* ======================================================================== */

@@ -80,6 +80,8 @@ struct spex_spec {
     spex_token_prob *resid;     /* [V]                                     */
     float *feat;                /* [n_out_max][feat_w] accepted features   */
     float *pend_all;            /* [n_seq][SPEC_PEND_MAX][feat_w]          */
+    int32_t *pend_seq, *pend_pos; /* [SPEC_PEND_MAX] flush_pending's own row ids: a flush may
+                                   * happen while a step is filling inj_seq / inj_pos        */
     int32_t *inj_seq, *inj_pos; /* [n_out_max]                             */
 };
 
@@ -210,8 +212,10 @@ spex_status spex_spec_init(spex_context *tctx, spex_draft_context *dc, const spe
     s->inj_pos = malloc(sizeof(int32_t) * (size_t)nb);
     s->feat = feat_w ? malloc(sizeof(float) * (size_t)nb * (size_t)feat_w) : NULL;
     s->pend_all = feat_w ? malloc(sizeof(float) * (size_t)s->n_seq * SPEC_PEND_MAX * (size_t)feat_w) : NULL;
+    s->pend_seq = malloc(sizeof(int32_t) * SPEC_PEND_MAX);
+    s->pend_pos = malloc(sizeof(int32_t) * SPEC_PEND_MAX);
     if (!s->seq || !s->batch || !s->drafts || !s->blocks || !s->nd || !s->row0 || !s->dist || !s->resid ||
-        !s->inj_seq || !s->inj_pos || (feat_w && (!s->feat || !s->pend_all))) {
+        !s->inj_seq || !s->inj_pos || !s->pend_seq || !s->pend_pos || (feat_w && (!s->feat || !s->pend_all))) {
         spex_spec_free(s);
         return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
     }
@@ -234,6 +238,8 @@ void spex_spec_free(spex_spec *s) {
     free(s->resid);
     free(s->feat);
     free(s->pend_all);
+    free(s->pend_seq);
+    free(s->pend_pos);
     free(s->inj_seq);
     free(s->inj_pos);
     free(s);
@@ -309,11 +315,11 @@ static spex_status flush_pending(spex_spec *s, int32_t seq, spex_error *err) {
     for (int32_t done = 0; done < q->n_pend;) {
         int32_t k = q->n_pend - done < s->dc_inject_max ? q->n_pend - done : s->dc_inject_max;
         for (int32_t i = 0; i < k; i++) {
-            s->inj_seq[i] = seq;
-            s->inj_pos[i] = pos0 + done + i;
+            s->pend_seq[i] = seq;
+            s->pend_pos[i] = pos0 + done + i;
         }
-        spex_status st = spex_draft_inject(s->dc, q->pend + (size_t)done * (size_t)s->feat_w, s->feat_w, s->inj_seq,
-                                           s->inj_pos, k, err);
+        spex_status st = spex_draft_inject(s->dc, q->pend + (size_t)done * (size_t)s->feat_w, s->feat_w, s->pend_seq,
+                                           s->pend_pos, k, err);
         if (st != SPEX_OK) return st;
         done += k;
     }
