@@ -6,15 +6,23 @@
 #
 #   build:  gcc, make (build-essential), PCRE2 (tokenizer regexes), cJSON (JSON),
 #           libmicrohttpd (the HTTP server of `spex serve`)
-#   tests:  clang + its runtime (warning check, libFuzzer targets, sanitizers)
+#   tests:  clang + its runtime (warning check, libFuzzer targets, sanitizers); nodejs + npm
+#           (tests/node: the official `openai` client against `spex serve`; `.ci/run` then
+#           installs the pinned client with `npm ci --prefix tests/node`)
 #   cross:  gcc-aarch64-linux-gnu (CI checks that the aarch64 build compiles)
 #   tools:  python3-numpy (tools/ref: regenerates golden files; not needed by the tests)
 set -euo pipefail
-pkgs=(build-essential libpcre2-dev libcjson-dev libmicrohttpd-dev clang libclang-rt-14-dev python3 python3-numpy gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+pkgs=(build-essential libpcre2-dev libcjson-dev libmicrohttpd-dev clang libclang-rt-14-dev nodejs npm python3 python3-numpy gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 # clang's runtime package name follows the clang version Debian ships.
 if command -v clang >/dev/null 2>&1; then
   v=$(clang -dumpversion | cut -d. -f1)
   pkgs=("${pkgs[@]/libclang-rt-14-dev/libclang-rt-$v-dev}")
+fi
+# NodeSource's nodejs package bundles npm and conflicts with Debian's: an npm already on PATH
+# counts as installed.
+if command -v npm >/dev/null 2>&1; then
+  for i in "${!pkgs[@]}"; do [ "${pkgs[$i]}" = npm ] && unset 'pkgs[i]'; done
+  pkgs=("${pkgs[@]}")
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,290 @@
+/*
+ * test_server_node.c — `spex serve` with a real client: the official `openai` npm package
+ * (tests/node, pinned in its package-lock; `.ci/run` installs it with `npm ci`) talks to a
+ * server on a free loopback port running the default pair models/target.gguf +
+ * models/drafter.gguf with -np 4 (docs/server.md, "Tests").
+ *
+ * What it checks: tests/node/openai_chat.mjs — a non-streaming and a streaming chat completion
+ * (temperature 0, max_tokens 64) whose texts equal `spex run --chat -n 64 --temp 0` byte for
+ * byte, with llama.cpp's `timings` present; tests/node/load.mjs — 16 concurrent streaming
+ * clients × 3 requests against -np 4: every request completes, each greedy text equals a
+ * serial `spex run` of the same prompt, and the /metrics llamacpp:tokens_predicted_total delta
+ * equals the sum of the completion tokens; SIGTERM then stops the server cleanly.
+ * The scripts send reasoning_format "none" so the <think> section stays in `content`, as
+ * `spex run` prints it.
+ * What it is not: the raw-HTTP protocol and error tests (test_server.c). It SKIPs when `node`,
+ * tests/node/node_modules/openai or the default models are missing.
+ */
+#include "test.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define TARGET "models/target.gguf"
+#define DRAFTER "models/drafter.gguf"
+#define OPENAI_PKG "tests/node/node_modules/openai/package.json"
+
+/* ======================================================================== */
+/* Processes                                                                 */
+/* ======================================================================== */
+
+/* The `node` executable on PATH (static buffer), or NULL. */
+static const char *node_bin(void) {
+    static char path[4096];
+    const char *env = getenv("PATH");
+    if (!env) return NULL;
+    while (*env) {
+        const char *end = strchr(env, ':');
+        size_t n = end ? (size_t)(end - env) : strlen(env);
+        if (n > 0 && n < sizeof path - 8) {
+            memcpy(path, env, n);
+            strcpy(path + n, "/node");
+            if (access(path, X_OK) == 0) return path;
+        }
+        env += n + (end ? 1 : 0);
+    }
+    return NULL;
+}
+
+/* Runs argv[0] with stdout captured; returns its stdout (malloc'd) when it exits 0, else NULL
+ * (after printing its stderr, so a failing script explains itself). */
+static char *capture(const char *const *argv) {
+    char out_path[] = "/tmp/spex_test_node_out_XXXXXX", err_path[] = "/tmp/spex_test_node_err_XXXXXX";
+    int fo = mkstemp(out_path), fe = mkstemp(err_path);
+    if (fo < 0 || fe < 0) return NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fo, 1);
+    posix_spawn_file_actions_adddup2(&fa, fe, 2);
+    pid_t pid;
+    fflush(stdout);
+    int e = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fo);
+    close(fe);
+    int st = 0;
+    bool ok = e == 0 && waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0;
+    size_t len = 0;
+    char *out = ok ? test_slurp(out_path, &len) : NULL;
+    if (!ok) {
+        char *err = test_slurp(err_path, &len);
+        printf("  %s %s failed (spawn %d, status 0x%x): %s\n", argv[0], argv[1] ? argv[1] : "", e, st,
+               err ? err : "");
+        free(err);
+    }
+    unlink(out_path);
+    unlink(err_path);
+    return out;
+}
+
+/* `spex run --chat` of prompt, -n n, greedy: the text the server must return. */
+static char *expected(const char *prompt, int n) {
+    char nb[16];
+    snprintf(nb, sizeof nb, "%d", n);
+    const char *a[] = {test_spex_bin(), "run", "-m", TARGET, "--chat", "-p", prompt, "-n", nb, "--temp", "0", "-t", "2", NULL};
+    return capture(a);
+}
+
+/* Runs `node tests/node/SCRIPT PORT` and parses its JSON stdout (NULL on any failure). */
+static cJSON *node_script(const char *script, int port) {
+    char path[256], ps[16];
+    snprintf(path, sizeof path, "tests/node/%s", script);
+    snprintf(ps, sizeof ps, "%d", port);
+    const char *a[] = {node_bin(), path, ps, NULL};
+    char *out = capture(a);
+    cJSON *o = out ? cJSON_Parse(out) : NULL;
+    if (out && !o) printf("  %s printed no JSON: %s\n", script, out);
+    free(out);
+    return o;
+}
+
+/* ======================================================================== */
+/* The server                                                                */
+/* ======================================================================== */
+
+static pid_t g_pid;
+static int g_port;
+static bool g_tried;
+static char g_err_path[64];
+
+/* Why the tests cannot run here, or NULL. */
+static const char *skip_reason(void) {
+    if (!test_spex_bin()) return "no spex binary next to this test's folder";
+    if (!node_bin()) return "no `node` on PATH (Debian: apt-get install nodejs npm)";
+    if (access(OPENAI_PKG, R_OK) != 0) return "tests/node/node_modules/openai missing (run: npm ci --prefix tests/node)";
+    if (access(TARGET, R_OK) != 0 || access(DRAFTER, R_OK) != 0) return "models/target.gguf or models/drafter.gguf missing";
+    return NULL;
+}
+
+/* At exit (a filtered run may skip shutdown_clean): no server outlives the test. */
+static void server_kill(void) {
+    if (g_pid <= 0) return;
+    kill(g_pid, SIGKILL);
+    waitpid(g_pid, NULL, 0);
+    unlink(g_err_path);
+    g_pid = 0;
+}
+
+/* Starts `spex serve` once, waits for "server: ready"; the port, or -1. */
+static int server_port(void) {
+    if (g_tried) return g_port > 0 ? g_port : -1;
+    g_tried = true;
+    atexit(server_kill);
+    snprintf(g_err_path, sizeof g_err_path, "/tmp/spex_test_node_srv_XXXXXX");
+    int fe = mkstemp(g_err_path);
+    if (fe < 0) return -1;
+    const char *argv[] = {test_spex_bin(), "serve", "-m", TARGET, "-md", DRAFTER, "-np", "4", "--port", "0",
+                          "--metrics", "-t", "2", NULL};
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fe, 2);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    fflush(stdout);
+    int e = posix_spawn(&g_pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fe);
+    if (e != 0) return g_pid = 0, -1;
+    const char *key = "listening on http://127.0.0.1:";
+    for (int i = 0; i < 600; i++) {   /* up to 60 s (the ASan build loads slowly) */
+        size_t len = 0;
+        char *err = test_slurp(g_err_path, &len);
+        const char *p = err ? strstr(err, key) : NULL;
+        int port = p ? atoi(p + strlen(key)) : 0;
+        bool ready = err && strstr(err, "server: ready");
+        bool dead = waitpid(g_pid, NULL, WNOHANG) == g_pid;
+        if (dead) printf("  server exited: %s\n", err ? err : "");
+        free(err);
+        if (dead) return g_pid = 0, -1;
+        if (ready && port > 0) return g_port = port;
+        usleep(100 * 1000);
+    }
+    server_kill();
+    return -1;
+}
+
+#define REQUIRE_SERVER(port)                                              \
+    int port = -1;                                                        \
+    do {                                                                  \
+        const char *why_ = skip_reason();                                 \
+        if (why_) SKIP("%s", why_);                                       \
+        port = server_port();                                             \
+        CHECK_MSG(port > 0, "the server did not start");                  \
+    } while (0)
+
+static const char *jstr(const cJSON *o, const char *k) { return cJSON_GetStringValue(cJSON_GetObjectItem(o, k)); }
+static double jnum(const cJSON *o, const char *k) {
+    const cJSON *v = cJSON_GetObjectItem(o, k);
+    return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+/* ======================================================================== */
+/* Tests                                                                     */
+/* ======================================================================== */
+
+TEST(openai_chat_equals_run) {
+    REQUIRE_SERVER(port);
+    cJSON *o = node_script("openai_chat.mjs", port);
+    CHECK(o);
+    const char *prompt = jstr(o, "prompt"), *plain = jstr(o, "text_plain"), *streamed = jstr(o, "text_stream");
+    char *want = prompt ? expected(prompt, 64) : NULL;
+    bool same_plain = want && plain && !strcmp(plain, want);
+    bool same_stream = want && streamed && !strcmp(streamed, want);
+    if (!same_plain || !same_stream)
+        printf("  plain  '%s'\n  stream '%s'\n  run    '%s'\n", plain ? plain : "(null)", streamed ? streamed : "(null)",
+               want ? want : "(null)");
+    bool timings = cJSON_IsTrue(cJSON_GetObjectItem(o, "timings_present")) &&
+                   cJSON_IsTrue(cJSON_GetObjectItem(o, "timings_stream_present"));
+    double draft_n = jnum(o, "draft_n"), acc = jnum(o, "draft_n_accepted");
+    printf("  draft_n %.0f, draft_n_accepted %.0f, completion_tokens %.0f\n", draft_n, acc, jnum(o, "completion_tokens"));
+    free(want);
+    cJSON_Delete(o);
+    CHECK(want != NULL || !prompt);
+    CHECK(same_plain);
+    CHECK(same_stream);
+    CHECK(timings);
+    /* With the drafter loaded, a 64-token greedy answer is drafted for (adaptive speculation
+     * may shorten drafts but keeps drafting on an idle server). */
+    CHECK(draft_n > 0 && acc >= 0 && acc <= draft_n);
+}
+
+TEST(openai_load_16_clients_np4) {
+    REQUIRE_SERVER(port);
+    cJSON *o = node_script("load.mjs", port);
+    CHECK(o);
+    cJSON *res = cJSON_GetObjectItem(o, "results");
+    int n = cJSON_GetArraySize(res), mismatched = 0;
+    long long tokens = 0;
+    /* Serial runs, one per distinct prompt (the 48 requests cycle over 24 problems). */
+    enum { MAXP = 64 };
+    const char *prompts[MAXP];
+    char *wants[MAXP];
+    int np = 0;
+    bool run_ok = true;
+    cJSON *r;
+    cJSON_ArrayForEach(r, res) {
+        const char *p = jstr(r, "prompt"), *text = jstr(r, "text");
+        tokens += (long long)jnum(r, "completion_tokens");
+        if (!p || !text) {
+            mismatched++;
+            continue;
+        }
+        int k = 0;
+        while (k < np && strcmp(prompts[k], p)) k++;
+        if (k == np && np < MAXP) {
+            prompts[np] = p;
+            wants[np] = expected(p, 48);
+            run_ok = run_ok && wants[np];
+            np++;
+        }
+        if (k < np && (!wants[k] || strcmp(wants[k], text))) {
+            if (mismatched++ < 3)
+                printf("  client %.0f request %.0f\n    server '%s'\n    run    '%s'\n", jnum(r, "client"),
+                       jnum(r, "request"), text, wants[k] ? wants[k] : "(null)");
+        }
+    }
+    double before = jnum(o, "tokens_predicted_before"), after = jnum(o, "tokens_predicted_after");
+    printf("  %d requests, %d distinct prompts, %lld completion tokens, tokens_predicted_total %.0f -> %.0f\n", n, np,
+           tokens, before, after);
+    for (int k = 0; k < np; k++) free(wants[k]);
+    cJSON_Delete(o);
+    CHECK_EQ_INT(n, 48);
+    CHECK(run_ok);
+    CHECK_EQ_INT(mismatched, 0);
+    CHECK(before >= 0 && after >= 0);
+    CHECK_EQ_INT((long long)(after - before), tokens);
+}
+
+/* Last: SIGTERM stops the server cleanly (and, in the ASan build, without a report). */
+TEST(shutdown_clean) {
+    if (skip_reason()) SKIP("%s", skip_reason());
+    if (!g_tried) SKIP("no server was started (filtered run)");
+    CHECK_MSG(g_pid > 0, "no server running");
+    kill(g_pid, SIGTERM);
+    int st = 0, rc = -1;
+    for (int i = 0; i < 300 && rc < 0; i++) {
+        if (waitpid(g_pid, &st, WNOHANG) == g_pid) rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        else usleep(100 * 1000);
+    }
+    if (rc < 0) {
+        kill(g_pid, SIGKILL);
+        waitpid(g_pid, &st, 0);
+    }
+    g_pid = 0;
+    size_t len = 0;
+    char *err = test_slurp(g_err_path, &len);
+    bool clean = err && !strstr(err, "Sanitizer") && !strstr(err, "runtime error") && strstr(err, "server: stopped");
+    if (!clean || rc != 0) printf("  server stderr:\n%s\n", err ? err : "(none)");
+    free(err);
+    unlink(g_err_path);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+}
+
+TEST_MAIN()
