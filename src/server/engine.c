@@ -461,14 +461,17 @@ static void engine_step(srv_engine *e) {
     if (n == 0) return;
     choose_drafts(e, n);
     const spex_spec_stats *tot = spex_spec_total_stats(e->spec);
-    double td0 = tot->t_draft, tv0 = tot->t_verify;
+    /* The verify side of the cost model includes the step's "other" time: per verify row the
+     * loop runs the sampler over the vocabulary and injects features, which grows with rows
+     * just like the target batch does. */
+    double td0 = tot->t_draft, tv0 = tot->t_verify + tot->t_other;
     spex_error err = {0};
     if (spex_spec_step(e->spec, e->seqs, n, e->max_emit, e->outs, &err) != SPEX_OK) {
         for (int i = 0; i < n; i++) task_finish(e, e->step_tasks[i], "error", 500, err.msg);
         return;
     }
     e->n_steps++;
-    double dt_d = tot->t_draft - td0, dt_v = tot->t_verify - tv0;
+    double dt_d = tot->t_draft - td0, dt_v = tot->t_verify + tot->t_other - tv0;
     int rows = 0, drows = 0, drafted_seqs = 0;
     for (int i = 0; i < n; i++) {
         rows += e->outs[i].n_drafted + 1;
