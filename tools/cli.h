@@ -20,5 +20,7 @@ int bench_model(int argc, char **argv); /* `spex bench model`, tools/bench_model
 /* Parses "-t N" style integers; prints an error naming the flag and returns false on bad input. */
 #include <stdbool.h>
 bool cli_parse_int(const char *flag, const char *s, long min, long max, long *out);
+/* The same for a finite float. */
+bool cli_parse_float(const char *flag, const char *s, float *out);
 
 #endif

@@ -94,21 +94,6 @@ static void usage(FILE *f) {
 /* Flags                                                                     */
 /* ======================================================================== */
 
-static bool parse_float(const char *flag, const char *s, float *out) {
-    if (!s) {
-        fprintf(stderr, "error: %s needs a value\n", flag);
-        return false;
-    }
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) {
-        fprintf(stderr, "error: %s expects a finite number, got '%s'\n", flag, s);
-        return false;
-    }
-    *out = v;
-    return true;
-}
 
 /* a is the short or the long spelling (s2 may be NULL). */
 static bool flag_is(const char *a, const char *s1, const char *s2) {
@@ -158,27 +143,27 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             if (!cli_parse_int(a, v, 0, 1024, &o->n_threads)) return 2;
             i++;
         } else if (flag_is(a, "--temp", "--temperature")) {
-            if (!parse_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             o->sp.temp = f, i++;
         } else if (flag_is(a, "--top-k", NULL)) {
             if (!cli_parse_int(a, v, 0, 1L << 30, &n)) return 2;
             o->sp.top_k = (int32_t)n, i++;
         } else if (flag_is(a, "--top-p", NULL)) {
-            if (!parse_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             if (f < 0 || f > 1) {
                 fprintf(stderr, "error: %s expects a value in [0, 1], got '%s'\n", a, v);
                 return 2;
             }
             o->sp.top_p = f, i++;
         } else if (flag_is(a, "--min-p", NULL)) {
-            if (!parse_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             if (f < 0 || f > 1) {
                 fprintf(stderr, "error: %s expects a value in [0, 1], got '%s'\n", a, v);
                 return 2;
             }
             o->sp.min_p = f, i++;
         } else if (flag_is(a, "--repeat-penalty", NULL)) {
-            if (!parse_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             if (f <= 0) {
                 fprintf(stderr, "error: %s expects a value > 0, got '%s'\n", a, v);
                 return 2;
@@ -188,10 +173,10 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             if (!cli_parse_int(a, v, -1, 1L << 24, repeat_last_n)) return 2;
             i++;
         } else if (flag_is(a, "--presence-penalty", NULL)) {
-            if (!parse_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             o->sp.presence_penalty = f, i++;
         } else if (flag_is(a, "--frequency-penalty", NULL)) {
-            if (!parse_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             o->sp.frequency_penalty = f, i++;
         } else if (flag_is(a, "--samplers", NULL)) {
             if (!need_value(a, v)) return 2;
@@ -229,7 +214,7 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             if (!cli_parse_int(a, v, 0, 1024, &o->n_draft_min)) return 2;
             i++;
         } else if (flag_is(a, "--spec-draft-p-min", "--draft-p-min")) {
-            if (!parse_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             if (f < 0 || f > 1) {
                 fprintf(stderr, "error: %s expects a value in [0, 1], got '%s'\n", a, v);
                 return 2;

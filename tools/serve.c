@@ -42,21 +42,6 @@ static bool is(const char *a, const char *x, const char *y) {
     return !strcmp(a, x) || (y && !strcmp(a, y));
 }
 
-static bool get_float(const char *flag, const char *v, float *out) {
-    if (!v) {
-        fprintf(stderr, "error: %s needs a value\n", flag);
-        return false;
-    }
-    char *end;
-    errno = 0;
-    float f = strtof(v, &end);
-    if (errno || end == v || *end || !isfinite(f)) {
-        fprintf(stderr, "error: %s expects a finite number, got '%s'\n", flag, v);
-        return false;
-    }
-    *out = f;
-    return true;
-}
 
 static char *read_key_file(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -189,27 +174,27 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
         } else if (is(a, "--temp", "--temperature")) {
-            if (!get_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             c.sp.temp = f;
         } else if (is(a, "--top-k", NULL)) {
             if (!cli_parse_int(a, v, 0, 1L << 30, &n)) return 2;
             c.sp.top_k = (int32_t)n;
         } else if (is(a, "--top-p", NULL)) {
-            if (!get_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             c.sp.top_p = f;
         } else if (is(a, "--min-p", NULL)) {
-            if (!get_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             c.sp.min_p = f;
         } else if (is(a, "--repeat-penalty", NULL)) {
-            if (!get_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             c.sp.repeat_penalty = f;
         } else if (is(a, "--repeat-last-n", NULL)) {
             if (!cli_parse_int(a, v, -1, 1L << 24, &repeat_last_n)) return 2;
         } else if (is(a, "--presence-penalty", NULL)) {
-            if (!get_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             c.sp.presence_penalty = f;
         } else if (is(a, "--frequency-penalty", NULL)) {
-            if (!get_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             c.sp.frequency_penalty = f;
         } else if (is(a, "--samplers", NULL)) {
             if (!v) goto need;
@@ -237,10 +222,10 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_parse_int(a, v, 0, 1024, &n)) return 2;
             c.n_draft_min = (int32_t)n;
         } else if (is(a, "--spec-draft-p-min", "--draft-p-min")) {
-            if (!get_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             c.p_draft_min = f;
         } else if (is(a, "--spec-draft-p-split", "--draft-p-split")) {
-            if (!get_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
         } else if (is(a, "--spec-draft-sampling", NULL)) {
             if (!v || (strcmp(v, "greedy") && strcmp(v, "probabilistic"))) {
                 fprintf(stderr, "error: %s expects greedy or probabilistic\n", a);
@@ -270,7 +255,7 @@ int cmd_serve(int argc, char **argv) {
             }
             c.adaptive = !strcmp(v, "on");
         } else if (is(a, "--spec-min-gain", NULL)) {
-            if (!get_float(a, v, &f)) return 2;
+            if (!cli_parse_float(a, v, &f)) return 2;
             c.min_gain = f;
         } else if (is(a, "--queue-max", NULL)) {
             if (!cli_parse_int(a, v, 1, 1L << 20, &n)) return 2;

@@ -5,6 +5,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,22 @@ bool cli_parse_int(const char *flag, const char *s, long min, long max, long *ou
     long v = strtol(s, &end, 10);
     if (errno || end == s || *end || v < min || v > max) {
         fprintf(stderr, "error: %s expects an integer in [%ld, %ld], got '%s'\n", flag, min, max, s);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_float(const char *flag, const char *s, float *out) {
+    if (!s) {
+        fprintf(stderr, "error: %s needs a value\n", flag);
+        return false;
+    }
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) {
+        fprintf(stderr, "error: %s expects a finite number, got '%s'\n", flag, s);
         return false;
     }
     *out = v;
