@@ -458,9 +458,11 @@ typedef struct spex_context spex_context;
 typedef enum spex_arch {
     SPEX_ARCH_LLAMA = 1,   /* "llama": NORM RoPE, optional GQA, tied or untied output  */
     SPEX_ARCH_QWEN3 = 2,   /* "qwen3": per-head QK-norm before NEOX RoPE, no biases     */
+    SPEX_ARCH_QWEN35 = 3,  /* "qwen35": hybrid Gated DeltaNet + gated attention, native
+                            * MTP block (targets.md §6-§9)                               */
 } spex_arch;
 
-const char *spex_arch_name(spex_arch arch);   /* "llama", "qwen3"; "?" if unknown */
+const char *spex_arch_name(spex_arch arch);   /* "llama", "qwen3", "qwen35"; "?" if unknown */
 
 /* A log sink: one line (no trailing newline) per call. */
 typedef void (*spex_log_fn)(void *user, const char *line);
@@ -492,9 +494,26 @@ typedef struct spex_model_hparams {
     int32_t rope_mode;      /* 0 NORM (llama), 2 NEOX (qwen3): ggml's rope type ids         */
     bool qk_norm;           /* per-head RMSNorm of q and k before RoPE (qwen3)              */
     bool tied_output;       /* no output.weight: the LM head is token_embd.weight           */
+    /* qwen35 only (zero for llama / qwen3). n_layer above counts the trunk layers N; the
+     * file's block_count is N + n_nextn. */
+    bool attn_gated;        /* attention: attn_q packs [q_h | gate_h], output * sigmoid(gate)  */
+    int32_t n_nextn;        /* nextn_predict_layers: MTP blocks after the trunk (0 or 1)      */
+    int32_t n_recurrent;    /* Gated DeltaNet layers among the N trunk layers                */
+    int32_t ssm_d_conv;     /* causal conv kernel (4)                                         */
+    int32_t ssm_d_state;    /* Dk = Dv                                                        */
+    int32_t ssm_n_group;    /* Hk: GDN key heads                                              */
+    int32_t ssm_dt_rank;    /* Hv: GDN value heads (a multiple of Hk; tiled order)            */
+    int32_t ssm_d_inner;    /* Hv x Dv                                                        */
 } spex_model_hparams;
 
-/* Loads a llama or qwen3 GGUF. Errors name the file and the key or tensor, with both shapes
+/* Layer l of the trunk is a Gated DeltaNet (recurrent) layer; false for attention layers, for
+ * l outside 0 .. N-1 and for the dense architectures. */
+bool spex_model_layer_is_recurrent(const spex_model *m, int32_t l);
+/* Bytes of one recurrent-state copy of one sequence (every GDN layer's S and conv window,
+ * fp32); 0 for models without recurrent layers. targets.md §6.4. */
+uint64_t spex_model_recurrent_state_bytes(const spex_model *m);
+
+/* Loads a llama, qwen3 or qwen35 GGUF. Errors name the file and the key or tensor, with both shapes
  * for a shape mismatch ("blk.2.attn_k.weight: shape [64, 16], expected [64, 32]").
  * params may be NULL (defaults). On failure *out is NULL. */
 spex_status spex_model_load(const char *path, const spex_model_params *params, spex_model **out,
@@ -538,6 +557,13 @@ typedef struct spex_context_params {
     int32_t n_taps;         /* entries of tap_layers (0: no taps)                               */
     bool tap_clamp;         /* default true: NaN -> 0, values beyond +-65504 clamped (dflash2.md
                              * §6 "Sanitising"; a no-op on healthy activations)                  */
+    int32_t n_rs_seq;       /* models with recurrent layers (qwen35): how many tokens a sequence
+                             * can be truncated back by (speculative rollback, targets.md §9
+                             * strategy A). The context keeps 1 + n_rs_seq copies of each
+                             * sequence's recurrent state, one per recent position (a ring), so
+                             * spex_kv_seq_truncate to any of the last n_rs_seq positions costs
+                             * nothing. Set it to the drafter's n_max. Default 0. Ignored by
+                             * dense models, whose KV cache truncates anywhere.                  */
 } spex_context_params;
 
 spex_context_params spex_context_default_params(void);
@@ -561,6 +587,7 @@ typedef struct spex_memory_usage {
     uint64_t weights;   /* bytes of mapped weights the forward reads (not allocated) */
     uint64_t kv;        /* bytes of the KV cache                                     */
     uint64_t compute;   /* bytes of activations, logits, taps and workspaces         */
+    uint64_t recurrent; /* bytes of recurrent state incl. rollback copies (qwen35)   */
 } spex_memory_usage;
 
 spex_memory_usage spex_context_memory(const spex_context *ctx);
@@ -609,10 +636,16 @@ const float *spex_taps(const spex_context *ctx);
 
 /* Cached tokens of sequence seq; -1 for an invalid id. */
 int32_t spex_kv_seq_len(const spex_context *ctx, int32_t seq);
-/* Keeps positions 0 .. new_len-1 (speculative rollback). 0 <= new_len <= current length. */
+/* Keeps positions 0 .. new_len-1 (speculative rollback). 0 <= new_len <= current length.
+ * Models with recurrent layers can only go back to a position whose state copy is kept
+ * (see n_rs_seq) or to 0; otherwise SPEX_ERR_UNSUPPORTED and nothing changes. */
 spex_status spex_kv_seq_truncate(spex_context *ctx, int32_t seq, int32_t new_len, spex_error *err);
+/* Whether spex_kv_seq_truncate(ctx, seq, new_len) would succeed (always for dense models and
+ * any 0 <= new_len <= length; for recurrent models new_len 0, the length, or a kept copy). */
+bool spex_kv_seq_can_truncate(const spex_context *ctx, int32_t seq, int32_t new_len);
 /* dst := the first len positions of src (prompt-prefix reuse); dst's own content is dropped.
- * 0 <= len <= length of src; len < 0 means all of src. O(len) copy. src == dst truncates. */
+ * 0 <= len <= length of src; len < 0 means all of src. O(len) copy. src == dst truncates.
+ * Recurrent models: len must be one spex_kv_seq_can_truncate(src, len) accepts. */
 spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_t len, spex_error *err);
 /* Empties sequence seq (seq < 0: every sequence). */
 spex_status spex_kv_seq_clear(spex_context *ctx, int32_t seq, spex_error *err);

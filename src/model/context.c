@@ -12,6 +12,7 @@
  * prefix region in each layer for K and V.
  */
 #include "model/model.h"
+#include "cpu/gdn.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ spex_context_params spex_context_default_params(void) {
     p.kv_type = SPEX_TYPE_F16;
     p.n_threads = 1;
     p.tap_clamp = true;
+    p.n_rs_seq = 0;
     return p;
 }
 
@@ -58,9 +60,13 @@ void spex_context_free(spex_context *ctx) {
     if (ctx->own_pool) spex_pool_free(ctx->pool);
     free(ctx->k_cache);
     free(ctx->v_cache);
+    free(ctx->rs_S);
+    free(ctx->rs_conv);
+    free(ctx->rs_lo);
     fwd_bufs *b = &ctx->b;
     void *bufs[] = {b->x, b->xn, b->tmp, b->q, b->k, b->v, b->att, b->gate, b->up, b->rope, b->hout, b->logits,
-                    b->taps, b->mm_ws, b->attn_ws, b->kv_f32, ctx->tap_ids, ctx->tap_slot, ctx->seq_len, ctx->perm,
+                    b->taps, b->mm_ws, b->attn_ws, b->kv_f32, b->qg, b->agate, b->mixed, b->conv, b->z,
+                    b->gbeta, b->ssm_o, b->gdn_ws, b->snap, ctx->tap_ids, ctx->tap_slot, ctx->seq_len, ctx->perm,
                     ctx->row_of, ctx->tok, ctx->pos, ctx->out_row, ctx->out_of, ctx->seq_start, ctx->seq_next};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(ctx);
@@ -96,6 +102,8 @@ static spex_status resolve_params(const spex_model *m, spex_context_params *p, s
         return spex_error_set(err, SPEX_ERR_UNSUPPORTED,
                               "context: kv_type q8_0 needs n_head_kv * head_dim (%" PRId64 ") to be a multiple of 32",
                               kv_dim);
+    if (p->n_rs_seq < 0 || p->n_rs_seq > 256)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: n_rs_seq %d, expected 0 .. 256", p->n_rs_seq);
     if (p->n_taps < 0 || (p->n_taps > 0 && !p->tap_layers))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: n_taps %d with tap_layers %s", p->n_taps,
                               p->tap_layers ? "set" : "NULL");
@@ -147,13 +155,34 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
 
     /* KV cache: calloc, so pages a short conversation never reaches are not committed. */
     c->kv_row_bytes = spex_type_row_size(p.kv_type, (int64_t)kvd);
-    const uint64_t rows = N * S * C;
+    const uint64_t rows = (uint64_t)m->n_kv_layers * S * C;
     if (c->kv_row_bytes == 0 || rows > (uint64_t)SIZE_MAX / 4 / c->kv_row_bytes) {
         s = spex_error_set(err, SPEX_ERR_RANGE, "context: KV cache of %" PRIu64 " rows is too large", rows);
         goto fail;
     }
-    c->k_cache = calloc((size_t)rows, c->kv_row_bytes);
-    c->v_cache = calloc((size_t)rows, c->kv_row_bytes);
+    c->k_cache = calloc(rows ? (size_t)rows : 1, c->kv_row_bytes);
+    c->v_cache = calloc(rows ? (size_t)rows : 1, c->kv_row_bytes);
+    /* Recurrent state ring (model.h): calloc as well, slots are written before they are read. */
+    uint64_t rs_bytes = 0;
+    bool rs_ok = true;
+    if (hp->n_recurrent > 0) {
+        const uint64_t Cc = 2ull * (uint64_t)hp->ssm_n_group * (uint64_t)hp->ssm_d_state + (uint64_t)hp->ssm_d_inner;
+        const uint64_t R = 1 + (uint64_t)p.n_rs_seq, NR = (uint64_t)hp->n_recurrent;
+        c->rs_ring = (int32_t)R;
+        c->rs_S_floats = (uint64_t)hp->ssm_dt_rank * (uint64_t)hp->ssm_d_state * (uint64_t)hp->ssm_d_state;
+        c->rs_conv_floats = (uint64_t)(hp->ssm_d_conv - 1) * Cc;
+        const uint64_t nS = S * R * NR * c->rs_S_floats, nC = S * R * NR * c->rs_conv_floats;
+        if (nS > (uint64_t)SIZE_MAX / 8 || nC > (uint64_t)SIZE_MAX / 8) {
+            s = spex_error_set(err, SPEX_ERR_RANGE, "context: recurrent state of %" PRIu64 " floats is too large",
+                               nS + nC);
+            goto fail;
+        }
+        c->rs_S = calloc((size_t)nS, sizeof(float));
+        c->rs_conv = calloc((size_t)nC, sizeof(float));
+        c->rs_lo = calloc((size_t)S, sizeof(int32_t));
+        rs_bytes = (nS + nC) * sizeof(float);
+        rs_ok = c->rs_S && c->rs_conv && c->rs_lo;
+    }
     c->params = p;
 
     fwd_bufs *b = &c->b;
@@ -176,6 +205,27 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     b->mm_ws = spex_ctx_buf_alloc(spex_forward_mm_ws_size(m, p.n_batch_max, p.n_outputs_max), &compute);
     b->attn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * b->attn_ws_floats * 4, &compute);
     b->kv_f32 = p.kv_type == SPEX_TYPE_Q8_0 ? spex_ctx_buf_alloc(2 * C * kvd * 4, &compute) : NULL;
+    bool q35_ok = true;
+    if (hp->attn_gated) {
+        b->qg = spex_ctx_buf_alloc(nb * 2 * qd * 4, &compute);
+        b->agate = spex_ctx_buf_alloc(nb * qd * 4, &compute);
+        q35_ok = b->qg && b->agate;
+    }
+    if (hp->n_recurrent > 0) {
+        const uint64_t Cc = 2ull * (uint64_t)hp->ssm_n_group * (uint64_t)hp->ssm_d_state + (uint64_t)hp->ssm_d_inner;
+        const uint64_t Hv = (uint64_t)hp->ssm_dt_rank, inner = (uint64_t)hp->ssm_d_inner;
+        b->gdn_ws_floats = (spex_gdn_chunked_scratch_floats(hp->ssm_d_state, hp->ssm_d_state, SPEX_GDN_CHUNK_MAX) + 15) /
+                           16 * 16;
+        b->mixed = spex_ctx_buf_alloc(nb * Cc * 4, &compute);
+        b->conv = spex_ctx_buf_alloc(nb * Cc * 4, &compute);
+        b->z = spex_ctx_buf_alloc(nb * inner * 4, &compute);
+        b->gbeta = spex_ctx_buf_alloc(nb * 2 * Hv * 4, &compute);
+        b->ssm_o = spex_ctx_buf_alloc(nb * inner * 4, &compute);
+        b->gdn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * b->gdn_ws_floats * 4, &compute);
+        b->snap = spex_ctx_buf_alloc((uint64_t)c->nth * (uint64_t)(c->rs_ring + SPEX_QWEN35_RECURRENT_MAX) *
+                                         sizeof(float *), &compute);
+        q35_ok = q35_ok && b->mixed && b->conv && b->z && b->gbeta && b->ssm_o && b->gdn_ws && b->snap;
+    }
 
     c->tap_ids = spex_ctx_buf_alloc((uint64_t)(p.n_taps + 1) * 4, &small);
     c->tap_slot = spex_ctx_buf_alloc((N + 1) * 4, &small);
@@ -188,7 +238,7 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     c->out_of = spex_ctx_buf_alloc(nb * 4, &small);
     c->seq_start = spex_ctx_buf_alloc((S + 1) * 4, &small);
     c->seq_next = spex_ctx_buf_alloc(S * 4, &small);
-    if (!c->k_cache || !c->v_cache || !b->x || !b->xn || !b->tmp || !b->q || !b->k || !b->v || !b->att ||
+    if (!rs_ok || !q35_ok || !c->k_cache || !c->v_cache || !b->x || !b->xn || !b->tmp || !b->q || !b->k || !b->v || !b->att ||
         !b->gate || !b->up || !b->rope || !b->hout || !b->logits || (p.n_taps && !b->taps) || !b->mm_ws ||
         !b->attn_ws || (p.kv_type == SPEX_TYPE_Q8_0 && !b->kv_f32) || !c->tap_ids || !c->tap_slot ||
         !c->seq_len || !c->perm || !c->row_of || !c->tok || !c->pos || !c->out_row || !c->out_of ||
@@ -209,12 +259,19 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     c->mem.weights = m->weight_bytes;
     c->mem.kv = 2 * rows * c->kv_row_bytes;
     c->mem.compute = compute + small;
+    c->mem.recurrent = rs_bytes;
     spex_model_log(m,
                    "context: %d seq x %d ctx, batch %d, outputs %d, KV %s %.2f MiB, compute %.2f MiB, weights %.2f "
                    "MiB, %d threads, %d taps",
                    p.n_seq_max, p.n_ctx_per_seq, p.n_batch_max, p.n_outputs_max, type_name(p.kv_type),
                    (double)c->mem.kv / 1048576.0, (double)c->mem.compute / 1048576.0,
                    (double)c->mem.weights / 1048576.0, c->nth, p.n_taps);
+    if (rs_bytes)
+        spex_model_log(m,
+                       "context: recurrent state %.2f MiB per copy per sequence, %d copies (1 + n_rs_seq %d) x %d seq "
+                       "= %.2f MiB",
+                       (double)spex_model_recurrent_state_bytes(m) / 1048576.0, c->rs_ring, p.n_rs_seq, p.n_seq_max,
+                       (double)rs_bytes / 1048576.0);
     *out = c;
     return SPEX_OK;
 fail:
@@ -228,7 +285,7 @@ const spex_model *spex_context_model(const spex_context *ctx) { return ctx ? ctx
 const spex_context_params *spex_context_get_params(const spex_context *ctx) { return ctx ? &ctx->params : NULL; }
 
 spex_memory_usage spex_context_memory(const spex_context *ctx) {
-    spex_memory_usage z = {0, 0, 0};
+    spex_memory_usage z = {0, 0, 0, 0};
     return ctx ? ctx->mem : z;
 }
 
@@ -238,13 +295,46 @@ spex_memory_usage spex_context_memory(const spex_context *ctx) {
 
 void *spex_kv_row(const spex_context *ctx, bool v, int32_t layer, int32_t seq, int32_t pos) {
     const uint64_t S = (uint64_t)ctx->params.n_seq_max, C = (uint64_t)ctx->params.n_ctx_per_seq;
-    const uint64_t row = ((uint64_t)layer * S + (uint64_t)seq) * C + (uint64_t)pos;
+    const uint64_t li = (uint64_t)ctx->model->layers[layer].kv_index;
+    const uint64_t row = (li * S + (uint64_t)seq) * C + (uint64_t)pos;
     return (uint8_t *)(v ? ctx->v_cache : ctx->k_cache) + row * ctx->kv_row_bytes;
 }
 
 static bool seq_ok(const spex_context *ctx, int32_t seq) { return ctx && seq >= 0 && seq < ctx->params.n_seq_max; }
 
 int32_t spex_kv_seq_len(const spex_context *ctx, int32_t seq) { return seq_ok(ctx, seq) ? ctx->seq_len[seq] : -1; }
+
+static int32_t rs_slot(const spex_context *ctx, int32_t pos) { return pos % ctx->rs_ring; }
+
+float *spex_rs_S(const spex_context *ctx, int32_t seq, int32_t pos, int32_t ri) {
+    const uint64_t R = (uint64_t)ctx->rs_ring, NR = (uint64_t)ctx->model->hp.n_recurrent;
+    const uint64_t i = (((uint64_t)seq * R + (uint64_t)rs_slot(ctx, pos)) * NR + (uint64_t)ri);
+    return ctx->rs_S + i * ctx->rs_S_floats;
+}
+
+float *spex_rs_conv(const spex_context *ctx, int32_t seq, int32_t pos, int32_t ri) {
+    const uint64_t R = (uint64_t)ctx->rs_ring, NR = (uint64_t)ctx->model->hp.n_recurrent;
+    const uint64_t i = (((uint64_t)seq * R + (uint64_t)rs_slot(ctx, pos)) * NR + (uint64_t)ri);
+    return ctx->rs_conv + i * ctx->rs_conv_floats;
+}
+
+/* Whether the state after position new_len - 1 is still in the ring (model.h). */
+static bool rs_holds(const spex_context *ctx, int32_t seq, int32_t new_len) {
+    if (!ctx->rs_S || new_len == 0 || new_len == ctx->seq_len[seq]) return true;
+    return new_len - 1 >= ctx->rs_lo[seq] && new_len <= ctx->seq_len[seq];
+}
+
+bool spex_kv_seq_can_truncate(const spex_context *ctx, int32_t seq, int32_t new_len) {
+    return seq_ok(ctx, seq) && new_len >= 0 && new_len <= ctx->seq_len[seq] && rs_holds(ctx, seq, new_len);
+}
+
+static spex_status rs_refuse(const spex_context *ctx, const char *what, int32_t seq, int32_t new_len, spex_error *err) {
+    return spex_error_set(err, SPEX_ERR_UNSUPPORTED,
+                          "%s: sequence %d holds %d tokens of a recurrent model; its state can go back to lengths "
+                          "%d .. %d or 0, not %d (n_rs_seq %d: raise it to roll back further)",
+                          what, seq, ctx->seq_len[seq], ctx->rs_lo[seq] + 1, ctx->seq_len[seq], new_len,
+                          ctx->params.n_rs_seq);
+}
 
 spex_status spex_kv_seq_truncate(spex_context *ctx, int32_t seq, int32_t new_len, spex_error *err) {
     if (!seq_ok(ctx, seq))
@@ -253,7 +343,9 @@ spex_status spex_kv_seq_truncate(spex_context *ctx, int32_t seq, int32_t new_len
     if (new_len < 0 || new_len > ctx->seq_len[seq])
         return spex_error_set(err, SPEX_ERR_RANGE, "kv truncate: sequence %d holds %d tokens, cannot truncate to %d",
                               seq, ctx->seq_len[seq], new_len);
+    if (!rs_holds(ctx, seq, new_len)) return rs_refuse(ctx, "kv truncate", seq, new_len, err);
     ctx->seq_len[seq] = new_len;
+    if (ctx->rs_S && new_len == 0) ctx->rs_lo[seq] = 0;
     return SPEX_OK;
 }
 
@@ -265,13 +357,25 @@ spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_
     if (len > ctx->seq_len[src])
         return spex_error_set(err, SPEX_ERR_RANGE, "kv copy: sequence %d holds %d tokens, cannot copy %d", src,
                               ctx->seq_len[src], len);
+    if (!rs_holds(ctx, src, len)) return rs_refuse(ctx, "kv copy", src, len, err);
     if (src != dst && len > 0) {
         const size_t bytes = (size_t)len * ctx->kv_row_bytes;
         for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
+            if (ctx->model->layers[l].kv_index < 0) continue;
             memcpy(spex_kv_row(ctx, false, l, dst, 0), spex_kv_row(ctx, false, l, src, 0), bytes);
             memcpy(spex_kv_row(ctx, true, l, dst, 0), spex_kv_row(ctx, true, l, src, 0), bytes);
         }
     }
+    if (ctx->rs_S && src != dst && len > 0) {
+        /* The state after len - 1 moves to the same ring slot of dst (same position). */
+        for (int32_t ri = 0; ri < ctx->model->hp.n_recurrent; ri++) {
+            memcpy(spex_rs_S(ctx, dst, len - 1, ri), spex_rs_S(ctx, src, len - 1, ri),
+                   sizeof(float) * ctx->rs_S_floats);
+            memcpy(spex_rs_conv(ctx, dst, len - 1, ri), spex_rs_conv(ctx, src, len - 1, ri),
+                   sizeof(float) * ctx->rs_conv_floats);
+        }
+    }
+    if (ctx->rs_S) ctx->rs_lo[dst] = len > 0 ? len - 1 : 0;
     ctx->seq_len[dst] = len;
     return SPEX_OK;
 }
@@ -280,12 +384,15 @@ spex_status spex_kv_seq_clear(spex_context *ctx, int32_t seq, spex_error *err) {
     if (!ctx) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "kv clear: context is NULL");
     if (seq < 0) {
         for (int32_t s = 0; s < ctx->params.n_seq_max; s++) ctx->seq_len[s] = 0;
+        if (ctx->rs_S)
+            for (int32_t s = 0; s < ctx->params.n_seq_max; s++) ctx->rs_lo[s] = 0;
         return SPEX_OK;
     }
     if (!seq_ok(ctx, seq))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "kv clear: sequence %d, expected 0 .. %d (or < 0 for all)",
                               seq, ctx->params.n_seq_max - 1);
     ctx->seq_len[seq] = 0;
+    if (ctx->rs_S) ctx->rs_lo[seq] = 0;
     return SPEX_OK;
 }
 
@@ -358,9 +465,19 @@ spex_status spex_forward(spex_context *ctx, const spex_batch *batch, spex_error 
     ctx->n_tokens = n;
     ctx->n_outputs = n_out;
 
-    spex_forward_dense(ctx);
+    if (ctx->model->hp.arch == SPEX_ARCH_QWEN35) spex_forward_qwen35(ctx);
+    else spex_forward_dense(ctx);
 
-    for (int32_t q = 0; q < S; q++) ctx->seq_len[q] += start[q + 1] - start[q];
+    for (int32_t q = 0; q < S; q++) {
+        const int32_t k = start[q + 1] - start[q];
+        if (k == 0) continue;
+        ctx->seq_len[q] += k;
+        if (ctx->rs_S) {
+            /* The ring now holds the states after the last min(k, R) positions too (model.h). */
+            const int32_t lo = ctx->seq_len[q] - (k > SPEX_QWEN35_RECURRENT_MAX ? 1 : ctx->rs_ring);
+            if (lo > ctx->rs_lo[q]) ctx->rs_lo[q] = lo;
+        }
+    }
     return SPEX_OK;
 }
 

@@ -205,7 +205,7 @@ const spex_draft_context_params *spex_draft_context_get_params(const spex_draft_
     return dc ? &dc->params : NULL;
 }
 spex_memory_usage spex_draft_context_memory(const spex_draft_context *dc) {
-    spex_memory_usage z = {0, 0, 0};
+    spex_memory_usage z = {0, 0, 0, 0};
     return dc ? dc->mem : z;
 }
 

@@ -31,7 +31,7 @@
  * a query against fixed tiles of its own sequence), so a token's logits do not depend on how
  * tokens are batched, nor on the thread count.
  */
-#include "model/model.h"
+#include "model/forward_internal.h"
 
 #include <math.h>
 #include <string.h>
@@ -40,15 +40,6 @@
 /* Phases                                                                    */
 /* ======================================================================== */
 
-typedef void (*pre_fn)(spex_context *c, const fwd_phase *ph, int ith, int nth);
-
-struct fwd_phase {
-    pre_fn pre;                    /* row-wise prologue, or NULL                         */
-    int layer;
-    const spex_ops_kernels *ops;   /* fetched once per forward                            */
-    bool has_mm;
-    spex_matmul_args mm;           /* the phase's matmul (rows in sorted order)           */
-};
 
 static void phase_task(void *arg, int ith, int nth) {
     spex_context *c = arg;
@@ -60,9 +51,7 @@ static void phase_task(void *arg, int ith, int nth) {
     if (ph->has_mm) spex_matmul_task(&ph->mm, ith, nth);
 }
 
-/* Runs one phase: prologue `pre` (may be NULL), then Y[n_rows][w.n_out] = X · Wᵀ when w is
- * non-NULL and n_rows > 0. */
-static void run_phase(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *w,
+void spex_fwd_run_phase(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *w,
                       const float *X, int64_t n_rows, float *Y) {
     ph->pre = pre;
     ph->layer = layer;
@@ -81,8 +70,11 @@ size_t spex_forward_mm_ws_size(const spex_model *m, int32_t n_batch_max, int32_t
     size_t ws = spex_matmul_ws_size(m->output.type, m->output.n_in, n_outputs_max);
     for (int l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        const model_weight *ws_w[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-        for (int i = 0; i < 7; i++) {
+        const model_weight *ws_w[] = {&L->wq,   &L->wk,  &L->wv,     &L->wo,      &L->w_gate,
+                                      &L->w_up, &L->w_down, &L->w_qkv, &L->w_z, &L->w_beta,
+                                      &L->w_alpha, &L->w_ssm_out};
+        for (size_t i = 0; i < sizeof ws_w / sizeof ws_w[0]; i++) {
+            if (!ws_w[i]->t) continue;   /* not a weight of this layer's kind */
             size_t s = spex_matmul_ws_size(ws_w[i]->type, ws_w[i]->n_in, n_batch_max);
             if (s > ws) ws = s;
         }
@@ -94,14 +86,9 @@ size_t spex_forward_mm_ws_size(const spex_model *m, int32_t n_batch_max, int32_t
 /* Prologues                                                                 */
 /* ======================================================================== */
 
-static inline void row_split(int64_t n, int ith, int nth, int64_t *r0, int64_t *r1) {
-    *r0 = n * ith / nth;
-    *r1 = n * (ith + 1) / nth;
-}
-
 /* Copies row r of the residual stream into its tap slot (batch order), sanitised as
  * dflash2.md §6 says when tap_clamp is on. */
-static void tap_row(spex_context *c, int slot, int64_t r) {
+void spex_fwd_tap_row(spex_context *c, int slot, int64_t r) {
     const int64_t E = c->model->hp.n_embd;
     const float *x = c->b.x + r * E;
     float *dst = c->b.taps + ((int64_t)c->perm[r] * c->params.n_taps + slot) * E;
@@ -120,7 +107,7 @@ static void tap_row(spex_context *c, int slot, int64_t r) {
 
 /* Layer input: x = embedding (layer 0) or x + ffn output of the previous layer; tap;
  * xn = RMSNorm(x; attn_norm). Layer 0 also fills each row's RoPE angles. */
-static void pre_attn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth) {
+void spex_fwd_pre_attn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth) {
     const spex_model *m = c->model;
     const spex_model_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd;
@@ -138,13 +125,13 @@ static void pre_attn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth
         } else {
             ph->ops->acc(x, c->b.tmp + r * E, E);
         }
-        if (slot >= 0) tap_row(c, slot, r);
+        if (slot >= 0) spex_fwd_tap_row(c, slot, r);
         ph->ops->rmsnorm(x, m->layers[l].attn_norm, c->b.xn + r * E, E, hp->rms_eps);
     }
 }
 
 /* Stores row r's k and v (already normed and rotated) at (layer, seq, pos) in kv_type. */
-static void store_kv(spex_context *c, int l, int64_t r, int32_t seq) {
+void spex_fwd_store_kv(spex_context *c, int l, int64_t r, int32_t seq) {
     const int64_t kvd = (int64_t)c->model->hp.n_head_kv * c->model->hp.head_dim;
     const spex_type t = c->params.kv_type;
     void *kd = spex_kv_row(c, false, l, seq, c->pos[r]);
@@ -159,7 +146,7 @@ static void store_kv(spex_context *c, int l, int64_t r, int32_t seq) {
 }
 
 /* The sequence a sorted row belongs to (seq_start is sorted: a short scan per row range). */
-static int32_t seq_of_row(const spex_context *c, int64_t r) {
+int32_t spex_fwd_seq_of_row(const spex_context *c, int64_t r) {
     int32_t s = 0;
     while (c->seq_start[s + 1] <= r) s++;
     return s;
@@ -176,7 +163,7 @@ static void pre_attention(spex_context *c, const fwd_phase *ph, int ith, int nth
 
     int64_t r0, r1;
     row_split(c->n_tokens, ith, nth, &r0, &r1);
-    int32_t seq = r0 < r1 ? seq_of_row(c, r0) : 0;
+    int32_t seq = r0 < r1 ? spex_fwd_seq_of_row(c, r0) : 0;
     for (int64_t r = r0; r < r1; r++) {
         while (c->seq_start[seq + 1] <= r) seq++;
         float *q = c->b.q + r * qd, *kr = c->b.k + r * kvd;
@@ -187,10 +174,17 @@ static void pre_attention(spex_context *c, const fwd_phase *ph, int ith, int nth
         const float *cs = c->b.rope + r * hp->n_rot;
         k->rope(q, H, hd, hp->n_rot, (spex_rope_mode)hp->rope_mode, cs);
         k->rope(kr, Hkv, hd, hp->n_rot, (spex_rope_mode)hp->rope_mode, cs);
-        store_kv(c, l, r, seq);
+        spex_fwd_store_kv(c, l, r, seq);
     }
     if (nth > 1) spex_pool_barrier(c->pool);
+    spex_fwd_attend(c, ph, ith, nth);
+}
 
+void spex_fwd_attend(spex_context *c, const fwd_phase *ph, int ith, int nth) {
+    const spex_model_hparams *hp = &c->model->hp;
+    const spex_ops_kernels *k = ph->ops;
+    const int l = ph->layer, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    const int64_t qd = (int64_t)H * hd, kvd = (int64_t)Hkv * hd;
     float *scratch = c->b.attn_ws + (size_t)ith * c->b.attn_ws_floats;
     const bool q8 = c->params.kv_type == SPEX_TYPE_Q8_0;
     for (int32_t s = 0; s < c->params.n_seq_max; s++) {
@@ -231,7 +225,7 @@ static void pre_attention(spex_context *c, const fwd_phase *ph, int ith, int nth
 }
 
 /* x += attention output projection; xn = RMSNorm(x; ffn_norm). */
-static void pre_ffn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth) {
+void spex_fwd_pre_ffn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth) {
     const spex_model_hparams *hp = &c->model->hp;
     const int64_t E = hp->n_embd;
     int64_t r0, r1;
@@ -244,7 +238,7 @@ static void pre_ffn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth)
 }
 
 /* gate = silu(gate) * up. */
-static void pre_swiglu(spex_context *c, const fwd_phase *ph, int ith, int nth) {
+void spex_fwd_pre_swiglu(spex_context *c, const fwd_phase *ph, int ith, int nth) {
     const int64_t F = c->model->hp.n_ff;
     int64_t r0, r1;
     row_split(c->n_tokens, ith, nth, &r0, &r1);
@@ -253,7 +247,7 @@ static void pre_swiglu(spex_context *c, const fwd_phase *ph, int ith, int nth) {
 
 /* x += ffn output of the last layer; tap id N; hout[i] = RMSNorm(x; output_norm) for the
  * i-th token that wants logits. */
-static void pre_output(spex_context *c, const fwd_phase *ph, int ith, int nth) {
+void spex_fwd_pre_output(spex_context *c, const fwd_phase *ph, int ith, int nth) {
     const spex_model *m = c->model;
     const int64_t E = m->hp.n_embd;
     const int slot = c->tap_slot[m->hp.n_layer];
@@ -262,7 +256,7 @@ static void pre_output(spex_context *c, const fwd_phase *ph, int ith, int nth) {
     for (int64_t r = r0; r < r1; r++) {
         float *x = c->b.x + r * E;
         ph->ops->acc(x, c->b.tmp + r * E, E);
-        if (slot >= 0) tap_row(c, slot, r);
+        if (slot >= 0) spex_fwd_tap_row(c, slot, r);
         const int32_t o = c->out_of[c->perm[r]];
         if (o >= 0) ph->ops->rmsnorm(x, m->output_norm, c->b.hout + (int64_t)o * E, E, m->hp.rms_eps);
     }
@@ -282,14 +276,14 @@ void spex_forward_dense(spex_context *c) {
 
     for (int l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        run_phase(c, &ph, pre_attn_norm, l, &L->wq, b->xn, n, b->q);
-        run_phase(c, &ph, NULL, l, &L->wk, b->xn, n, b->k);
-        run_phase(c, &ph, NULL, l, &L->wv, b->xn, n, b->v);
-        run_phase(c, &ph, pre_attention, l, &L->wo, b->att, n, b->tmp);
-        run_phase(c, &ph, pre_ffn_norm, l, &L->w_gate, b->xn, n, b->gate);
-        run_phase(c, &ph, NULL, l, &L->w_up, b->xn, n, b->up);
-        run_phase(c, &ph, pre_swiglu, l, &L->w_down, b->gate, n, b->tmp);
+        spex_fwd_run_phase(c, &ph, spex_fwd_pre_attn_norm, l, &L->wq, b->xn, n, b->q);
+        spex_fwd_run_phase(c, &ph, NULL, l, &L->wk, b->xn, n, b->k);
+        spex_fwd_run_phase(c, &ph, NULL, l, &L->wv, b->xn, n, b->v);
+        spex_fwd_run_phase(c, &ph, pre_attention, l, &L->wo, b->att, n, b->tmp);
+        spex_fwd_run_phase(c, &ph, spex_fwd_pre_ffn_norm, l, &L->w_gate, b->xn, n, b->gate);
+        spex_fwd_run_phase(c, &ph, NULL, l, &L->w_up, b->xn, n, b->up);
+        spex_fwd_run_phase(c, &ph, spex_fwd_pre_swiglu, l, &L->w_down, b->gate, n, b->tmp);
     }
-    run_phase(c, &ph, pre_output, m->hp.n_layer, &m->output, b->hout, c->n_outputs, b->logits);
+    spex_fwd_run_phase(c, &ph, spex_fwd_pre_output, m->hp.n_layer, &m->output, b->hout, c->n_outputs, b->logits);
     c->phase = NULL;
 }

@@ -8,8 +8,8 @@
  * views into the GGUF mapping; nothing is copied. What it is not: the forward pass
  * (forward.c) or any per-run state (context.c).
  *
- * Adding an architecture (qwen35 next): a row in `archs` with its own load function, which
- * fills the hyper-parameters and weights and names the forward it needs.
+ * Architectures: a row in `archs`; llama and qwen3 load here, qwen35 in model_qwen35.c
+ * with the shared helpers declared in model.h.
  */
 #include "model/model.h"
 
@@ -42,22 +42,17 @@ void spex_model_log(const spex_model *m, const char *fmt, ...) {
 /* Hyper-parameters                                                          */
 /* ======================================================================== */
 
-typedef struct key_reader {
-    const spex_gguf *g;
-    const char *arch;   /* key prefix */
-    char key[160];
-} key_reader;
 
-static const char *kname(key_reader *r, const char *suffix) {
+const char *spex_model_kname(key_reader *r, const char *suffix) {
     snprintf(r->key, sizeof r->key, "%s.%s", r->arch, suffix);
     return r->key;
 }
 
-static bool has_key(key_reader *r, const char *suffix) { return spex_gguf_find_key(r->g, kname(r, suffix)) >= 0; }
+static bool has_key(key_reader *r, const char *suffix) { return spex_gguf_find_key(r->g, spex_model_kname(r, suffix)) >= 0; }
 
 /* A positive dimension, required or with a default (def < 0: required). */
-static spex_status read_dim(key_reader *r, const char *suffix, int64_t def, int32_t *out, spex_error *err) {
-    const char *key = kname(r, suffix);
+spex_status spex_model_read_dim(key_reader *r, const char *suffix, int64_t def, int32_t *out, spex_error *err) {
+    const char *key = spex_model_kname(r, suffix);
     if (spex_gguf_find_key(r->g, key) < 0) {
         if (def < 0)
             return spex_error_set(err, SPEX_ERR_NOT_FOUND, "%s: required key '%s' is missing",
@@ -75,9 +70,9 @@ static spex_status read_dim(key_reader *r, const char *suffix, int64_t def, int3
     return SPEX_OK;
 }
 
-static spex_status read_f32(key_reader *r, const char *suffix, float def, bool required, float *out,
+spex_status spex_model_read_f32(key_reader *r, const char *suffix, float def, bool required, float *out,
                             spex_error *err) {
-    const char *key = kname(r, suffix);
+    const char *key = spex_model_kname(r, suffix);
     if (spex_gguf_find_key(r->g, key) < 0) {
         if (required)
             return spex_error_set(err, SPEX_ERR_NOT_FOUND, "%s: required key '%s' is missing",
@@ -90,15 +85,15 @@ static spex_status read_f32(key_reader *r, const char *suffix, float def, bool r
 
 /* The keys shared by the dense architectures (targets.md §4.1; qwen3 §5.1 uses the same
  * names). Shapes that need tensors (V) are filled in later. */
-static spex_status read_dense_hparams(key_reader *r, spex_model_hparams *hp, spex_error *err) {
+spex_status spex_model_read_dense_hparams(key_reader *r, spex_model_hparams *hp, spex_error *err) {
     const char *path = spex_gguf_path(r->g);
     spex_status s;
-    if ((s = read_dim(r, "block_count", -1, &hp->n_layer, err)) ||
-        (s = read_dim(r, "context_length", -1, &hp->n_ctx_train, err)) ||
-        (s = read_dim(r, "embedding_length", -1, &hp->n_embd, err)) ||
-        (s = read_dim(r, "feed_forward_length", -1, &hp->n_ff, err)) ||
-        (s = read_dim(r, "attention.head_count", -1, &hp->n_head, err)) ||
-        (s = read_dim(r, "attention.head_count_kv", hp->n_head, &hp->n_head_kv, err)))
+    if ((s = spex_model_read_dim(r, "block_count", -1, &hp->n_layer, err)) ||
+        (s = spex_model_read_dim(r, "context_length", -1, &hp->n_ctx_train, err)) ||
+        (s = spex_model_read_dim(r, "embedding_length", -1, &hp->n_embd, err)) ||
+        (s = spex_model_read_dim(r, "feed_forward_length", -1, &hp->n_ff, err)) ||
+        (s = spex_model_read_dim(r, "attention.head_count", -1, &hp->n_head, err)) ||
+        (s = spex_model_read_dim(r, "attention.head_count_kv", hp->n_head, &hp->n_head_kv, err)))
         return s;
     if (hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv != 0)
         return spex_error_set(err, SPEX_ERR_FORMAT,
@@ -111,23 +106,23 @@ static spex_status read_dense_hparams(key_reader *r, spex_model_hparams *hp, spe
                               "%s: no %s.attention.key_length and embedding_length %d is not a multiple of "
                               "head_count %d",
                               path, r->arch, hp->n_embd, hp->n_head);
-    if ((s = read_dim(r, "attention.key_length", def_hd, &hp->head_dim, err))) return s;
+    if ((s = spex_model_read_dim(r, "attention.key_length", def_hd, &hp->head_dim, err))) return s;
     int32_t vlen;
-    if ((s = read_dim(r, "attention.value_length", hp->head_dim, &vlen, err))) return s;
+    if ((s = spex_model_read_dim(r, "attention.value_length", hp->head_dim, &vlen, err))) return s;
     if (vlen != hp->head_dim)
         return spex_error_set(err, SPEX_ERR_UNSUPPORTED,
                               "%s: %s.attention.value_length %d differs from key_length %d (unsupported)", path,
                               r->arch, vlen, hp->head_dim);
-    if ((s = read_dim(r, "rope.dimension_count", hp->head_dim, &hp->n_rot, err))) return s;
+    if ((s = spex_model_read_dim(r, "rope.dimension_count", hp->head_dim, &hp->n_rot, err))) return s;
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0 || hp->n_rot > SPEX_ROPE_MAX_ROT)
         return spex_error_set(err, SPEX_ERR_FORMAT,
                               "%s: %s.rope.dimension_count %d: expected an even value <= head_dim %d", path,
                               r->arch, hp->n_rot, hp->head_dim);
-    if ((s = read_f32(r, "rope.freq_base", 10000.0f, false, &hp->rope_freq_base, err))) return s;
+    if ((s = spex_model_read_f32(r, "rope.freq_base", 10000.0f, false, &hp->rope_freq_base, err))) return s;
     if (!(hp->rope_freq_base > 0.0f))
         return spex_error_set(err, SPEX_ERR_RANGE, "%s: %s.rope.freq_base %g: expected > 0", path, r->arch,
                               (double)hp->rope_freq_base);
-    if ((s = read_f32(r, "attention.layer_norm_rms_epsilon", 0.0f, true, &hp->rms_eps, err))) return s;
+    if ((s = spex_model_read_f32(r, "attention.layer_norm_rms_epsilon", 0.0f, true, &hp->rms_eps, err))) return s;
     if (!(hp->rms_eps >= 0.0f) || hp->rms_eps > 1.0f)
         return spex_error_set(err, SPEX_ERR_RANGE, "%s: %s.attention.layer_norm_rms_epsilon %g: expected 0 .. 1",
                               path, r->arch, (double)hp->rms_eps);
@@ -135,13 +130,13 @@ static spex_status read_dense_hparams(key_reader *r, spex_model_hparams *hp, spe
     /* RoPE scaling: "linear" divides positions by the factor; the others change the
      * frequencies in ways spex does not implement yet. */
     hp->rope_freq_scale = 1.0f;
-    const char *st_key = kname(r, "rope.scaling.type");
+    const char *st_key = spex_model_kname(r, "rope.scaling.type");
     if (spex_gguf_find_key(r->g, st_key) >= 0) {
         spex_str st;
         if ((s = spex_gguf_get_str(r->g, st_key, &st, err))) return s;
         if (st.len == 6 && !memcmp(st.ptr, "linear", 6)) {
             float f;
-            if ((s = read_f32(r, "rope.scaling.factor", 1.0f, false, &f, err))) return s;
+            if ((s = spex_model_read_f32(r, "rope.scaling.factor", 1.0f, false, &f, err))) return s;
             if (!(f >= 1.0f))
                 return spex_error_set(err, SPEX_ERR_RANGE, "%s: %s.rope.scaling.factor %g: expected >= 1", path,
                                       r->arch, (double)f);
@@ -153,7 +148,7 @@ static spex_status read_dense_hparams(key_reader *r, spex_model_hparams *hp, spe
     }
     if (has_key(r, "expert_count")) {
         int64_t ne;
-        if ((s = spex_gguf_get_i64(r->g, kname(r, "expert_count"), &ne, err))) return s;
+        if ((s = spex_gguf_get_i64(r->g, spex_model_kname(r, "expert_count"), &ne, err))) return s;
         if (ne > 0)
             return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "%s: %s.expert_count = %" PRId64 ": MoE models are not supported",
                                   path, r->arch, ne);
@@ -165,7 +160,6 @@ static spex_status read_dense_hparams(key_reader *r, spex_model_hparams *hp, spe
 /* Tensors                                                                   */
 /* ======================================================================== */
 
-typedef enum { W_MATRIX, W_NORM } wkind;
 
 static void fmt_shape(char *buf, size_t cap, const int64_t *ne, uint32_t n_dims) {
     size_t o = 0;
@@ -177,7 +171,7 @@ static void fmt_shape(char *buf, size_t cap, const int64_t *ne, uint32_t n_dims)
 
 /* Finds tensor `name` and checks it: a matrix {ne0, ne1} of a type with a matmul kernel, or
  * a norm vector {ne0} in F32. optional: absence is fine (*w zeroed). */
-static spex_status find_weight(spex_model *m, const char *name, wkind kind, int64_t ne0, int64_t ne1, bool optional,
+spex_status spex_model_find_weight(spex_model *m, const char *name, model_wkind kind, int64_t ne0, int64_t ne1, bool optional,
                                model_weight *w, spex_error *err) {
     const char *path = spex_gguf_path(m->gguf);
     memset(w, 0, sizeof *w);
@@ -186,8 +180,8 @@ static spex_status find_weight(spex_model *m, const char *name, wkind kind, int6
         if (optional) return SPEX_OK;
         return spex_error_set(err, SPEX_ERR_NOT_FOUND, "%s: tensor '%s' is missing", path, name);
     }
-    const int64_t want[SPEX_MAX_DIMS] = {ne0, kind == W_MATRIX ? ne1 : 1, 1, 1};
-    const uint32_t want_dims = kind == W_MATRIX ? 2 : 1;
+    const int64_t want[SPEX_MAX_DIMS] = {ne0, kind == W_NORM ? 1 : ne1, 1, 1};
+    const uint32_t want_dims = kind == W_NORM ? 1 : 2;
     bool same = true;
     for (int i = 0; i < SPEX_MAX_DIMS; i++) same &= t->ne[i] == want[i];
     if (!same) {
@@ -199,10 +193,10 @@ static spex_status find_weight(spex_model *m, const char *name, wkind kind, int6
     }
     const spex_type_info *ti = spex_type_get_info((int)t->type);
     const char *tname = ti ? ti->name : "unknown";
-    if (kind == W_NORM) {
+    if (kind != W_MATRIX) {
         if (t->type != SPEX_TYPE_F32)
-            return spex_error_set(err, SPEX_ERR_TYPE, "%s: tensor '%s' has type %s, expected f32 (norm weights)", path,
-                                  name, tname);
+            return spex_error_set(err, SPEX_ERR_TYPE, "%s: tensor '%s' has type %s, expected f32 (%s)", path, name,
+                                  tname, kind == W_NORM ? "norm weights" : "read element-wise");
     } else {
         const spex_type act = spex_matmul_act_type(t->type);
         const spex_matmul_kernels *k = spex_matmul_kernels_get();
@@ -225,32 +219,30 @@ static spex_status find_weight(spex_model *m, const char *name, wkind kind, int6
     w->data = t->data;
     w->type = t->type;
     w->n_in = ne0;
-    w->n_out = kind == W_MATRIX ? ne1 : 1;
+    w->n_out = kind == W_NORM ? 1 : ne1;
     m->weight_bytes += t->nbytes;
     m->n_params += (uint64_t)ne0 * (uint64_t)w->n_out;
     return SPEX_OK;
 }
 
-static spex_status find_norm(spex_model *m, const char *name, int64_t n, bool optional, const float **out,
+spex_status spex_model_find_norm(spex_model *m, const char *name, int64_t n, bool optional, const float **out,
                              spex_error *err) {
     model_weight w;
-    spex_status s = find_weight(m, name, W_NORM, n, 1, optional, &w, err);
+    spex_status s = spex_model_find_weight(m, name, W_NORM, n, 1, optional, &w, err);
     *out = w.data;
     return s;
 }
 
 /* Tensors spex does not implement yet: refused by name rather than silently ignored. */
-static spex_status refuse_tensor(spex_model *m, const char *name, const char *why, spex_error *err) {
+spex_status spex_model_refuse_tensor(spex_model *m, const char *name, const char *why, spex_error *err) {
     if (spex_gguf_find_tensor(m->gguf, name))
         return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "%s: tensor '%s': %s", spex_gguf_path(m->gguf), name, why);
     return SPEX_OK;
 }
 
-/* llama and qwen3: targets.md §4.2 and §5.2. */
-static spex_status load_dense_tensors(spex_model *m, spex_error *err) {
+spex_status spex_model_load_globals(spex_model *m, spex_error *err) {
     spex_model_hparams *hp = &m->hp;
-    const int64_t E = hp->n_embd, F = hp->n_ff, hd = hp->head_dim;
-    const int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv * hd;
+    const int64_t E = hp->n_embd;
     const char *path = spex_gguf_path(m->gguf);
     spex_status s;
 
@@ -269,12 +261,23 @@ static spex_status load_dense_tensors(spex_model *m, spex_error *err) {
             return spex_error_set(err, SPEX_ERR_FORMAT, "%s: %s = %" PRId64 " but token_embd.weight has %d rows", path, key,
                                   v, hp->n_vocab);
     }
-    if ((s = find_weight(m, "token_embd.weight", W_MATRIX, E, hp->n_vocab, false, &m->tok_embd, err))) return s;
-    if ((s = find_norm(m, "output_norm.weight", E, false, &m->output_norm, err))) return s;
-    if ((s = find_weight(m, "output.weight", W_MATRIX, E, hp->n_vocab, true, &m->output, err))) return s;
+    if ((s = spex_model_find_weight(m, "token_embd.weight", W_MATRIX, E, hp->n_vocab, false, &m->tok_embd, err))) return s;
+    if ((s = spex_model_find_norm(m, "output_norm.weight", E, false, &m->output_norm, err))) return s;
+    if ((s = spex_model_find_weight(m, "output.weight", W_MATRIX, E, hp->n_vocab, true, &m->output, err))) return s;
     hp->tied_output = m->output.t == NULL;
     if (hp->tied_output) m->output = m->tok_embd;
-    if ((s = refuse_tensor(m, "rope_freqs.weight", "RoPE frequency factors are not supported", err))) return s;
+    return spex_model_refuse_tensor(m, "rope_freqs.weight", "RoPE frequency factors are not supported", err);
+}
+
+/* llama and qwen3: targets.md §4.2 and §5.2. */
+static spex_status load_dense_tensors(spex_model *m, spex_error *err) {
+    spex_model_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, F = hp->n_ff, hd = hp->head_dim;
+    const int64_t q_dim = (int64_t)hp->n_head * hd, kv_dim = (int64_t)hp->n_head_kv * hd;
+    const char *path = spex_gguf_path(m->gguf);
+    spex_status s;
+    if ((s = spex_model_load_globals(m, err))) return s;
+    m->n_kv_layers = hp->n_layer;
 
     m->layers = calloc((size_t)hp->n_layer, sizeof *m->layers);
     if (!m->layers) return spex_error_set(err, SPEX_ERR_NOMEM, "%s: out of memory", path);
@@ -284,24 +287,26 @@ static spex_status load_dense_tensors(spex_model *m, spex_error *err) {
 #define NAME(suffix) (snprintf(name, sizeof name, "blk.%d." suffix, l), name)
     for (int l = 0; l < hp->n_layer; l++) {
         model_layer *L = &m->layers[l];
-        if ((s = find_norm(m, NAME("attn_norm.weight"), E, false, &L->attn_norm, err)) ||
-            (s = find_weight(m, NAME("attn_q.weight"), W_MATRIX, E, q_dim, false, &L->wq, err)) ||
-            (s = find_weight(m, NAME("attn_k.weight"), W_MATRIX, E, kv_dim, false, &L->wk, err)) ||
-            (s = find_weight(m, NAME("attn_v.weight"), W_MATRIX, E, kv_dim, false, &L->wv, err)) ||
-            (s = find_weight(m, NAME("attn_output.weight"), W_MATRIX, q_dim, E, false, &L->wo, err)) ||
-            (s = find_norm(m, NAME("ffn_norm.weight"), E, false, &L->ffn_norm, err)) ||
-            (s = find_weight(m, NAME("ffn_gate.weight"), W_MATRIX, E, F, false, &L->w_gate, err)) ||
-            (s = find_weight(m, NAME("ffn_up.weight"), W_MATRIX, E, F, false, &L->w_up, err)) ||
-            (s = find_weight(m, NAME("ffn_down.weight"), W_MATRIX, F, E, false, &L->w_down, err)))
+        L->kv_index = l;
+        L->rs_index = -1;
+        if ((s = spex_model_find_norm(m, NAME("attn_norm.weight"), E, false, &L->attn_norm, err)) ||
+            (s = spex_model_find_weight(m, NAME("attn_q.weight"), W_MATRIX, E, q_dim, false, &L->wq, err)) ||
+            (s = spex_model_find_weight(m, NAME("attn_k.weight"), W_MATRIX, E, kv_dim, false, &L->wk, err)) ||
+            (s = spex_model_find_weight(m, NAME("attn_v.weight"), W_MATRIX, E, kv_dim, false, &L->wv, err)) ||
+            (s = spex_model_find_weight(m, NAME("attn_output.weight"), W_MATRIX, q_dim, E, false, &L->wo, err)) ||
+            (s = spex_model_find_norm(m, NAME("ffn_norm.weight"), E, false, &L->ffn_norm, err)) ||
+            (s = spex_model_find_weight(m, NAME("ffn_gate.weight"), W_MATRIX, E, F, false, &L->w_gate, err)) ||
+            (s = spex_model_find_weight(m, NAME("ffn_up.weight"), W_MATRIX, E, F, false, &L->w_up, err)) ||
+            (s = spex_model_find_weight(m, NAME("ffn_down.weight"), W_MATRIX, F, E, false, &L->w_down, err)))
             return s;
         if (hp->qk_norm) {
-            if ((s = find_norm(m, NAME("attn_q_norm.weight"), hd, false, &L->q_norm, err)) ||
-                (s = find_norm(m, NAME("attn_k_norm.weight"), hd, false, &L->k_norm, err)))
+            if ((s = spex_model_find_norm(m, NAME("attn_q_norm.weight"), hd, false, &L->q_norm, err)) ||
+                (s = spex_model_find_norm(m, NAME("attn_k_norm.weight"), hd, false, &L->k_norm, err)))
                 return s;
         }
         for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
             snprintf(name, sizeof name, "blk.%d.%s", l, biases[i]);
-            if ((s = refuse_tensor(m, name, "bias tensors are not supported", err))) return s;
+            if ((s = spex_model_refuse_tensor(m, name, "bias tensors are not supported", err))) return s;
         }
     }
 #undef NAME
@@ -322,6 +327,7 @@ typedef struct arch_desc {
 static const arch_desc archs[] = {
     {SPEX_ARCH_LLAMA, "llama", SPEX_ROPE_NORM, false},
     {SPEX_ARCH_QWEN3, "qwen3", SPEX_ROPE_NEOX, true},
+    {SPEX_ARCH_QWEN35, "qwen35", SPEX_ROPE_NEOX, true},
 };
 #define N_ARCHS (int)(sizeof archs / sizeof archs[0])
 
@@ -371,7 +377,8 @@ spex_status spex_model_load(const char *path, const spex_model_params *params, s
         if (an.len == strlen(archs[i].name) && !memcmp(an.ptr, archs[i].name, an.len)) ad = &archs[i];
     if (!ad) {
         s = spex_error_set(err, SPEX_ERR_UNSUPPORTED,
-                           "%s: general.architecture '%.*s' is not supported (spex loads llama and qwen3)", path,
+                           "%s: general.architecture '%.*s' is not supported (spex loads llama, qwen3 and qwen35)",
+                           path,
                            (int)(an.len > 64 ? 64 : an.len), an.ptr);
         goto fail;
     }
@@ -380,8 +387,10 @@ spex_status spex_model_load(const char *path, const spex_model_params *params, s
     m->hp.qk_norm = ad->qk_norm;
 
     key_reader r = {.g = m->gguf, .arch = ad->name};
-    if ((s = read_dense_hparams(&r, &m->hp, err))) goto fail;
-    if ((s = load_dense_tensors(m, err))) goto fail;
+    if ((s = spex_model_read_dense_hparams(&r, &m->hp, err))) goto fail;
+    if (ad->arch == SPEX_ARCH_QWEN35) s = spex_model_load_qwen35(m, &r, err);
+    else s = load_dense_tensors(m, err);
+    if (s != SPEX_OK) goto fail;
 
     const spex_model_hparams *hp = &m->hp;
     spex_model_log(m,
@@ -409,6 +418,17 @@ const spex_model_hparams *spex_model_get_hparams(const spex_model *m) { return m
 const spex_gguf *spex_model_gguf(const spex_model *m) { return m ? m->gguf : NULL; }
 uint64_t spex_model_weight_bytes(const spex_model *m) { return m ? m->weight_bytes : 0; }
 uint64_t spex_model_n_params(const spex_model *m) { return m ? m->n_params : 0; }
+bool spex_model_layer_is_recurrent(const spex_model *m, int32_t l) {
+    return m && l >= 0 && l < m->hp.n_layer && m->layers[l].recurrent;
+}
+uint64_t spex_model_recurrent_state_bytes(const spex_model *m) {
+    if (!m || m->hp.n_recurrent == 0) return 0;
+    const spex_model_hparams *hp = &m->hp;
+    const uint64_t Cc = 2ull * (uint64_t)hp->ssm_n_group * (uint64_t)hp->ssm_d_state + (uint64_t)hp->ssm_d_inner;
+    const uint64_t per_layer = (uint64_t)hp->ssm_dt_rank * (uint64_t)hp->ssm_d_state * (uint64_t)hp->ssm_d_state +
+                               (uint64_t)(hp->ssm_d_conv - 1) * Cc;
+    return (uint64_t)hp->n_recurrent * per_layer * sizeof(float);
+}
 const spex_tensor_info *spex_model_token_embd(const spex_model *m) { return m ? m->tok_embd.t : NULL; }
 const spex_tensor_info *spex_model_lm_head(const spex_model *m) { return m ? m->output.t : NULL; }
 

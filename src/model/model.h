@@ -12,10 +12,21 @@
  *   n   tokens of the current batch (<= n_batch_max)            C  n_ctx_per_seq
  *   S   n_seq_max       n_out  tokens of the batch that want logits (<= n_outputs_max)
  *
- * KV cache layout. K and V are separate arrays of kv_type, each [N][S][C][kv_dim]: layer l,
- * sequence s, position p is row ((l * S + s) * C + p). A sequence's rows are contiguous in
+ * KV cache layout. K and V are separate arrays of kv_type, each [N_kv][S][C][kv_dim]: attention
+ * layer l (its kv_index i; all N layers for llama / qwen3), sequence s, position p is row
+ * ((i * S + s) * C + p). A sequence's rows are contiguous in
  * every layer, so attention reads one region per (layer, sequence) with kv_pos = NULL (row p
  * is position p), truncation only changes seq_len[s], and a prefix copy is N*2 memcpys.
+ *
+ * Recurrent state (qwen35, targets.md §7.3, §9 strategy A). Per sequence a ring of R =
+ * 1 + n_rs_seq copies of the state of every GDN layer: rs_S [S][R][N_rs][Hv][Dk][Dv] and
+ * rs_conv [S][R][N_rs][d_conv-1][Cc] (the window, oldest column first), fp32. The state after
+ * position p lives in ring slot p mod R. A forward of k tokens at L .. L+k-1 reads the slot of
+ * L-1 (the zero state when L = 0) and writes the states after each of its last min(k, R)
+ * tokens (only the last one when k > SPEX_QWEN35_RECURRENT_MAX: a prompt chunk), so after it
+ * the ring holds positions max(rs_lo, L+k-R) .. L+k-1: truncating back to
+ * any of them only sets the length (the next forward starts from that slot) — no copy and
+ * no re-run. rs_lo[s] is the oldest position whose state the ring still holds.
  *
  * Row order inside a forward. The batch may interleave sequences; the forward first sorts
  * its tokens by sequence (stable counting sort), and every activation buffer holds rows in
@@ -39,8 +50,11 @@ typedef struct model_weight {
 } model_weight;
 
 typedef struct model_layer {
+    bool recurrent;              /* qwen35 Gated DeltaNet layer (the attention fields are unset) */
+    int32_t kv_index;            /* attention layers: its index in the KV cache, else -1      */
+    int32_t rs_index;            /* GDN layers: its index in the recurrent state, else -1     */
     const float *attn_norm;      /* [E]                        */
-    model_weight wq;             /* {E, H*hd}                  */
+    model_weight wq;             /* {E, H*hd}; qwen35 {E, 2*H*hd}: per head [q_h | gate_h] */
     model_weight wk, wv;         /* {E, kv_dim}                */
     model_weight wo;             /* {H*hd, E}                  */
     const float *q_norm;         /* [hd] (qwen3), else NULL    */
@@ -48,7 +62,27 @@ typedef struct model_layer {
     const float *ffn_norm;       /* [E]                        */
     model_weight w_gate, w_up;   /* {E, F}                     */
     model_weight w_down;         /* {F, E}                     */
+    /* qwen35 GDN layers (targets.md §6.3, §7); Cc = 2*Hk*Dk + Hv*Dv conv channels */
+    model_weight w_qkv;          /* {E, Cc}: [q | k | v] head-major                     */
+    model_weight w_z;            /* attn_gate {E, Hv*Dv}                                */
+    model_weight w_beta;         /* ssm_beta {E, Hv}                                    */
+    model_weight w_alpha;        /* ssm_alpha {E, Hv}                                   */
+    const float *conv1d;         /* ssm_conv1d {d_conv, Cc}: tap k of channel c at k + d_conv*c */
+    const float *dt_bias;        /* ssm_dt.bias [Hv]                                    */
+    const float *ssm_a;          /* ssm_a [Hv] (= -exp(A_log))                          */
+    const float *ssm_norm;       /* [Dv]                                                */
+    model_weight w_ssm_out;      /* ssm_out {Hv*Dv, E}                                  */
 } model_layer;
+
+/* The qwen35 native MTP block (targets.md §8.1): an attention layer plus the nextn tensors. */
+typedef struct model_mtp {
+    model_layer layer;           /* blk.N.*: gated attention + FFN                       */
+    model_weight eh_proj;        /* {2E, E}: concat(embedding, hidden) -> E              */
+    const float *enorm, *hnorm;  /* [E]                                                  */
+    const float *head_norm;      /* shared_head_norm [E] (output_norm when absent)       */
+    model_weight embed;          /* nextn.embed_tokens, else token_embd                  */
+    model_weight head;           /* nextn.shared_head_head, else the model's output      */
+} model_mtp;
 
 struct spex_model {
     spex_gguf *gguf;             /* owned; every weight points into its mapping */
@@ -58,8 +92,43 @@ struct spex_model {
     const float *output_norm;    /* [E]                        */
     model_weight output;         /* {E, V}; == tok_embd when tied */
     model_layer *layers;         /* [N], owned                 */
+    int32_t n_kv_layers;         /* attention layers (all N for llama / qwen3) */
+    bool has_mtp;                /* qwen35 with nextn_predict_layers = 1       */
+    model_mtp mtp;
     uint64_t weight_bytes, n_params;
 };
+
+/* ---- loading helpers shared by the architectures (model.c) ---- */
+
+/* Reads <arch>.<suffix> keys. */
+typedef struct key_reader {
+    const spex_gguf *g;
+    const char *arch;   /* key prefix */
+    char key[160];
+} key_reader;
+
+typedef enum { W_MATRIX, W_NORM, W_F32 } model_wkind;   /* W_F32: a 2-D F32 tensor read element-wise */
+
+const char *spex_model_kname(key_reader *r, const char *suffix);
+/* A positive dimension, required (def < 0) or with a default. */
+spex_status spex_model_read_dim(key_reader *r, const char *suffix, int64_t def, int32_t *out, spex_error *err);
+spex_status spex_model_read_f32(key_reader *r, const char *suffix, float def, bool required, float *out,
+                                spex_error *err);
+/* The keys the dense architectures and qwen35 share (targets.md §4.1, §5.1, §6.1). */
+spex_status spex_model_read_dense_hparams(key_reader *r, spex_model_hparams *hp, spex_error *err);
+/* Finds tensor `name` and checks it: a matrix {ne0, ne1} of a type with a matmul kernel, or an
+ * F32 vector {ne0} (W_NORM). optional: absence is fine (*w zeroed). Adds to the byte and
+ * parameter counts. */
+spex_status spex_model_find_weight(spex_model *m, const char *name, model_wkind kind, int64_t ne0, int64_t ne1,
+                                   bool optional, model_weight *w, spex_error *err);
+spex_status spex_model_find_norm(spex_model *m, const char *name, int64_t n, bool optional, const float **out,
+                                 spex_error *err);
+/* SPEX_ERR_UNSUPPORTED naming `name` when the file has that tensor. */
+spex_status spex_model_refuse_tensor(spex_model *m, const char *name, const char *why, spex_error *err);
+/* token_embd, output_norm, output (tied when absent): sets n_vocab, checks <arch>.vocab_size. */
+spex_status spex_model_load_globals(spex_model *m, spex_error *err);
+/* qwen35 (model_qwen35.c): hyper-parameters after the shared ones, and every tensor. */
+spex_status spex_model_load_qwen35(spex_model *m, key_reader *r, spex_error *err);
 
 /* Logs one line through the model's sink (params.log, else stderr) when verbose. */
 void spex_model_log(const spex_model *m, const char *fmt, ...)
@@ -88,6 +157,17 @@ typedef struct fwd_bufs {
     float *attn_ws;  /* [nth][attn_ws_floats] per-thread attention scratch             */
     size_t attn_ws_floats;
     float *kv_f32;   /* Q8_0 cache only: [2][C][kv_dim] one region dequantized         */
+    /* qwen35 */
+    float *qg;       /* [n][2*H*hd]  attn_q output: per head [q_h | gate_h]               */
+    float *agate;    /* [n][H*hd]    the attention output gates                           */
+    float *mixed;    /* [n][Cc]      attn_qkv output (the conv input)                      */
+    float *conv;     /* [n][Cc]      silu(conv(mixed)); q and k heads L2-normalised        */
+    float *z;        /* [n][Hv*Dv]   attn_gate output                                      */
+    float *gbeta;    /* [n][2*Hv]    per row: beta[Hv] (alpha before), then g[Hv]          */
+    float *ssm_o;    /* [n][Hv*Dv]   recurrence output, then gated-normed in place         */
+    float *gdn_ws;   /* [nth][gdn_ws_floats] chunked-form scratch                          */
+    size_t gdn_ws_floats;
+    float **snap;    /* [nth][R + SPEX_QWEN35_RECURRENT_MAX] state pointers (recurrent form) */
 } fwd_bufs;
 
 /* What one pool run of the forward does: a prologue of row-wise ops (and attention), then
@@ -109,6 +189,12 @@ struct spex_context {
     void *k_cache, *v_cache;     /* [N][S][C] rows each          */
     int32_t *seq_len;            /* [S]                          */
 
+    /* Recurrent state ring (qwen35; NULL otherwise): see "Recurrent state" above. */
+    int32_t rs_ring;             /* R = 1 + n_rs_seq             */
+    float *rs_S, *rs_conv;
+    int32_t *rs_lo;              /* [S]                          */
+    uint64_t rs_S_floats, rs_conv_floats;   /* per (seq, slot, GDN layer) */
+
     fwd_bufs b;
     spex_memory_usage mem;
 
@@ -125,6 +211,21 @@ struct spex_context {
     int32_t *seq_next;           /* [S] validation scratch: next expected position  */
     fwd_phase *phase;            /* the phase being run                             */
 };
+
+/* The state after position pos of sequence seq in GDN layer index ri (0 .. N_rs-1): S
+ * [Hv][Dk][Dv] and the conv window [d_conv-1][Cc]. */
+float *spex_rs_S(const spex_context *ctx, int32_t seq, int32_t pos, int32_t ri);
+float *spex_rs_conv(const spex_context *ctx, int32_t seq, int32_t pos, int32_t ri);
+
+/* qwen35: a sequence's rows in one batch go through the GDN recurrence token by token (the
+ * recurrent form, with ring snapshots) when there are at most this many, else through the
+ * chunked form with only the final state kept. The choice depends on nothing but the count,
+ * so decode and verify rows (always <= this) compute exactly as one-token decode does. */
+#define SPEX_QWEN35_RECURRENT_MAX 32
+
+/* The hybrid forward pass of qwen35 (forward_qwen35.c); same contract as the dense one, and it
+ * writes the recurrent states of the ring (the caller updates seq_len and rs_lo). */
+void spex_forward_qwen35(spex_context *ctx);
 
 /* The dense forward pass of llama / qwen3 (forward.c). The batch is already validated and
  * sorted into ctx->perm/tok/pos/seq_start; it writes the new K/V rows, the outputs, and

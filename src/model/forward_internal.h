@@ -1,0 +1,51 @@
+/*
+ * forward_internal.h — the phase machinery and the row-wise prologues that the dense forward
+ * (forward.c) and the qwen35 forward (forward_qwen35.c) share.
+ *
+ * What it is: a phase is one spex_pool_run: a prologue of row-wise ops on the rows this
+ * thread owns, then (after a barrier) one matmul with every row of the batch (forward.c's
+ * file comment has the threading model). What it is not: a public or a stable interface.
+ */
+#ifndef SPEX_MODEL_FORWARD_INTERNAL_H
+#define SPEX_MODEL_FORWARD_INTERNAL_H
+
+#include "model/model.h"
+
+typedef void (*pre_fn)(spex_context *c, const fwd_phase *ph, int ith, int nth);
+
+struct fwd_phase {
+    pre_fn pre;                    /* row-wise prologue, or NULL                         */
+    int layer;
+    const spex_ops_kernels *ops;   /* fetched once per forward                            */
+    bool has_mm;
+    spex_matmul_args mm;           /* the phase's matmul (rows in sorted order)           */
+};
+
+static inline void row_split(int64_t n, int ith, int nth, int64_t *r0, int64_t *r1) {
+    *r0 = n * ith / nth;
+    *r1 = n * (ith + 1) / nth;
+}
+
+/* Runs one phase: prologue `pre` (may be NULL), then Y[n_rows][w.n_out] = X · Wᵀ when w is
+ * non-NULL and n_rows > 0. */
+void spex_fwd_run_phase(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *w,
+                        const float *X, int64_t n_rows, float *Y);
+/* Copies residual row r into tap slot `slot` (batch order), sanitised when tap_clamp. */
+void spex_fwd_tap_row(spex_context *c, int slot, int64_t r);
+/* Layer input (embedding or += previous output), tap, xn = RMSNorm(x; attn_norm). */
+void spex_fwd_pre_attn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth);
+/* Stores row r's k and v (b.k, b.v) at (layer, seq, pos) of the KV cache. */
+void spex_fwd_store_kv(spex_context *c, int l, int64_t r, int32_t seq);
+/* The sequence of sorted row r. */
+int32_t spex_fwd_seq_of_row(const spex_context *c, int64_t r);
+/* Attention of every sequence's rows (b.q) over its cache region of layer ph->layer into
+ * b.att; all threads take part. The rows' K/V must be stored and a barrier passed. */
+void spex_fwd_attend(spex_context *c, const fwd_phase *ph, int ith, int nth);
+/* x += b.tmp; xn = RMSNorm(x; ffn_norm). */
+void spex_fwd_pre_ffn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth);
+/* gate = silu(gate) * up. */
+void spex_fwd_pre_swiglu(spex_context *c, const fwd_phase *ph, int ith, int nth);
+/* x += b.tmp; tap id N; hout = RMSNorm(x; output_norm) for the rows that want logits. */
+void spex_fwd_pre_output(spex_context *c, const fwd_phase *ph, int ith, int nth);
+
+#endif
