@@ -210,6 +210,9 @@ struct spex_context {
     int32_t *seq_start;          /* [S+1] first sorted row of each sequence          */
     int32_t *seq_next;           /* [S] validation scratch: next expected position  */
     fwd_phase *phase;            /* the phase being run                             */
+    const float *x_in;           /* when set: [n][E] (batch order) input rows of layer 0
+                                  * instead of the token embeddings (the MTP block, whose
+                                  * input is eh_proj of [embedding | hidden]); internal   */
 };
 
 /* The state after position pos of sequence seq in GDN layer index ri (0 .. N_rs-1): S
@@ -221,7 +224,8 @@ float *spex_rs_conv(const spex_context *ctx, int32_t seq, int32_t pos, int32_t r
  * recurrent form, with ring snapshots) when there are at most this many, else through the
  * chunked form with only the final state kept. The choice depends on nothing but the count,
  * so decode and verify rows (always <= this) compute exactly as one-token decode does. */
-#define SPEX_QWEN35_RECURRENT_MAX 32
+#define SPEX_QWEN35_RECURRENT_MAX 64
+_Static_assert(SPEX_QWEN35_RECURRENT_MAX >= SPEX_DRAFT_MAX_N + 1, "a verify batch must take the recurrent form");
 
 /* The hybrid forward pass of qwen35 (forward_qwen35.c); same contract as the dense one, and it
  * writes the recurrent states of the ring (the caller updates seq_len and rs_lo). */
