@@ -911,6 +911,59 @@ typedef struct spex_draft {
 spex_status spex_draft_walk(const spex_draft_context *dc, int32_t b, float temp, float p_min, spex_rng *rng,
                             spex_draft *out, spex_error *err);
 
+/* ---- MTP drafter: the qwen35 native nextn block (targets.md §8) ----------------------- */
+/* The target's own multi-token-prediction block drafts autoregressively: step 1 takes the
+ * anchor at position P and the target's hidden state of position P-1, step i+1 the draft d_i
+ * and the block's own output hidden of step i (§8.2). It keeps a one-layer KV cache per
+ * sequence that a catch-up after every target batch fills at every position p with (token at
+ * p, target hidden of p-1), the zero vector at p = 0. Hidden rows are passed as the target's
+ * tap of id N (the residual before output_norm; create the target context with tap_layers =
+ * {N}); the drafter applies output_norm itself (§8.1: the post-norm state, unless
+ * hidden_pre_norm). Drafts are greedy (argmax), so temperature > 0 verifies by
+ * sample-and-match. */
+typedef struct spex_mtp_context spex_mtp_context;
+
+typedef struct spex_mtp_params {
+    int32_t n_seq_max;        /* = the target context's (default 1)                        */
+    int32_t n_ctx_per_seq;    /* = the target context's (0: min(context_length, 4096))      */
+    int32_t n_batch_max;      /* rows of one catch-up batch (default 512)                   */
+    spex_type kv_type;        /* F16 (default), F32 or Q8_0                                 */
+    int32_t n_threads;        /* own pool when pool is NULL                                 */
+    spex_pool *pool;          /* borrowed: run on the target's pool                         */
+    bool hidden_pre_norm;     /* feed the residual itself instead of RMSNorm(.; output_norm) */
+} spex_mtp_params;
+
+spex_mtp_params spex_mtp_default_params(void);
+/* SPEX_ERR_UNSUPPORTED when the model has no MTP block (nextn_predict_layers = 0). The model
+ * must outlive the context. */
+spex_status spex_mtp_init(const spex_model *m, const spex_mtp_params *params, spex_mtp_context **out,
+                          spex_error *err);
+void spex_mtp_free(spex_mtp_context *mc);
+const spex_mtp_params *spex_mtp_get_params(const spex_mtp_context *mc);
+/* Catch-up: row i is token tokens[i] at position pos[i] of sequence seq[i] paired with
+ * h[i * E ..] = the target's id-N tap of position pos[i] - 1 (any values at pos[i] = 0: the
+ * zero vector is used). Positions of each sequence continue its cache (spex_forward's rule).
+ * Logits and hidden of every row are available afterwards (spex_mtp_logits / _hidden). */
+spex_status spex_mtp_feed(spex_mtp_context *mc, const int32_t *tokens, const int32_t *pos, const int32_t *seq,
+                          const float *h, int32_t n, spex_error *err);
+typedef struct spex_mtp_block {
+    int32_t seq;
+    int32_t anchor;           /* at position spex_mtp_seq_len(seq)                          */
+    int32_t n_max;            /* 1 .. SPEX_DRAFT_MAX_N                                       */
+    const float *h;           /* [E]: the target's id-N tap of the position before the anchor */
+} spex_mtp_block;
+/* Drafts every block, all sequences stepping together (one forward of one row per drafting
+ * sequence per step); a block stops early when its top probability falls below p_min. out[b]
+ * gets the ids (has_q false). Each sequence's cache is left as it was. */
+spex_status spex_mtp_draft(spex_mtp_context *mc, const spex_mtp_block *blocks, int32_t n_blocks, float p_min,
+                           spex_draft *out, spex_error *err);
+int32_t spex_mtp_seq_len(const spex_mtp_context *mc, int32_t seq);
+spex_status spex_mtp_seq_truncate(spex_mtp_context *mc, int32_t seq, int32_t new_len, spex_error *err);
+/* Of the last feed or draft step, row i: logits [V] and the block's output hidden [E]
+ * (RMSNorm(.; shared_head_norm), the state fed back when chaining). NULL out of range. */
+const float *spex_mtp_logits(const spex_mtp_context *mc, int32_t i);
+const float *spex_mtp_hidden(const spex_mtp_context *mc, int32_t i);
+
 /* ======================================================================== */
 /* Speculative decoding: draft -> verify -> accept -> rollback               */
 /* ======================================================================== */
@@ -980,6 +1033,11 @@ typedef spex_status (*spex_spec_draft_fn)(void *user, int32_t seq, int32_t ancho
  * Both contexts are borrowed. */
 spex_status spex_spec_init(spex_context *tctx, spex_draft_context *dc, const spex_spec_params *params,
                            spex_spec **out, spex_error *err);
+/* The same loop with the target's MTP block as the drafter (--spec-type mtp): the target
+ * context must have tap_layers = {N} (its hidden state for the MTP catch-up), n_rs_seq >=
+ * n_max when it has recurrent layers, and as many sequences as mc. n_max 0 means 3. */
+spex_status spex_spec_init_mtp(spex_context *tctx, spex_mtp_context *mc, const spex_spec_params *params,
+                               spex_spec **out, spex_error *err);
 void spex_spec_free(spex_spec *s);
 const spex_spec_params *spex_spec_get_params(const spex_spec *s);   /* n_max resolved */
 void spex_spec_set_draft_fn(spex_spec *s, spex_spec_draft_fn fn, void *user);

@@ -605,10 +605,52 @@ TEST(speculative_greedy_equals_target_only) {
     CHECK(ok);
 }
 
+/* qwen35 (issue 7): the target alone, with its MTP block and with a DFlash2 drafter print the
+ * same greedy text, and the speculative runs print their statistics. */
+TEST(qwen35_mtp_and_dflash2_equal_target_only) {
+    REQUIRE_BIN();
+    const char *t = "tests/data/qwen35/tiny-qwen35.gguf";
+    if (access(t, R_OK)) SKIP("%s missing", t);
+    run_result a, b;
+    RUN(a, "-m", t, "-p", "Once upon a time", "-n", "60", "--temp", "0", "-t", "2");
+    CHECK_EQ_INT(a.rc, 0);
+    bool ok = true;
+    for (int k = 0; k < 3 && ok; k++) {
+        if (k == 0) RUN(b, "-m", t, "--spec-type", "mtp", "-p", "Once upon a time", "-n", "60", "--temp", "0", "-t", "2");
+        else if (k == 1)
+            RUN(b, "-m", t, "--spec-type", "mtp", "--spec-draft-n-max", "5", "-p", "Once upon a time", "-n", "60",
+                "--temp", "0", "-t", "2");
+        else
+            RUN(b, "-m", t, "-md", "tests/data/qwen35/tiny-qwen35.dflash2.gguf", "-p", "Once upon a time", "-n", "60",
+                "--temp", "0", "-t", "2");
+        if (b.rc != 0 || b.out_len != a.out_len || memcmp(a.out, b.out, a.out_len) != 0) {
+            printf("  case %d: rc %d, output differs from the target alone\n%s\n", k, b.rc, b.err);
+            ok = false;
+        }
+        if (ok && (!strstr(b.err, "mean acceptance length = ") || !strstr(b.err, k < 2 ? "speculative: mtp" : "speculative: dflash2"))) {
+            printf("  case %d: no statistics:\n%s\n", k, b.err);
+            ok = false;
+        }
+        ok = ok && sanitizer_clean(b.err);
+        run_free(&b);
+    }
+    /* no MTP block: a clear error */
+    RUN(b, "-m", "tests/data/qwen35/tiny-qwen35-tied.gguf", "--spec-type", "mtp", "-p", "hi", "-n", "4");
+    if (b.rc == 0 || !strstr(b.err, "no MTP block")) {
+        printf("  tied model with --spec-type mtp: rc %d\n%s\n", b.rc, b.err);
+        ok = false;
+    }
+    run_free(&b);
+    run_free(&a);
+    CHECK(ok);
+}
+
 TEST(speculative_flags_and_errors) {
     REQUIRE_BIN();
     const char *m = TINY_QWEN3;
-    EXPECT_ERROR(2, "--spec-type", "-m", m, "--spec-type", "mtp");
+    EXPECT_ERROR(2, "--spec-type", "-m", m, "--spec-type", "eagle3");
+    /* mtp needs a target with an MTP block (qwen35 nextn): qwen3 has none */
+    EXPECT_ERROR(1, "no MTP block", "-m", m, "--spec-type", "mtp", "-p", "hi", "-n", "4");
     EXPECT_ERROR(2, "needs a drafter", "-m", m, "--spec-type", "dflash");
     EXPECT_ERROR(2, "-ctkd", "-m", m, "-md", TINY_DRAFT2, "-ctkd", "q4_0");
     EXPECT_ERROR(2, "differ", "-m", m, "-md", TINY_DRAFT2, "-ctkd", "f32", "-ctvd", "f16");

@@ -75,7 +75,8 @@ static void usage(FILE *f) {
             "\n"
             "speculative decoding (DFlash v1 / DFlash2, detected from the draft file; docs/speculative.md):\n"
             "  -md, --model-draft FILE    drafter GGUF (arch dflash); the target's head and embedding are borrowed\n"
-            "      --spec-type T          auto (from the draft file), none (ignore -md), dflash (auto)\n"
+            "      --spec-type T          auto (from the draft file), none (ignore -md), dflash (auto), mtp (the\n"
+            "                             target's own MTP block, qwen35; no -md; n-max default 3)\n"
             "      --spec-draft-n-max N   tokens drafted per step; clamped to block_size - 1 (block_size - 1)\n"
             "      --spec-draft-n-min N   drop drafts shorter than N (0)\n"
             "      --spec-draft-p-min P   stop the walk below this confidence (0 = off)\n"
@@ -202,8 +203,9 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             o->draft = v, i++;
         } else if (flag_is(a, "--spec-type", NULL)) {
             if (!need_value(a, v)) return 2;
-            if (strcmp(v, "auto") && strcmp(v, "none") && strcmp(v, "dflash") && strcmp(v, "draft-dflash")) {
-                fprintf(stderr, "error: %s expects auto, none or dflash, got '%s'\n", a, v);
+            if (strcmp(v, "auto") && strcmp(v, "none") && strcmp(v, "dflash") && strcmp(v, "draft-dflash") &&
+                strcmp(v, "mtp") && strcmp(v, "draft-mtp")) {
+                fprintf(stderr, "error: %s expects auto, none, dflash or mtp, got '%s'\n", a, v);
                 return 2;
             }
             o->spec_type = v, i++;
@@ -273,7 +275,7 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
     }
     if (o->has_ctv && !o->has_ctk) o->ctk_draft = o->ctv_draft;
     if (o->spec_type && !strcmp(o->spec_type, "none")) o->draft = NULL;
-    else if (o->spec_type && strcmp(o->spec_type, "auto") && !o->draft) {
+    else if (o->spec_type && strcmp(o->spec_type, "auto") && !run_spec_is_mtp(o) && !o->draft) {
         fprintf(stderr, "error: --spec-type %s needs a drafter (-md FILE)\n", o->spec_type);
         return 2;
     }
@@ -491,7 +493,7 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
         fprintf(stderr, "\n");
     }
 
-    if (o->draft) {
+    if (o->draft || run_spec_is_mtp(o)) {
         rc = run_speculative(o, m, tok, ids, n_prompt);
         goto done;
     }

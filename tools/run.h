@@ -7,6 +7,9 @@
 
 #include "spex.h"
 
+#include <stdbool.h>
+#include <string.h>
+
 #define RUN_MAX_OVERRIDES 16
 
 typedef struct run_opts {
@@ -36,6 +39,10 @@ typedef struct run_opts {
 
 /* Generation with the drafter o->draft over the tokenized prompt; prints like run.c and
  * returns the exit status. The prompt's ids are not yet in any sampler history. */
+/* --spec-type mtp (or draft-mtp): the target's MTP block drafts (no -md). */
+static inline bool run_spec_is_mtp(const run_opts *o) {
+    return o->spec_type && (!strcmp(o->spec_type, "mtp") || !strcmp(o->spec_type, "draft-mtp"));
+}
 int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const int32_t *ids,
                     int n_prompt);
 

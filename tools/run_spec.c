@@ -27,32 +27,41 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     spex_drafter *d = NULL;
     spex_context *ctx = NULL;
     spex_draft_context *dc = NULL;
+    spex_mtp_context *mc = NULL;
     spex_spec *spec = NULL;
+    const bool mtp = run_spec_is_mtp(o);
     spex_sampler *smp = NULL;
     spex_detok_stream *ds = NULL;
     const spex_model_hparams *hp = spex_model_get_hparams(m);
 
-    spex_drafter_params dp = spex_drafter_default_params();
-    dp.verbose = true;
-    dp.log = run_log_stderr;
-    dp.overrides = o->overrides;
-    dp.n_overrides = o->n_overrides;
-    if (spex_drafter_load(o->draft, m, &dp, &d, &err) != SPEX_OK) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        goto done;
+    const spex_drafter_hparams *dh = NULL;
+    int32_t n_max;
+    if (mtp) {
+        if (o->draft) fprintf(stderr, "warning: --spec-type mtp drafts with the target's MTP block: -md is ignored\n");
+        n_max = o->n_draft_max > 0 ? (int32_t)o->n_draft_max : 3;
+        if (n_max > SPEX_DRAFT_MAX_N) n_max = SPEX_DRAFT_MAX_N;
+    } else {
+        spex_drafter_params dp = spex_drafter_default_params();
+        dp.verbose = true;
+        dp.log = run_log_stderr;
+        dp.overrides = o->overrides;
+        dp.n_overrides = o->n_overrides;
+        if (spex_drafter_load(o->draft, m, &dp, &d, &err) != SPEX_OK) {
+            fprintf(stderr, "error: %s\n", err.msg);
+            goto done;
+        }
+        dh = spex_drafter_get_hparams(d);
+        if (!o->spec_type || !strcmp(o->spec_type, "auto"))
+            fprintf(stderr, "auto-detected speculative type 'draft-dflash' (%s) from the draft model metadata\n",
+                    dh->variant == SPEX_DFLASH2 ? "DFlash2" : "DFlash v1");
+        if (o->ctk_draft != SPEX_TYPE_F16 && o->ctk_draft != SPEX_TYPE_F32)
+            fprintf(stderr, "warning: quantized draft KV (%s) is known to destroy acceptance (dflash2.md §21 item 10)\n",
+                    spex_type_get_info(o->ctk_draft)->name);
+
+        n_max = (int32_t)o->n_draft_max;
+        if (n_max <= 0 || n_max > dh->block_size - 1) n_max = dh->block_size - 1;
+        if (n_max > SPEX_DRAFT_MAX_N) n_max = SPEX_DRAFT_MAX_N;
     }
-    const spex_drafter_hparams *dh = spex_drafter_get_hparams(d);
-    if (!o->spec_type || !strcmp(o->spec_type, "auto"))
-        fprintf(stderr, "auto-detected speculative type 'draft-dflash' (%s) from the draft model metadata\n",
-                dh->variant == SPEX_DFLASH2 ? "DFlash2" : "DFlash v1");
-    if (o->ctk_draft != SPEX_TYPE_F16 && o->ctk_draft != SPEX_TYPE_F32)
-        fprintf(stderr, "warning: quantized draft KV (%s) is known to destroy acceptance (dflash2.md §21 item 10)\n",
-                spex_type_get_info(o->ctk_draft)->name);
-
-    int32_t n_max = (int32_t)o->n_draft_max;
-    if (n_max <= 0 || n_max > dh->block_size - 1) n_max = dh->block_size - 1;
-    if (n_max > SPEX_DRAFT_MAX_N) n_max = SPEX_DRAFT_MAX_N;
-
     int32_t n_threads = (int32_t)o->n_threads;
     if (n_threads <= 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -63,8 +72,11 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     cp.n_batch_max = (int32_t)(o->n_batch > n_max + 1 ? o->n_batch : n_max + 1);
     cp.n_outputs_max = n_max + 1;
     cp.n_threads = n_threads;
-    cp.tap_layers = dh->target_layers;
-    cp.n_taps = dh->n_taps;
+    const int32_t tap_n = hp->n_layer;   /* MTP: the target's last hidden state */
+    cp.tap_layers = mtp ? &tap_n : dh->target_layers;
+    cp.n_taps = mtp ? 1 : dh->n_taps;
+    /* recurrent targets (qwen35): state copies for rolling back up to n_max rejected drafts */
+    cp.n_rs_seq = hp->n_recurrent > 0 ? n_max : 0;
     if (spex_context_init(m, &cp, &ctx, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
@@ -75,14 +87,26 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
                 n_ctx);
         goto done;
     }
-    spex_draft_context_params dcp = spex_draft_context_default_params();
-    dcp.n_ctx_per_seq = n_ctx;
-    dcp.kv_type = o->ctk_draft;
-    dcp.pool = spex_context_pool(ctx);
-    dcp.n_threads = n_threads;
-    if (spex_draft_context_init(d, &dcp, &dc, &err) != SPEX_OK) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        goto done;
+    if (mtp) {
+        spex_mtp_params mp = spex_mtp_default_params();
+        mp.n_ctx_per_seq = n_ctx;
+        mp.n_batch_max = spex_context_get_params(ctx)->n_batch_max;
+        mp.kv_type = o->ctk_draft;
+        mp.pool = spex_context_pool(ctx);
+        if (spex_mtp_init(m, &mp, &mc, &err) != SPEX_OK) {
+            fprintf(stderr, "error: %s\n", err.msg);
+            goto done;
+        }
+    } else {
+        spex_draft_context_params dcp = spex_draft_context_default_params();
+        dcp.n_ctx_per_seq = n_ctx;
+        dcp.kv_type = o->ctk_draft;
+        dcp.pool = spex_context_pool(ctx);
+        dcp.n_threads = n_threads;
+        if (spex_draft_context_init(d, &dcp, &dc, &err) != SPEX_OK) {
+            fprintf(stderr, "error: %s\n", err.msg);
+            goto done;
+        }
     }
     spex_spec_params spp = spex_spec_default_params();
     spp.n_max = (int32_t)o->n_draft_max;
@@ -90,7 +114,8 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     spp.p_min = o->p_draft_min;
     spp.sampled_walk = !o->draft_greedy;
     spp.log = run_log_stderr;
-    if (spex_spec_init(ctx, dc, &spp, &spec, &err) != SPEX_OK) {
+    if ((mtp ? spex_spec_init_mtp(ctx, mc, &spp, &spec, &err) : spex_spec_init(ctx, dc, &spp, &spec, &err)) !=
+        SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
@@ -176,7 +201,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     fprintf(stderr, "generated: %ld tokens, %.2f ms, %.2f t/s\n", n_gen, (t2 - t1) * 1e3, run_rate(n_gen, t2 - t1));
     fprintf(stderr, "stop:      %s\n", reason);
     fprintf(stderr, "speculative: %s, path %s, n_max %d, p_min %.3g, %llu verify steps\n",
-            dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
+            mtp ? "mtp" : dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
             spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, (unsigned long long)st->n_steps);
     fprintf(stderr, "draft acceptance rate = %.5f (%llu accepted / %llu generated)\n",
             spex_spec_stats_acceptance(st), (unsigned long long)st->n_accepted, (unsigned long long)st->n_drafted);
@@ -192,6 +217,7 @@ done:
     spex_sampler_free(smp);
     spex_spec_free(spec);
     spex_draft_context_free(dc);
+    spex_mtp_free(mc);
     spex_context_free(ctx);
     spex_drafter_free(d);
     return rc;

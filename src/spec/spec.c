@@ -28,6 +28,15 @@
  * small per-sequence buffer instead of injecting them; they are injected in one batch right
  * before its next draft (or when 32 are waiting). Drafting off then costs only the taps.
  *
+ * MTP drafter (spex_spec_init_mtp; targets.md §8.2). Instead of injecting features, every
+ * target batch is followed by the MTP catch-up: its rows (token at p, the target's id-N tap
+ * of p-1) go through spex_mtp_feed, so the MTP cache always holds exactly the target's
+ * positions; the tap of each sequence's last position is carried to the next batch (zero at
+ * position 0). Drafting chains the head from the anchor and the carried hidden.
+ *
+ * Recurrent targets (qwen35): rolling back m rejected drafts needs the state copies of the
+ * target context's ring, so spex_spec_init requires n_rs_seq >= n_max.
+ *
  * Nothing is allocated after spex_spec_init.
  */
 #include "spec/spec_test.h"
@@ -51,6 +60,7 @@ typedef struct spec_seq {
     spex_spec_stats st;
     float *pend;                /* [SPEC_PEND_MAX][feat_w] features not yet injected */
     int32_t n_pend;             /* they belong to positions draft_len .. + n_pend - 1 */
+    float *mtp_h;               /* MTP: [E] target tap N of position len - 1 (carried) */
 } spec_seq;
 
 /* Features of tokens verified without a draft wait here until the sequence's next draft (or
@@ -61,6 +71,7 @@ typedef struct spec_seq {
 struct spex_spec {
     spex_context *t;            /* borrowed */
     spex_draft_context *dc;     /* borrowed, may be NULL */
+    spex_mtp_context *mtp;      /* borrowed, may be NULL (never both) */
     spex_spec_params p;
     spex_spec_draft_fn fn;
     void *fn_user;
@@ -83,6 +94,14 @@ struct spex_spec {
     int32_t *pend_seq, *pend_pos; /* [SPEC_PEND_MAX] flush_pending's own row ids: a flush may
                                    * happen while a step is filling inj_seq / inj_pos        */
     int32_t *inj_seq, *inj_pos; /* [n_out_max]                             */
+    /* MTP: catch-up rows and the draft blocks of a step */
+    int32_t E;
+    float *mtp_h_all;           /* [n_seq][E] the carried hiddens          */
+    float *m_h;                 /* [nb][E] catch-up hidden rows            */
+    int32_t *m_tok, *m_pos, *m_seq; /* [nb]                                */
+    spex_mtp_block *mblocks;    /* [n_seq]                                 */
+    int32_t *mblock_of;         /* [n_seq] block index -> step index i     */
+    spex_draft *mdrafts;        /* [n_seq]                                 */
 };
 
 const char *spex_spec_path_name(spex_spec_path p) {
@@ -132,8 +151,8 @@ static void spec_log(const spex_spec *s, const char *fmt, ...) {
 /* Init / free                                                               */
 /* ======================================================================== */
 
-spex_status spex_spec_init(spex_context *tctx, spex_draft_context *dc, const spex_spec_params *params,
-                           spex_spec **out, spex_error *err) {
+static spex_status spec_init(spex_context *tctx, spex_draft_context *dc, spex_mtp_context *mtp,
+                             const spex_spec_params *params, spex_spec **out, spex_error *err) {
     if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: init: NULL out");
     *out = NULL;
     if (!tctx) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: init: NULL target context");
@@ -178,17 +197,41 @@ spex_status spex_spec_init(spex_context *tctx, spex_draft_context *dc, const spe
         dc_ctx = dp->n_ctx_per_seq;
         dc_inject = dp->n_inject_max;
         dc_blocks = dp->n_blocks_max;
+    } else if (mtp) {
+        const spex_mtp_params *mp = spex_mtp_get_params(mtp);
+        if (tp->n_taps != 1 || tp->tap_layers[0] != thp->n_layer)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                                  "spec: MTP drafting needs the target context's tap_layers = {%d} (its hidden "
+                                  "state), got %d taps",
+                                  thp->n_layer, tp->n_taps);
+        if (mp->n_seq_max != tp->n_seq_max)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: MTP context has %d sequences, target %d",
+                                  mp->n_seq_max, tp->n_seq_max);
+        if (mp->n_batch_max < tp->n_batch_max)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                                  "spec: MTP context batch %d is smaller than the target's %d (catch-up batches)",
+                                  mp->n_batch_max, tp->n_batch_max);
+        if (p.n_max == 0) p.n_max = 3;
+        if (p.n_max > SPEX_DRAFT_MAX_N) p.n_max = SPEX_DRAFT_MAX_N;
+        dc_ctx = mp->n_ctx_per_seq;
     } else {
         /* Without a drafter only a draft function can propose (spex_spec_set_draft_fn). */
         if (p.n_max == 0) p.n_max = 7;
         if (p.n_max > SPEX_DRAFT_MAX_N) p.n_max = SPEX_DRAFT_MAX_N;
     }
     if (p.n_min > p.n_max) p.n_min = p.n_max;
+    if (thp->n_recurrent > 0 && (dc || mtp) && tp->n_rs_seq < p.n_max)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                              "spec: the target has recurrent layers: create its context with n_rs_seq >= n_max "
+                              "(%d) so that rejected drafts can be rolled back, got n_rs_seq %d",
+                              p.n_max, tp->n_rs_seq);
 
     spex_spec *s = calloc(1, sizeof *s);
     if (!s) return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
     s->t = tctx;
     s->dc = dc;
+    s->mtp = mtp;
+    s->E = thp->n_embd;
     s->p = p;
     s->n_seq = tp->n_seq_max;
     s->n_vocab = thp->n_vocab;
@@ -222,12 +265,51 @@ spex_status spex_spec_init(spex_context *tctx, spex_draft_context *dc, const spe
     if (feat_w)
         for (int32_t i = 0; i < s->n_seq; i++)
             s->seq[i].pend = s->pend_all + (size_t)i * SPEC_PEND_MAX * (size_t)feat_w;
+    if (mtp) {
+        const size_t E = (size_t)s->E;
+        s->mtp_h_all = calloc((size_t)s->n_seq * E, sizeof(float));
+        s->m_h = malloc(sizeof(float) * (size_t)nb * E);
+        s->m_tok = malloc(sizeof(int32_t) * (size_t)nb);
+        s->m_pos = malloc(sizeof(int32_t) * (size_t)nb);
+        s->m_seq = malloc(sizeof(int32_t) * (size_t)nb);
+        s->mblocks = malloc(sizeof *s->mblocks * (size_t)s->n_seq);
+        s->mblock_of = malloc(sizeof(int32_t) * (size_t)s->n_seq);
+        s->mdrafts = malloc(sizeof *s->mdrafts * (size_t)s->n_seq);
+        if (!s->mtp_h_all || !s->m_h || !s->m_tok || !s->m_pos || !s->m_seq || !s->mblocks || !s->mblock_of ||
+            !s->mdrafts) {
+            spex_spec_free(s);
+            return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
+        }
+        for (int32_t i = 0; i < s->n_seq; i++) s->seq[i].mtp_h = s->mtp_h_all + (size_t)i * E;
+    }
     *out = s;
     return SPEX_OK;
 }
 
+spex_status spex_spec_init(spex_context *tctx, spex_draft_context *dc, const spex_spec_params *params,
+                           spex_spec **out, spex_error *err) {
+    return spec_init(tctx, dc, NULL, params, out, err);
+}
+
+spex_status spex_spec_init_mtp(spex_context *tctx, spex_mtp_context *mc, const spex_spec_params *params,
+                               spex_spec **out, spex_error *err) {
+    if (!mc) {
+        if (out) *out = NULL;
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: init: NULL MTP context");
+    }
+    return spec_init(tctx, NULL, mc, params, out, err);
+}
+
 void spex_spec_free(spex_spec *s) {
     if (!s) return;
+    free(s->mtp_h_all);
+    free(s->m_h);
+    free(s->m_tok);
+    free(s->m_pos);
+    free(s->m_seq);
+    free(s->mblocks);
+    free(s->mblock_of);
+    free(s->mdrafts);
     free(s->seq);
     free(s->batch);
     free(s->drafts);
@@ -282,6 +364,27 @@ void spex_spec_seq_end(spex_spec *s, int32_t seq) {
     s->seq[seq].n_pend = 0;
     spex_kv_seq_clear(s->t, seq, NULL);
     if (s->dc) spex_draft_kv_seq_clear(s->dc, seq, NULL);
+    if (s->mtp) spex_mtp_seq_truncate(s->mtp, seq, 0, NULL);
+}
+
+/* MTP catch-up of target batch rows [r0, r0 + n) of sequence seq at positions pos0 ..: row i
+ * pairs its token with the tap of the row before (the carried hidden for i = 0), and the
+ * last row's tap is carried. Rows are staged in m_*; `at` is where this sequence's rows
+ * start there, the return value where they end (the caller feeds all staged rows at once). */
+static int32_t mtp_stage(spex_spec *s, int32_t at, int32_t seq, const int32_t *tokens, int32_t r0, int32_t n,
+                         int32_t pos0) {
+    const float *taps = spex_taps(s->t);
+    const size_t E = (size_t)s->E;
+    spec_seq *q = &s->seq[seq];
+    for (int32_t i = 0; i < n; i++) {
+        s->m_tok[at + i] = tokens[i];
+        s->m_pos[at + i] = pos0 + i;
+        s->m_seq[at + i] = seq;
+        const float *h = i == 0 ? q->mtp_h : taps + (size_t)(r0 + i - 1) * E;
+        memcpy(s->m_h + (size_t)(at + i) * E, h, sizeof(float) * E);
+    }
+    memcpy(q->mtp_h, taps + (size_t)(r0 + n - 1) * E, sizeof(float) * E);
+    return at + n;
 }
 
 /* ======================================================================== */
@@ -332,7 +435,17 @@ static spex_status flush_pending(spex_spec *s, int32_t seq, spex_error *err) {
  * the target length. */
 static spex_status settle(spex_spec *s, int32_t seq, int32_t n_keep, spex_error *err) {
     spec_seq *q = &s->seq[seq];
+    const int32_t len = spex_kv_seq_len(s->t, seq);
+    if (s->mtp && n_keep != 0 && n_keep != len)
+        return spex_error_set(err, SPEX_ERR_UNSUPPORTED,
+                              "spec: sequence %d: the MTP drafter cannot keep %d of %d positions (the target hidden "
+                              "state of position %d is not kept); start it from 0",
+                              seq, n_keep, len, n_keep - 1);
     spex_status st = spex_kv_seq_truncate(s->t, seq, n_keep, err);
+    if (st == SPEX_OK && s->mtp) {
+        st = spex_mtp_seq_truncate(s->mtp, seq, n_keep, err);
+        if (n_keep == 0) memset(q->mtp_h, 0, sizeof(float) * (size_t)s->E);
+    }
     if (st != SPEX_OK || !s->dc) return st;
     int32_t dl = spex_draft_kv_seq_len(s->dc, seq);
     if (n_keep <= dl) {
@@ -400,6 +513,10 @@ static spex_status run_tokens(spex_spec *s, int32_t seq, int32_t pos0, const int
         spex_batch b = {.tokens = s->batch, .n_tokens = k};
         spex_status st = spex_forward(s->t, &b, err);
         if (st == SPEX_OK && s->dc) st = inject_rows(s, seq, 0, k, pos0 + done, err);
+        if (st == SPEX_OK && s->mtp) {
+            int32_t nm = mtp_stage(s, 0, seq, tokens + done, 0, k, pos0 + done);
+            st = spex_mtp_feed(s->mtp, s->m_tok, s->m_pos, s->m_seq, s->m_h, nm, err);
+        }
         if (st != SPEX_OK) return st;
         done += k;
     }
@@ -447,6 +564,9 @@ spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sa
     if (s->dc && spex_draft_kv_seq_len(s->dc, seq) != pos)
         return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: draft cache %d positions, target %d", seq,
                               spex_draft_kv_seq_len(s->dc, seq), pos);
+    if (s->mtp && spex_mtp_seq_len(s->mtp, seq) != pos)
+        return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: MTP cache %d positions, target %d", seq,
+                              spex_mtp_seq_len(s->mtp, seq), pos);
     if (pos + 2 > ctx_limit(s))
         return spex_error_set(err, SPEX_ERR_RANGE, "spec: prompt of %d tokens does not fit a context of %d", pos + 2,
                               ctx_limit(s));
@@ -572,6 +692,9 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
         int32_t P = spex_kv_seq_len(s->t, sq);
         if (P + 1 > s->n_ctx)
             return spex_error_set(err, SPEX_ERR_RANGE, "spec: sequence %d: context full (%d positions)", sq, s->n_ctx);
+        if (s->mtp && spex_mtp_seq_len(s->mtp, sq) != P)
+            return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: MTP cache holds %d positions, target %d",
+                                  sq, spex_mtp_seq_len(s->mtp, sq), P);
         if (s->dc && spex_draft_kv_seq_len(s->dc, sq) + s->seq[sq].n_pend != P)
             return spex_error_set(err, SPEX_ERR_INTERNAL,
                                   "spec: sequence %d: draft cache holds %d positions (+%d pending), target %d "
@@ -585,7 +708,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
     for (int32_t i = 0; i < n_seqs; i++) {
         int32_t sq = seqs[i];
         int32_t P = spex_kv_seq_len(s->t, sq);
-        int32_t n = (s->dc || s->fn) ? s->p.n_max : 0;
+        int32_t n = (s->dc || s->mtp || s->fn) ? s->p.n_max : 0;
         if (max_emit && max_emit[i] - 1 < n) n = max_emit[i] - 1;
         if (s->n_ctx - P - 1 < n) n = s->n_ctx - P - 1;
         if (s->dc && s->dc_ctx - P - 1 < n) n = s->dc_ctx - P - 1;
@@ -597,7 +720,11 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
         s->drafts[i].has_q = false;
         if (n > 0 && !s->fn && s->dc && n_blocks < s->dc_blocks_max)
             s->blocks[n_blocks++] = (spex_draft_block){.seq = sq, .anchor = s->seq[sq].anchor, .n = n};
-        else if (!s->fn) s->nd[i] = 0;
+        else if (n > 0 && !s->fn && s->mtp) {
+            s->mblock_of[n_blocks] = i;
+            s->mblocks[n_blocks++] =
+                (spex_mtp_block){.seq = sq, .anchor = s->seq[sq].anchor, .n_max = n, .h = s->seq[sq].mtp_h};
+        } else if (!s->fn) s->nd[i] = 0;
         rows_left -= s->nd[i] + 1;
     }
 
@@ -616,6 +743,9 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
                     st = spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: draft function returned %d tokens (max %d)",
                                         s->drafts[i].n, s->nd[i]);
             }
+    } else if (n_blocks > 0 && s->mtp) {
+        st = spex_mtp_draft(s->mtp, s->mblocks, n_blocks, s->p.p_min, s->mdrafts, err);
+        for (int32_t b = 0; b < n_blocks && st == SPEX_OK; b++) s->drafts[s->mblock_of[b]] = s->mdrafts[b];
     } else if (n_blocks > 0) {
         st = spex_draft_forward(s->dc, s->blocks, n_blocks, err);
         for (int32_t i = 0, b = 0; i < n_seqs && st == SPEX_OK; i++) {
@@ -650,7 +780,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
 
     /* Accept, roll back, gather the accepted rows' features. */
     double t3 = now_s();
-    int32_t n_inj = 0;
+    int32_t n_inj = 0, n_mtp = 0;
     for (int32_t i = 0; i < n_seqs; i++) {
         int32_t sq = seqs[i], n = s->drafts[i].n;
         int32_t P = spex_kv_seq_len(s->t, sq) - (n + 1);
@@ -676,10 +806,18 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
                 n_inj++;
             }
         }
+        if (s->mtp) {
+            /* catch-up: [anchor, d_1 .. d_m] at P .. P + m */
+            int32_t toks[SPEX_DRAFT_MAX_N + 1];
+            toks[0] = q->anchor;
+            for (int32_t r = 0; r < m; r++) toks[1 + r] = s->drafts[i].ids[r];
+            n_mtp = mtp_stage(s, n_mtp, sq, toks, s->row0[i], m + 1, P);
+        }
         s->seq[sq].anchor = out[i].tokens[out[i].n - 1];
         stats_add(&s->seq[sq].st, n, m, out[i].n);
         stats_add(&s->total, n, m, out[i].n);
     }
+    if (n_mtp > 0 && (st = spex_mtp_feed(s->mtp, s->m_tok, s->m_pos, s->m_seq, s->m_h, n_mtp, err))) return st;
     for (int32_t done = 0; s->dc && done < n_inj;) {
         int32_t k = n_inj - done < s->dc_inject_max ? n_inj - done : s->dc_inject_max;
         if ((st = spex_draft_inject(s->dc, s->feat + (size_t)done * (size_t)s->feat_w, s->feat_w, s->inj_seq + done,
