@@ -1059,6 +1059,10 @@ spex_status spex_spec_seq_begin(spex_spec *s, int32_t seq, const int32_t *prompt
  * (stats restart). begin(prompt, n) = feed(0, prompt, n - 1) + start(prompt[n - 1]). */
 spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const int32_t *tokens, int32_t n,
                                spex_error *err);
+/* Whether spex_spec_seq_feed can keep n_keep positions of seq: always for dense targets; a
+ * recurrent target (qwen35) only where its state ring holds position n_keep - 1 (or 0), and
+ * the MTP drafter only 0 or all of them. */
+bool spex_spec_seq_can_keep(const spex_spec *s, int32_t seq, int32_t n_keep);
 spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sampler *sampler, int32_t *first,
                                 spex_error *err);
 /* Rewinds begun sequence seq to its first n_keep positions (0 < n_keep <= its length) with

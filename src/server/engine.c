@@ -301,6 +301,9 @@ static int32_t common_prefix(const srv_engine *e, int s, const int32_t *ids, int
     if (len < have) have = len;
     int32_t k = 0;
     while (k < have && k < n - 1 && e->hist[s][k] == ids[k]) k++;
+    /* A recurrent target (qwen35) keeps states of only its last positions: reuse the prefix
+     * when its state is still held, else start from 0. */
+    if (k > 0 && !spex_spec_seq_can_keep(e->spec, s, k)) k = 0;
     return k;
 }
 

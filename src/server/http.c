@@ -891,6 +891,8 @@ static int load(srv_server *S) {
         cp.n_threads = (int32_t)(cpus > 0 ? cpus : 1);
     }
     if (dh) cp.tap_layers = dh->target_layers, cp.n_taps = dh->n_taps;
+    /* recurrent targets (qwen35): state copies to roll back rejected drafts */
+    if (dh && hp->n_recurrent > 0) cp.n_rs_seq = S->n_max;
     if (spex_context_init(S->model, &cp, &S->ctx, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;

@@ -523,6 +523,13 @@ static spex_status run_tokens(spex_spec *s, int32_t seq, int32_t pos0, const int
     return SPEX_OK;
 }
 
+bool spex_spec_seq_can_keep(const spex_spec *s, int32_t seq, int32_t n_keep) {
+    if (!seq_ok(s, seq)) return false;
+    const int32_t len = spex_kv_seq_len(s->t, seq);
+    if (s->mtp && n_keep != 0 && n_keep != len) return false;
+    return spex_kv_seq_can_truncate(s->t, seq, n_keep);
+}
+
 static int32_t ctx_limit(const spex_spec *s) { return s->dc && s->dc_ctx < s->n_ctx ? s->dc_ctx : s->n_ctx; }
 
 spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const int32_t *tokens, int32_t n,
