@@ -564,6 +564,14 @@ typedef struct spex_context_params {
                              * spex_kv_seq_truncate to any of the last n_rs_seq positions costs
                              * nothing. Set it to the drafter's n_max. Default 0. Ignored by
                              * dense models, whose KV cache truncates anywhere.                  */
+    int32_t n_ctx_checkpoints; /* recurrent models: state checkpoints kept per sequence, so that
+                             * spex_kv_seq_rewind (prompt-prefix reuse) restarts from the latest
+                             * one instead of position 0 (llama-server --ctx-checkpoints).
+                             * Default 0. Memory: n x the state per sequence (not committed
+                             * until used).                                                      */
+    int32_t checkpoint_min_step; /* a forward saves a checkpoint when the sequence has grown by at
+                             * least this many tokens since its last one (llama-server
+                             * --checkpoint-min-step; default 8192)                              */
 } spex_context_params;
 
 spex_context_params spex_context_default_params(void);
@@ -643,9 +651,24 @@ spex_status spex_kv_seq_truncate(spex_context *ctx, int32_t seq, int32_t new_len
 /* Whether spex_kv_seq_truncate(ctx, seq, new_len) would succeed (always for dense models and
  * any 0 <= new_len <= length; for recurrent models new_len 0, the length, or a kept copy). */
 bool spex_kv_seq_can_truncate(const spex_context *ctx, int32_t seq, int32_t new_len);
+/* spex_kv_seq_truncate for any 0 <= new_len <= length, also where a recurrent model's ring no
+ * longer holds the state of new_len - 1: the latest checkpoint at or before new_len - 1 is
+ * restored (else the zero state at 0) and the tokens from there to new_len - 1 are run again
+ * (targets.md §9, checkpoint + replay). The replay is a forward pass: it overwrites the last
+ * batch's logits and taps. *n_replayed (may be NULL) gets the tokens run again (0 when the
+ * truncation was free, always for dense models). */
+spex_status spex_kv_seq_rewind(spex_context *ctx, int32_t seq, int32_t new_len, int32_t *n_replayed,
+                               spex_error *err);
+/* Saves a checkpoint of seq's current recurrent state (a no-op for dense models or with
+ * n_ctx_checkpoints 0); when all slots are used the oldest is replaced. Truncation drops the
+ * checkpoints beyond the new length. */
+spex_status spex_kv_seq_checkpoint(spex_context *ctx, int32_t seq, spex_error *err);
+/* Checkpoints seq holds, and the position of the latest (the state after it), or -1. */
+int32_t spex_kv_seq_n_checkpoints(const spex_context *ctx, int32_t seq, int32_t *last_pos);
 /* dst := the first len positions of src (prompt-prefix reuse); dst's own content is dropped.
  * 0 <= len <= length of src; len < 0 means all of src. O(len) copy. src == dst truncates.
- * Recurrent models: len must be one spex_kv_seq_can_truncate(src, len) accepts. */
+ * Recurrent models: a len spex_kv_seq_can_truncate(src, len) refuses is reached by
+ * spex_kv_seq_rewind on dst (replay). */
 spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_t len, spex_error *err);
 /* Empties sequence seq (seq < 0: every sequence). */
 spex_status spex_kv_seq_clear(spex_context *ctx, int32_t seq, spex_error *err);
@@ -1059,9 +1082,10 @@ spex_status spex_spec_seq_begin(spex_spec *s, int32_t seq, const int32_t *prompt
  * (stats restart). begin(prompt, n) = feed(0, prompt, n - 1) + start(prompt[n - 1]). */
 spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const int32_t *tokens, int32_t n,
                                spex_error *err);
-/* Whether spex_spec_seq_feed can keep n_keep positions of seq: always for dense targets; a
- * recurrent target (qwen35) only where its state ring holds position n_keep - 1 (or 0), and
- * the MTP drafter only 0 or all of them. */
+/* Whether spex_spec_seq_feed can keep n_keep positions of seq (0 <= n_keep <= length): yes,
+ * except with the MTP drafter, which keeps only 0 or all of them. A recurrent target (qwen35)
+ * gets there by spex_kv_seq_rewind: free inside its state ring, else from the latest
+ * checkpoint (n_ctx_checkpoints; feed saves one at each prompt's end) with a replay. */
 bool spex_spec_seq_can_keep(const spex_spec *s, int32_t seq, int32_t n_keep);
 spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sampler *sampler, int32_t *first,
                                 spex_error *err);

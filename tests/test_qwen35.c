@@ -349,7 +349,7 @@ TEST(qwen35_rollback_every_j) {
         spex_context_free(a);
         spex_context_free(b);
     }
-    /* without snapshots (n_rs_seq 0) no rollback at all, but clear and copy of the full length work */
+    /* without snapshots (n_rs_seq 0) no free rollback, but clear and copy of the full length work */
     spex_context *c = mkctx(m, 2, 0, 1, NULL, 0);
     CHECK(c);
     CHECK(feed(c, 0, prompt, 10, false) == SPEX_OK);
@@ -361,8 +361,79 @@ TEST(qwen35_rollback_every_j) {
     memcpy(l0, spex_logits(c, 0), sizeof l0);
     CHECK(feed(c, 1, verify, 1, true) == SPEX_OK);
     CHECK(max_diff(l0, spex_logits(c, 0), V) == 0.0);
-    CHECK(spex_kv_seq_copy(c, 0, 1, 5, &e) == SPEX_ERR_UNSUPPORTED);
+    /* a length the ring does not hold: copied whole, then replayed back in dst (no checkpoints) */
+    CHECK(spex_kv_seq_copy(c, 0, 1, 5, &e) == SPEX_OK);
+    CHECK_EQ_INT(spex_kv_seq_len(c, 1), 5);
     CHECK(spex_kv_seq_truncate(c, 0, 0, &e) == SPEX_OK);
+    spex_context_free(c);
+    spex_model_free(m);
+}
+
+/* Checkpoints + replay (spex_kv_seq_rewind): going back past the ring restores the latest
+ * checkpoint and replays the tokens after it; the continuation equals a fresh run. */
+TEST(qwen35_rewind_checkpoints) {
+    const char *p = fx("tiny-qwen35.gguf");
+    if (!p) SKIP("tests/data/qwen35/tiny-qwen35.gguf missing");
+    spex_model *m = load(p);
+    CHECK(m);
+    spex_context_params cp = spex_context_default_params();
+    cp.n_seq_max = 2;
+    cp.n_ctx_per_seq = 128;
+    cp.n_batch_max = 16;
+    cp.kv_type = SPEX_TYPE_F32;
+    cp.n_rs_seq = 2;
+    cp.n_ctx_checkpoints = 3;
+    cp.checkpoint_min_step = 8;
+    spex_error e = {0};
+    spex_context *c = NULL;
+    CHECK(spex_context_init(m, &cp, &c, &e) == SPEX_OK);
+    int32_t t[64];
+    rand_tokens(t, 64, 11);
+    for (int i = 0; i < 40; i += 10) CHECK(feed(c, 0, t + i, 10, false) == SPEX_OK);
+    int32_t last;
+    /* checkpoints after positions 9, 19, 29, 39; 3 slots keep the last three */
+    CHECK_EQ_INT(spex_kv_seq_n_checkpoints(c, 0, &last), 3);
+    CHECK_EQ_INT(last, 39);
+    int32_t nrep = -1;
+    CHECK(!spex_kv_seq_can_truncate(c, 0, 23));
+    CHECK(spex_kv_seq_rewind(c, 0, 23, &nrep, &e) == SPEX_OK);
+    CHECK_EQ_INT(nrep, 3);                       /* from the checkpoint at 19 */
+    CHECK_EQ_INT(spex_kv_seq_len(c, 0), 23);
+    CHECK_EQ_INT(spex_kv_seq_n_checkpoints(c, 0, &last), 1);   /* 29 and 39 dropped */
+    CHECK_EQ_INT(last, 19);
+    CHECK(feed(c, 0, t + 50, 4, true) == SPEX_OK);
+    float got[4][V];
+    for (int i = 0; i < 4; i++) memcpy(got[i], spex_logits(c, i), sizeof got[i]);
+    spex_context *f = mkctx(m, 1, 0, 1, NULL, 0);
+    CHECK(f);
+    CHECK(feed(f, 0, t, 23, false) == SPEX_OK);
+    CHECK(feed(f, 0, t + 50, 4, true) == SPEX_OK);
+    double d = 0;
+    for (int i = 0; i < 4; i++) {
+        double x = max_diff(got[i], spex_logits(f, i), V);
+        if (x > d) d = x;
+    }
+    printf("  rewind 40 -> 23 (replayed %d from the checkpoint at 19) vs fresh: %.2e\n", nrep, d);
+    CHECK(d < 1e-5);
+    /* before every checkpoint: replay from 0 */
+    CHECK(spex_kv_seq_rewind(c, 0, 5, &nrep, &e) == SPEX_OK);
+    CHECK_EQ_INT(nrep, 5);
+    CHECK_EQ_INT(spex_kv_seq_n_checkpoints(c, 0, NULL), 0);
+    /* copy to another sequence at a length the ring does not hold: replayed in dst */
+    CHECK(feed(c, 0, t + 5, 15, false) == SPEX_OK);   /* len 20, checkpoint at 19 */
+    CHECK(feed(c, 0, t + 20, 15, false) == SPEX_OK);  /* len 35, checkpoint at 34 */
+    CHECK(spex_kv_seq_copy(c, 0, 1, 12, &e) == SPEX_OK);
+    CHECK_EQ_INT(spex_kv_seq_len(c, 1), 12);
+    CHECK_EQ_INT(spex_kv_seq_len(c, 0), 35);
+    CHECK(feed(c, 1, t + 60, 2, true) == SPEX_OK);
+    spex_kv_seq_clear(f, -1, NULL);
+    CHECK(feed(f, 0, t, 12, false) == SPEX_OK);
+    CHECK(feed(f, 0, t + 60, 2, true) == SPEX_OK);
+    CHECK(max_diff(spex_logits(c, 1), spex_logits(f, 1), V) < 1e-5);
+    /* errors */
+    CHECK(spex_kv_seq_rewind(c, 0, 99, NULL, &e) == SPEX_ERR_RANGE);
+    CHECK(spex_kv_seq_rewind(c, 7, 1, NULL, &e) == SPEX_ERR_INVALID_ARG);
+    spex_context_free(f);
     spex_context_free(c);
     spex_model_free(m);
 }

@@ -35,7 +35,10 @@ static void usage(FILE *f) {
             "  --spec-draft-n-max N  --spec-draft-n-min N  --spec-draft-p-min P  --spec-draft-sampling greedy|probabilistic\n"
             "  -ctkd/-ctvd f16|f32|q8_0    draft KV type                        --spec-draft-override-kv KEY=TYPE:VALUE\n"
             "  --spec-adaptive on|off      adaptive draft length (on)           --spec-min-gain X (1.05)\n"
-            "  --queue-max N               waiting requests before 503 (64)     --body-max BYTES (8 MiB)\n");
+            "  --queue-max N               waiting requests before 503 (64)     --body-max BYTES (8 MiB)\n"
+            "  --ctx-checkpoints N         recurrent (qwen35) state checkpoints per slot for prefix reuse (32)\n"
+            "  --checkpoint-min-step N     tokens between two checkpoints of a slot (8192); one is also taken\n"
+            "                              at the end of every prompt\n");
 }
 
 static bool is(const char *a, const char *x, const char *y) {
@@ -75,6 +78,8 @@ int cmd_serve(int argc, char **argv) {
     c.sse_ping_s = 30;
     c.adaptive = true;
     c.min_gain = 1.05f;
+    c.n_ctx_checkpoints = 32;
+    c.checkpoint_min_step = 8192;
     c.overrides = overrides;
     const char *env = getenv("LLAMA_ARG_MODEL");
     if (env) c.model = env;
@@ -257,6 +262,12 @@ int cmd_serve(int argc, char **argv) {
         } else if (is(a, "--spec-min-gain", NULL)) {
             if (!cli_parse_float(a, v, &f)) return 2;
             c.min_gain = f;
+        } else if (is(a, "--ctx-checkpoints", "-ctxcp")) {
+            if (!cli_parse_int(a, v, 0, 1024, &n)) return 2;
+            c.n_ctx_checkpoints = (int32_t)n;
+        } else if (is(a, "--checkpoint-min-step", NULL)) {
+            if (!cli_parse_int(a, v, 1, 1L << 30, &n)) return 2;
+            c.checkpoint_min_step = (int32_t)n;
         } else if (is(a, "--queue-max", NULL)) {
             if (!cli_parse_int(a, v, 1, 1L << 20, &n)) return 2;
             c.queue_max = (int32_t)n;

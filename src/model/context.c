@@ -36,6 +36,8 @@ spex_context_params spex_context_default_params(void) {
     p.n_threads = 1;
     p.tap_clamp = true;
     p.n_rs_seq = 0;
+    p.n_ctx_checkpoints = 0;
+    p.checkpoint_min_step = 8192;
     return p;
 }
 
@@ -63,6 +65,11 @@ void spex_context_free(spex_context *ctx) {
     free(ctx->rs_S);
     free(ctx->rs_conv);
     free(ctx->rs_lo);
+    free(ctx->ck_S);
+    free(ctx->ck_conv);
+    free(ctx->ck_pos);
+    free(ctx->hist);
+    free(ctx->rp_batch);
     fwd_bufs *b = &ctx->b;
     void *bufs[] = {b->x, b->xn, b->tmp, b->q, b->k, b->v, b->att, b->gate, b->up, b->rope, b->hout, b->logits,
                     b->taps, b->mm_ws, b->attn_ws, b->kv_f32, b->qg, b->agate, b->mixed, b->conv, b->z,
@@ -104,6 +111,10 @@ static spex_status resolve_params(const spex_model *m, spex_context_params *p, s
                               kv_dim);
     if (p->n_rs_seq < 0 || p->n_rs_seq > 256)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: n_rs_seq %d, expected 0 .. 256", p->n_rs_seq);
+    if (p->n_ctx_checkpoints < 0 || p->n_ctx_checkpoints > 1024 || p->checkpoint_min_step < 1)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                              "context: n_ctx_checkpoints %d (expected 0 .. 1024), checkpoint_min_step %d (>= 1)",
+                              p->n_ctx_checkpoints, p->checkpoint_min_step);
     if (p->n_taps < 0 || (p->n_taps > 0 && !p->tap_layers))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "context: n_taps %d with tap_layers %s", p->n_taps,
                               p->tap_layers ? "set" : "NULL");
@@ -182,6 +193,18 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
         c->rs_lo = calloc((size_t)S, sizeof(int32_t));
         rs_bytes = (nS + nC) * sizeof(float);
         rs_ok = c->rs_S && c->rs_conv && c->rs_lo;
+        /* checkpoints and the token history a rewind replays */
+        const uint64_t nk = (uint64_t)p.n_ctx_checkpoints;
+        c->n_ck = p.n_ctx_checkpoints;
+        c->ck_S = calloc(nk ? (size_t)(S * nk * NR * c->rs_S_floats) : 1, sizeof(float));
+        c->ck_conv = calloc(nk ? (size_t)(S * nk * NR * c->rs_conv_floats) : 1, sizeof(float));
+        c->ck_pos = malloc(sizeof(int32_t) * (size_t)(S * (nk ? nk : 1)));
+        c->hist = calloc((size_t)(S * C), sizeof(int32_t));
+        c->rp_batch = calloc((size_t)nb, sizeof(spex_batch_token));
+        rs_bytes += S * nk * NR * (c->rs_S_floats + c->rs_conv_floats) * sizeof(float);
+        rs_ok = rs_ok && c->ck_S && c->ck_conv && c->ck_pos && c->hist && c->rp_batch;
+        if (c->ck_pos)
+            for (uint64_t i = 0; i < S * (nk ? nk : 1); i++) c->ck_pos[i] = -1;
     }
     c->params = p;
 
@@ -319,13 +342,13 @@ float *spex_rs_conv(const spex_context *ctx, int32_t seq, int32_t pos, int32_t r
 }
 
 /* Whether the state after position new_len - 1 is still in the ring (model.h). */
-static bool rs_holds(const spex_context *ctx, int32_t seq, int32_t new_len) {
+bool spex_rs_holds(const spex_context *ctx, int32_t seq, int32_t new_len) {
     if (!ctx->rs_S || new_len == 0 || new_len == ctx->seq_len[seq]) return true;
     return new_len - 1 >= ctx->rs_lo[seq] && new_len <= ctx->seq_len[seq];
 }
 
 bool spex_kv_seq_can_truncate(const spex_context *ctx, int32_t seq, int32_t new_len) {
-    return seq_ok(ctx, seq) && new_len >= 0 && new_len <= ctx->seq_len[seq] && rs_holds(ctx, seq, new_len);
+    return seq_ok(ctx, seq) && new_len >= 0 && new_len <= ctx->seq_len[seq] && spex_rs_holds(ctx, seq, new_len);
 }
 
 static spex_status rs_refuse(const spex_context *ctx, const char *what, int32_t seq, int32_t new_len, spex_error *err) {
@@ -343,9 +366,10 @@ spex_status spex_kv_seq_truncate(spex_context *ctx, int32_t seq, int32_t new_len
     if (new_len < 0 || new_len > ctx->seq_len[seq])
         return spex_error_set(err, SPEX_ERR_RANGE, "kv truncate: sequence %d holds %d tokens, cannot truncate to %d",
                               seq, ctx->seq_len[seq], new_len);
-    if (!rs_holds(ctx, seq, new_len)) return rs_refuse(ctx, "kv truncate", seq, new_len, err);
+    if (!spex_rs_holds(ctx, seq, new_len)) return rs_refuse(ctx, "kv truncate", seq, new_len, err);
     ctx->seq_len[seq] = new_len;
     if (ctx->rs_S && new_len == 0) ctx->rs_lo[seq] = 0;
+    if (ctx->rs_S) spex_ck_drop_from(ctx, seq, new_len);
     return SPEX_OK;
 }
 
@@ -357,7 +381,11 @@ spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_
     if (len > ctx->seq_len[src])
         return spex_error_set(err, SPEX_ERR_RANGE, "kv copy: sequence %d holds %d tokens, cannot copy %d", src,
                               ctx->seq_len[src], len);
-    if (!rs_holds(ctx, src, len)) return rs_refuse(ctx, "kv copy", src, len, err);
+    if (!spex_rs_holds(ctx, src, len)) {
+        /* Copy all of src, then replay dst back to len from a checkpoint. */
+        spex_status st = spex_kv_seq_copy(ctx, src, dst, ctx->seq_len[src], err);
+        return st != SPEX_OK ? st : spex_kv_seq_rewind(ctx, dst, len, NULL, err);
+    }
     if (src != dst && len > 0) {
         const size_t bytes = (size_t)len * ctx->kv_row_bytes;
         for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
@@ -375,7 +403,15 @@ spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_
                    sizeof(float) * ctx->rs_conv_floats);
         }
     }
-    if (ctx->rs_S) ctx->rs_lo[dst] = len > 0 ? len - 1 : 0;
+    if (ctx->rs_S && src != dst) {
+        ctx->rs_lo[dst] = len > 0 ? len - 1 : 0;
+        memcpy(ctx->hist + (size_t)dst * (size_t)ctx->params.n_ctx_per_seq,
+               ctx->hist + (size_t)src * (size_t)ctx->params.n_ctx_per_seq, sizeof(int32_t) * (size_t)len);
+        spex_ck_copy(ctx, src, dst, len);
+    } else if (ctx->rs_S) {
+        if (len < ctx->seq_len[src] && ctx->rs_lo[dst] > len - 1) ctx->rs_lo[dst] = len > 0 ? len - 1 : 0;
+        spex_ck_drop_from(ctx, dst, len);
+    }
     ctx->seq_len[dst] = len;
     return SPEX_OK;
 }
@@ -385,14 +421,14 @@ spex_status spex_kv_seq_clear(spex_context *ctx, int32_t seq, spex_error *err) {
     if (seq < 0) {
         for (int32_t s = 0; s < ctx->params.n_seq_max; s++) ctx->seq_len[s] = 0;
         if (ctx->rs_S)
-            for (int32_t s = 0; s < ctx->params.n_seq_max; s++) ctx->rs_lo[s] = 0;
+            for (int32_t s = 0; s < ctx->params.n_seq_max; s++) ctx->rs_lo[s] = 0, spex_ck_drop_from(ctx, s, 0);
         return SPEX_OK;
     }
     if (!seq_ok(ctx, seq))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "kv clear: sequence %d, expected 0 .. %d (or < 0 for all)",
                               seq, ctx->params.n_seq_max - 1);
     ctx->seq_len[seq] = 0;
-    if (ctx->rs_S) ctx->rs_lo[seq] = 0;
+    if (ctx->rs_S) ctx->rs_lo[seq] = 0, spex_ck_drop_from(ctx, seq, 0);
     return SPEX_OK;
 }
 
@@ -459,6 +495,7 @@ spex_status spex_forward(spex_context *ctx, const spex_batch *batch, spex_error 
         ctx->row_of[i] = r;
         ctx->tok[r] = t->token;
         ctx->pos[r] = t->pos;
+        if (ctx->hist) ctx->hist[(size_t)t->seq * (size_t)ctx->params.n_ctx_per_seq + (size_t)t->pos] = t->token;
         ctx->out_of[i] = t->logits ? n_out : -1;
         if (t->logits) ctx->out_row[n_out++] = i;
     }
@@ -476,6 +513,7 @@ spex_status spex_forward(spex_context *ctx, const spex_batch *batch, spex_error 
             /* The ring now holds the states after the last min(k, R) positions too (model.h). */
             const int32_t lo = ctx->seq_len[q] - (k > SPEX_QWEN35_RECURRENT_MAX ? 1 : ctx->rs_ring);
             if (lo > ctx->rs_lo[q]) ctx->rs_lo[q] = lo;
+            spex_ck_after_forward(ctx, q);
         }
     }
     return SPEX_OK;

@@ -194,6 +194,13 @@ struct spex_context {
     float *rs_S, *rs_conv;
     int32_t *rs_lo;              /* [S]                          */
     uint64_t rs_S_floats, rs_conv_floats;   /* per (seq, slot, GDN layer) */
+    /* Checkpoints (checkpoint.c): [S][n_ck] copies of all GDN layers' states and their
+     * positions (-1: empty); the token history [S][C] that a rewind replays. */
+    int32_t n_ck;
+    float *ck_S, *ck_conv;
+    int32_t *ck_pos;
+    int32_t *hist;
+    spex_batch_token *rp_batch;  /* [n_batch_max] replay batch  */
 
     fwd_bufs b;
     spex_memory_usage mem;
@@ -219,6 +226,14 @@ struct spex_context {
  * [Hv][Dk][Dv] and the conv window [d_conv-1][Cc]. */
 float *spex_rs_S(const spex_context *ctx, int32_t seq, int32_t pos, int32_t ri);
 float *spex_rs_conv(const spex_context *ctx, int32_t seq, int32_t pos, int32_t ri);
+
+/* Whether the ring holds the state after position new_len - 1 (context.c). */
+bool spex_rs_holds(const spex_context *ctx, int32_t seq, int32_t new_len);
+/* Checkpoint bookkeeping (checkpoint.c): after a forward grew seq to its current length;
+ * after a truncation to new_len; dst's checkpoints := src's below len. */
+void spex_ck_after_forward(spex_context *ctx, int32_t seq);
+void spex_ck_drop_from(spex_context *ctx, int32_t seq, int32_t new_len);
+void spex_ck_copy(spex_context *ctx, int32_t src, int32_t dst, int32_t len);
 
 /* qwen35: a sequence's rows in one batch go through the GDN recurrence token by token (the
  * recurrent form, with ring snapshots) when there are at most this many, else through the

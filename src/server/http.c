@@ -893,6 +893,8 @@ static int load(srv_server *S) {
     if (dh) cp.tap_layers = dh->target_layers, cp.n_taps = dh->n_taps;
     /* recurrent targets (qwen35): state copies to roll back rejected drafts */
     if (dh && hp->n_recurrent > 0) cp.n_rs_seq = S->n_max;
+    cp.n_ctx_checkpoints = cfg->n_ctx_checkpoints;
+    cp.checkpoint_min_step = cfg->checkpoint_min_step > 0 ? cfg->checkpoint_min_step : 8192;
     if (spex_context_init(S->model, &cp, &S->ctx, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;

@@ -198,6 +198,8 @@ typedef struct srv_config {
     int sse_ping_s;           /* --sse-ping-interval; <= 0: off                          */
     bool adaptive;
     float min_gain;
+    int32_t n_ctx_checkpoints;   /* recurrent targets: checkpoints per slot (--ctx-checkpoints) */
+    int32_t checkpoint_min_step; /* --checkpoint-min-step                                         */
     int32_t step_delay_ms;
     const char *const *overrides;
     int n_overrides;

@@ -441,7 +441,9 @@ static spex_status settle(spex_spec *s, int32_t seq, int32_t n_keep, spex_error 
                               "spec: sequence %d: the MTP drafter cannot keep %d of %d positions (the target hidden "
                               "state of position %d is not kept); start it from 0",
                               seq, n_keep, len, n_keep - 1);
-    spex_status st = spex_kv_seq_truncate(s->t, seq, n_keep, err);
+    /* rewind = truncate, or (recurrent targets) checkpoint + replay when the ring no longer
+     * holds n_keep - 1 */
+    spex_status st = spex_kv_seq_rewind(s->t, seq, n_keep, NULL, err);
     if (st == SPEX_OK && s->mtp) {
         st = spex_mtp_seq_truncate(s->mtp, seq, n_keep, err);
         if (n_keep == 0) memset(q->mtp_h, 0, sizeof(float) * (size_t)s->E);
@@ -527,7 +529,7 @@ bool spex_spec_seq_can_keep(const spex_spec *s, int32_t seq, int32_t n_keep) {
     if (!seq_ok(s, seq)) return false;
     const int32_t len = spex_kv_seq_len(s->t, seq);
     if (s->mtp && n_keep != 0 && n_keep != len) return false;
-    return spex_kv_seq_can_truncate(s->t, seq, n_keep);
+    return n_keep >= 0 && n_keep <= len;   /* recurrent targets: by rewind (checkpoint + replay) */
 }
 
 static int32_t ctx_limit(const spex_spec *s) { return s->dc && s->dc_ctx < s->n_ctx ? s->dc_ctx : s->n_ctx; }
@@ -551,6 +553,8 @@ spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const 
     s->seq[seq].smp = NULL;
     spex_status st = settle(s, seq, n_keep, err);
     if (st == SPEX_OK) st = run_tokens(s, seq, n_keep, tokens, n, false, err);
+    /* recurrent targets: a checkpoint at the prompt's end, for the next request's prefix */
+    if (st == SPEX_OK && n > 0) st = spex_kv_seq_checkpoint(s->t, seq, err);
     if (st != SPEX_OK) spex_spec_seq_end(s, seq);
     return st;
 }
