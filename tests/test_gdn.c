@@ -14,12 +14,43 @@
  *   chunked, every o_t and the final state               CHUNK_BOUND
  *   in place, all-same-buffer, S_in NULL vs explicit zero, one token per call vs n at once,
  *   chunked S_out == S_in                                bit-identical
+ * Every case runs on every variant this CPU has (src/cpu/gdn_impl.h: scalar, avx2, avx512),
+ * each against the float64 reference and each for the bit-identity properties on its own
+ * (variants differ from each other by rounding: FMA vs mul + add). gdn_dispatch checks that
+ * the public entry points follow spex_cpu_set_isa.
  */
 #include "test.h"
 #include "cpu/gdn.h"
+#include "cpu/gdn_impl.h"
 
 #include <stdbool.h>
 #include <stdint.h>
+
+/* ---- variants: CHECK messages name the one under test ---- */
+
+static const char *g_variant = "?";
+
+#undef CHECK_MSG
+#define CHECK_MSG(cond, ...)                                                        \
+    do {                                                                            \
+        if (!(cond)) {                                                              \
+            printf("  %s:%d: [%s] ", __FILE__, __LINE__, g_variant);                \
+            printf(__VA_ARGS__);                                                    \
+            printf("\n");                                                           \
+            test_failed_ = 1;                                                       \
+            return;                                                                 \
+        }                                                                           \
+    } while (0)
+
+static const spex_gdn_kernels *variant(int i) {
+    const spex_gdn_kernels *k = i <= (int)SPEX_ISA_NEON ? spex_gdn_for((spex_isa)i) : NULL;
+    if (k) g_variant = k->name;
+    return k;
+}
+
+#define FOR_EACH_VARIANT(kv)                                                        \
+    for (int vi_ = 0; vi_ <= (int)SPEX_ISA_NEON; vi_++)                             \
+        for (const spex_gdn_kernels *kv = variant(vi_); kv; kv = NULL)
 
 #define REC_BOUND 2e-6
 #define CHUNK_BOUND 5e-6
@@ -155,47 +186,9 @@ static const int CHUNKS[] = {1, 4, 16, 64};
 /* ---- recurrent vs reference ----------------------------------------------------------------- */
 
 TEST(gdn_recurrent_vs_ref) {
-    for (int si = 0; si < N_SHAPES; si++) {
-        const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
-        double worst_o = 0, worst_s = 0;
-        for (int ni = 0; ni < N_NS; ni++) {
-            const int n = NS[ni];
-            problem p;
-            problem_init(&p, Dk, Dv, n);
-            double *o_ref = malloc(sizeof(double) * (size_t)n * Dv);
-            double *S_ref = malloc(sizeof(double) * (size_t)n * Dk * Dv);
-            float *S_after[130];
-            float *buf = snapshots(n, Dk, Dv, S_after);
-            reference(&p.a, o_ref, S_ref);
-            spex_gdn_recurrent(&p.a, S_after);
-            const double eo = rel_err(p.a.o, p.a.o_stride, o_ref, n, Dv);
-            double es = 0;
-            for (int t = 0; t < n; t++) {
-                const double e = rel_err(S_after[t], Dv, S_ref + (size_t)t * Dk * Dv, Dk, Dv);
-                if (e > es) es = e;
-            }
-            free(o_ref), free(S_ref), free(buf);
-            problem_free(&p);
-            CHECK_MSG(eo <= REC_BOUND, "Dk %d Dv %d n %d: o err %.3g > %.3g", Dk, Dv, n, eo, REC_BOUND);
-            CHECK_MSG(es <= REC_BOUND, "Dk %d Dv %d n %d: snapshot err %.3g > %.3g", Dk, Dv, n, es, REC_BOUND);
-            if (eo > worst_o) worst_o = eo;
-            if (es > worst_s) worst_s = es;
-        }
-        printf("  recurrent Dk %3d Dv %3d: max rel err o %.3g, snapshots %.3g (bound %.1g)\n", Dk, Dv, worst_o,
-               worst_s, REC_BOUND);
-    }
-}
-
-/* ---- chunked vs reference ------------------------------------------------------------------- */
-
-TEST(gdn_chunked_vs_ref) {
-    for (int si = 0; si < N_SHAPES; si++) {
-        const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
-        for (int ci = 0; ci < N_CHUNKS; ci++) {
-            const int chunk = CHUNKS[ci];
-            const size_t ns = spex_gdn_chunked_scratch_floats(Dk, Dv, chunk);
-            float *scratch = aligned_alloc(64, (ns * sizeof(float) + 63) & ~(size_t)63);
-            float *S_out = malloc(sizeof(float) * (size_t)Dk * Dv);
+    FOR_EACH_VARIANT(kv) {
+        for (int si = 0; si < N_SHAPES; si++) {
+            const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
             double worst_o = 0, worst_s = 0;
             for (int ni = 0; ni < N_NS; ni++) {
                 const int n = NS[ni];
@@ -203,23 +196,65 @@ TEST(gdn_chunked_vs_ref) {
                 problem_init(&p, Dk, Dv, n);
                 double *o_ref = malloc(sizeof(double) * (size_t)n * Dv);
                 double *S_ref = malloc(sizeof(double) * (size_t)n * Dk * Dv);
+                float *S_after[130];
+                float *buf = snapshots(n, Dk, Dv, S_after);
                 reference(&p.a, o_ref, S_ref);
-                spex_gdn_chunked(&p.a, chunk, S_out, scratch);
+                kv->recurrent(&p.a, S_after);
                 const double eo = rel_err(p.a.o, p.a.o_stride, o_ref, n, Dv);
-                const double es = rel_err(S_out, Dv, S_ref + (size_t)(n - 1) * Dk * Dv, Dk, Dv);
-                free(o_ref), free(S_ref);
+                double es = 0;
+                for (int t = 0; t < n; t++) {
+                    const double e = rel_err(S_after[t], Dv, S_ref + (size_t)t * Dk * Dv, Dk, Dv);
+                    if (e > es) es = e;
+                }
+                free(o_ref), free(S_ref), free(buf);
                 problem_free(&p);
+                CHECK_MSG(eo <= REC_BOUND, "Dk %d Dv %d n %d: o err %.3g > %.3g", Dk, Dv, n, eo, REC_BOUND);
+                CHECK_MSG(es <= REC_BOUND, "Dk %d Dv %d n %d: snapshot err %.3g > %.3g", Dk, Dv, n, es, REC_BOUND);
                 if (eo > worst_o) worst_o = eo;
                 if (es > worst_s) worst_s = es;
-                if (eo > CHUNK_BOUND || es > CHUNK_BOUND) break;
             }
-            free(scratch), free(S_out);
-            CHECK_MSG(worst_o <= CHUNK_BOUND, "Dk %d Dv %d chunk %d: o err %.3g > %.3g", Dk, Dv, chunk, worst_o,
-                      CHUNK_BOUND);
-            CHECK_MSG(worst_s <= CHUNK_BOUND, "Dk %d Dv %d chunk %d: state err %.3g > %.3g", Dk, Dv, chunk, worst_s,
-                      CHUNK_BOUND);
-            printf("  chunked Dk %3d Dv %3d chunk %2d: max rel err o %.3g, state %.3g (bound %.1g)\n", Dk, Dv, chunk,
-                   worst_o, worst_s, CHUNK_BOUND);
+            printf("  %-6s recurrent Dk %3d Dv %3d: max rel err o %.3g, snapshots %.3g (bound %.1g)\n", kv->name,
+                   Dk, Dv, worst_o, worst_s, REC_BOUND);
+        }
+    }
+}
+
+/* ---- chunked vs reference ------------------------------------------------------------------- */
+
+TEST(gdn_chunked_vs_ref) {
+    FOR_EACH_VARIANT(kv) {
+        for (int si = 0; si < N_SHAPES; si++) {
+            const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
+            for (int ci = 0; ci < N_CHUNKS; ci++) {
+                const int chunk = CHUNKS[ci];
+                const size_t ns = spex_gdn_chunked_scratch_floats(Dk, Dv, chunk);
+                float *scratch = aligned_alloc(64, (ns * sizeof(float) + 63) & ~(size_t)63);
+                float *S_out = malloc(sizeof(float) * (size_t)Dk * Dv);
+                double worst_o = 0, worst_s = 0;
+                for (int ni = 0; ni < N_NS; ni++) {
+                    const int n = NS[ni];
+                    problem p;
+                    problem_init(&p, Dk, Dv, n);
+                    double *o_ref = malloc(sizeof(double) * (size_t)n * Dv);
+                    double *S_ref = malloc(sizeof(double) * (size_t)n * Dk * Dv);
+                    reference(&p.a, o_ref, S_ref);
+                    kv->chunked(&p.a, chunk, S_out, scratch);
+                    const double eo = rel_err(p.a.o, p.a.o_stride, o_ref, n, Dv);
+                    const double es = rel_err(S_out, Dv, S_ref + (size_t)(n - 1) * Dk * Dv, Dk, Dv);
+                    free(o_ref), free(S_ref);
+                    problem_free(&p);
+                    if (eo > worst_o) worst_o = eo;
+                    if (es > worst_s) worst_s = es;
+                    if (eo > CHUNK_BOUND || es > CHUNK_BOUND) break;
+                }
+                free(scratch), free(S_out);
+                CHECK_MSG(worst_o <= CHUNK_BOUND, "Dk %d Dv %d chunk %d: o err %.3g > %.3g", Dk, Dv, chunk, worst_o,
+                          CHUNK_BOUND);
+                CHECK_MSG(worst_s <= CHUNK_BOUND, "Dk %d Dv %d chunk %d: state err %.3g > %.3g", Dk, Dv, chunk, worst_s,
+                          CHUNK_BOUND);
+                printf("  %-6s chunked Dk %3d Dv %3d chunk %2d: max rel err o %.3g, state %.3g (bound %.1g)\n", kv->name, Dk, Dv, chunk,
+                       worst_o, worst_s, CHUNK_BOUND);
+            }
         }
     }
 }
@@ -227,54 +262,56 @@ TEST(gdn_chunked_vs_ref) {
 /* ---- recurrent aliasing: in place and all-same-buffer give the distinct-buffer bits -------- */
 
 TEST(gdn_recurrent_aliasing) {
-    for (int si = 0; si < N_SHAPES; si++) {
-        const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
-        const size_t SZ = (size_t)Dk * Dv;
-        for (int ni = 0; ni < N_NS; ni++) {
-            const int n = NS[ni];
-            problem p;
-            problem_init(&p, Dk, Dv, n);
-            const int64_t os = p.a.o_stride;
-            float *S_after[130], *S_var[130];
-            float *ref = snapshots(n, Dk, Dv, S_after);
-            float *o_ref = malloc(sizeof(float) * (size_t)n * os);
-            spex_gdn_recurrent(&p.a, S_after);
-            memcpy(o_ref, p.ob, sizeof(float) * (size_t)n * os);
+    FOR_EACH_VARIANT(kv) {
+        for (int si = 0; si < N_SHAPES; si++) {
+            const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
+            const size_t SZ = (size_t)Dk * Dv;
+            for (int ni = 0; ni < N_NS; ni++) {
+                const int n = NS[ni];
+                problem p;
+                problem_init(&p, Dk, Dv, n);
+                const int64_t os = p.a.o_stride;
+                float *S_after[130], *S_var[130];
+                float *ref = snapshots(n, Dk, Dv, S_after);
+                float *o_ref = malloc(sizeof(float) * (size_t)n * os);
+                kv->recurrent(&p.a, S_after);
+                memcpy(o_ref, p.ob, sizeof(float) * (size_t)n * os);
 
-            /* (a) S_in == S_after[0], the rest distinct: every snapshot */
-            float *var = snapshots(n, Dk, Dv, S_var);
-            memcpy(S_var[0], p.S_in, SZ * sizeof(float));
-            spex_gdn_args a = p.a;
-            a.S_in = S_var[0];
-            spex_gdn_recurrent(&a, S_var);
-            CHECK_MSG(same_o(o_ref + HEAD * Dv, a.o, n, os, Dv), "Dk %d Dv %d n %d: o differs (S_in == S_after[0])",
-                      Dk, Dv, n);
-            for (int t = 0; t < n; t++)
-                CHECK_MSG(same_floats(S_after[t], S_var[t], SZ), "Dk %d Dv %d n %d: S_after[%d] differs (in place)",
-                          Dk, Dv, n, t);
+                /* (a) S_in == S_after[0], the rest distinct: every snapshot */
+                float *var = snapshots(n, Dk, Dv, S_var);
+                memcpy(S_var[0], p.S_in, SZ * sizeof(float));
+                spex_gdn_args a = p.a;
+                a.S_in = S_var[0];
+                kv->recurrent(&a, S_var);
+                CHECK_MSG(same_o(o_ref + HEAD * Dv, a.o, n, os, Dv), "Dk %d Dv %d n %d: o differs (S_in == S_after[0])",
+                          Dk, Dv, n);
+                for (int t = 0; t < n; t++)
+                    CHECK_MSG(same_floats(S_after[t], S_var[t], SZ), "Dk %d Dv %d n %d: S_after[%d] differs (in place)",
+                              Dk, Dv, n, t);
 
-            /* (b) S_in and every S_after[t] the same buffer */
-            float *one = S_var[0];
-            memcpy(one, p.S_in, SZ * sizeof(float));
-            for (int t = 0; t < n; t++) S_var[t] = one;
-            a.S_in = one;
-            spex_gdn_recurrent(&a, S_var);
-            CHECK_MSG(same_o(o_ref + HEAD * Dv, a.o, n, os, Dv), "Dk %d Dv %d n %d: o differs (all one buffer)", Dk,
-                      Dv, n);
-            CHECK_MSG(same_floats(S_after[n - 1], one, SZ), "Dk %d Dv %d n %d: state differs (all one buffer)", Dk,
-                      Dv, n);
+                /* (b) S_in and every S_after[t] the same buffer */
+                float *one = S_var[0];
+                memcpy(one, p.S_in, SZ * sizeof(float));
+                for (int t = 0; t < n; t++) S_var[t] = one;
+                a.S_in = one;
+                kv->recurrent(&a, S_var);
+                CHECK_MSG(same_o(o_ref + HEAD * Dv, a.o, n, os, Dv), "Dk %d Dv %d n %d: o differs (all one buffer)", Dk,
+                          Dv, n);
+                CHECK_MSG(same_floats(S_after[n - 1], one, SZ), "Dk %d Dv %d n %d: state differs (all one buffer)", Dk,
+                          Dv, n);
 
-            /* (c) every S_after[t] the same buffer, S_in distinct */
-            a.S_in = p.S_in;
-            spex_gdn_recurrent(&a, S_var);
-            CHECK_MSG(same_o(o_ref + HEAD * Dv, a.o, n, os, Dv), "Dk %d Dv %d n %d: o differs (one S_after)", Dk, Dv,
-                      n);
-            CHECK_MSG(same_floats(S_after[n - 1], one, SZ), "Dk %d Dv %d n %d: state differs (one S_after)", Dk, Dv,
-                      n);
-            CHECK(same_floats(p.S_in, a.S_in, SZ)); /* S_in untouched when distinct */
+                /* (c) every S_after[t] the same buffer, S_in distinct */
+                a.S_in = p.S_in;
+                kv->recurrent(&a, S_var);
+                CHECK_MSG(same_o(o_ref + HEAD * Dv, a.o, n, os, Dv), "Dk %d Dv %d n %d: o differs (one S_after)", Dk, Dv,
+                          n);
+                CHECK_MSG(same_floats(S_after[n - 1], one, SZ), "Dk %d Dv %d n %d: state differs (one S_after)", Dk, Dv,
+                          n);
+                CHECK(same_floats(p.S_in, a.S_in, SZ)); /* S_in untouched when distinct */
 
-            free(ref), free(var), free(o_ref);
-            problem_free(&p);
+                free(ref), free(var), free(o_ref);
+                problem_free(&p);
+            }
         }
     }
 }
@@ -282,45 +319,47 @@ TEST(gdn_recurrent_aliasing) {
 /* ---- S_in == NULL is the zero state, bit for bit -------------------------------------------- */
 
 TEST(gdn_null_state) {
-    for (int si = 0; si < N_SHAPES; si++) {
-        const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
-        const size_t SZ = (size_t)Dk * Dv;
-        const int n = 37;
-        problem p;
-        problem_init(&p, Dk, Dv, n);
-        const int64_t os = p.a.o_stride;
-        float *S1[37], *S2[37];
-        float *b1 = snapshots(n, Dk, Dv, S1), *b2 = snapshots(n, Dk, Dv, S2);
-        float *o1 = malloc(sizeof(float) * (size_t)n * os);
+    FOR_EACH_VARIANT(kv) {
+        for (int si = 0; si < N_SHAPES; si++) {
+            const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
+            const size_t SZ = (size_t)Dk * Dv;
+            const int n = 37;
+            problem p;
+            problem_init(&p, Dk, Dv, n);
+            const int64_t os = p.a.o_stride;
+            float *S1[37], *S2[37];
+            float *b1 = snapshots(n, Dk, Dv, S1), *b2 = snapshots(n, Dk, Dv, S2);
+            float *o1 = malloc(sizeof(float) * (size_t)n * os);
 
-        /* recurrent: explicit zeros (distinct buffers) vs NULL (distinct, then in place) */
-        memset(p.S_in, 0, SZ * sizeof(float));
-        spex_gdn_recurrent(&p.a, S1);
-        memcpy(o1, p.ob, sizeof(float) * (size_t)n * os);
-        spex_gdn_args a = p.a;
-        a.S_in = NULL;
-        memset(p.ob, 0xff, sizeof(float) * (size_t)n * os);
-        spex_gdn_recurrent(&a, S2);
-        CHECK(same_o(o1 + HEAD * Dv, a.o, n, os, Dv));
-        for (int t = 0; t < n; t++) CHECK_MSG(same_floats(S1[t], S2[t], SZ), "Dk %d Dv %d: S_after[%d]", Dk, Dv, t);
-        for (int t = 0; t < n; t++) S2[t] = b2;
-        spex_gdn_recurrent(&a, S2);
-        CHECK(same_o(o1 + HEAD * Dv, a.o, n, os, Dv));
-        CHECK(same_floats(S1[n - 1], b2, SZ));
+            /* recurrent: explicit zeros (distinct buffers) vs NULL (distinct, then in place) */
+            memset(p.S_in, 0, SZ * sizeof(float));
+            kv->recurrent(&p.a, S1);
+            memcpy(o1, p.ob, sizeof(float) * (size_t)n * os);
+            spex_gdn_args a = p.a;
+            a.S_in = NULL;
+            memset(p.ob, 0xff, sizeof(float) * (size_t)n * os);
+            kv->recurrent(&a, S2);
+            CHECK(same_o(o1 + HEAD * Dv, a.o, n, os, Dv));
+            for (int t = 0; t < n; t++) CHECK_MSG(same_floats(S1[t], S2[t], SZ), "Dk %d Dv %d: S_after[%d]", Dk, Dv, t);
+            for (int t = 0; t < n; t++) S2[t] = b2;
+            kv->recurrent(&a, S2);
+            CHECK(same_o(o1 + HEAD * Dv, a.o, n, os, Dv));
+            CHECK(same_floats(S1[n - 1], b2, SZ));
 
-        /* chunked: explicit zeros vs NULL */
-        const int chunk = 16;
-        float *scratch = aligned_alloc(64, (spex_gdn_chunked_scratch_floats(Dk, Dv, chunk) * sizeof(float) + 63) &
-                                               ~(size_t)63);
-        spex_gdn_chunked(&p.a, chunk, b1, scratch);
-        memcpy(o1, p.ob, sizeof(float) * (size_t)n * os);
-        memset(p.ob, 0xff, sizeof(float) * (size_t)n * os);
-        spex_gdn_chunked(&a, chunk, b2, scratch);
-        CHECK(same_o(o1 + HEAD * Dv, a.o, n, os, Dv));
-        CHECK(same_floats(b1, b2, SZ));
+            /* chunked: explicit zeros vs NULL */
+            const int chunk = 16;
+            float *scratch = aligned_alloc(64, (spex_gdn_chunked_scratch_floats(Dk, Dv, chunk) * sizeof(float) + 63) &
+                                                   ~(size_t)63);
+            kv->chunked(&p.a, chunk, b1, scratch);
+            memcpy(o1, p.ob, sizeof(float) * (size_t)n * os);
+            memset(p.ob, 0xff, sizeof(float) * (size_t)n * os);
+            kv->chunked(&a, chunk, b2, scratch);
+            CHECK(same_o(o1 + HEAD * Dv, a.o, n, os, Dv));
+            CHECK(same_floats(b1, b2, SZ));
 
-        free(b1), free(b2), free(o1), free(scratch);
-        problem_free(&p);
+            free(b1), free(b2), free(o1), free(scratch);
+            problem_free(&p);
+        }
     }
 }
 
@@ -329,53 +368,55 @@ TEST(gdn_null_state) {
 /* Speculative verify runs n tokens per call; decode runs one. Both must give the same bits,
  * so that the state after m accepted drafts equals the state one-token decode would reach. */
 TEST(gdn_recurrent_batch_independent) {
-    for (int si = 0; si < N_SHAPES; si++) {
-        const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
-        const size_t SZ = (size_t)Dk * Dv;
-        for (int ni = 0; ni < N_NS; ni++) {
-            const int n = NS[ni];
-            problem p;
-            problem_init(&p, Dk, Dv, n);
-            const int64_t os = p.a.o_stride;
-            float *S_all[130];
-            float *b_all = snapshots(n, Dk, Dv, S_all);
-            float *o_all = malloc(sizeof(float) * (size_t)n * os);
-            spex_gdn_recurrent(&p.a, S_all);
-            memcpy(o_all, p.ob, sizeof(float) * (size_t)n * os);
-            memset(p.ob, 0xff, sizeof(float) * (size_t)n * os);
+    FOR_EACH_VARIANT(kv) {
+        for (int si = 0; si < N_SHAPES; si++) {
+            const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
+            const size_t SZ = (size_t)Dk * Dv;
+            for (int ni = 0; ni < N_NS; ni++) {
+                const int n = NS[ni];
+                problem p;
+                problem_init(&p, Dk, Dv, n);
+                const int64_t os = p.a.o_stride;
+                float *S_all[130];
+                float *b_all = snapshots(n, Dk, Dv, S_all);
+                float *o_all = malloc(sizeof(float) * (size_t)n * os);
+                kv->recurrent(&p.a, S_all);
+                memcpy(o_all, p.ob, sizeof(float) * (size_t)n * os);
+                memset(p.ob, 0xff, sizeof(float) * (size_t)n * os);
 
-            /* one token per call, chaining the state in one buffer */
-            float *S = malloc(SZ * sizeof(float));
-            memcpy(S, p.S_in, SZ * sizeof(float));
-            for (int t = 0; t < n; t++) {
-                spex_gdn_args a = p.a;
-                a.n = 1;
-                a.q += t * a.q_stride, a.k += t * a.k_stride, a.v += t * a.v_stride;
-                a.g += t * a.g_stride, a.beta += t * a.beta_stride, a.o += t * a.o_stride;
-                a.S_in = S;
-                spex_gdn_recurrent(&a, &S);
-                CHECK_MSG(same_floats(S, S_all[t], SZ), "Dk %d Dv %d n %d: state after token %d", Dk, Dv, n, t);
+                /* one token per call, chaining the state in one buffer */
+                float *S = malloc(SZ * sizeof(float));
+                memcpy(S, p.S_in, SZ * sizeof(float));
+                for (int t = 0; t < n; t++) {
+                    spex_gdn_args a = p.a;
+                    a.n = 1;
+                    a.q += t * a.q_stride, a.k += t * a.k_stride, a.v += t * a.v_stride;
+                    a.g += t * a.g_stride, a.beta += t * a.beta_stride, a.o += t * a.o_stride;
+                    a.S_in = S;
+                    kv->recurrent(&a, &S);
+                    CHECK_MSG(same_floats(S, S_all[t], SZ), "Dk %d Dv %d n %d: state after token %d", Dk, Dv, n, t);
+                }
+                CHECK_MSG(same_o(o_all + HEAD * Dv, p.a.o, n, os, Dv), "Dk %d Dv %d n %d: o differs", Dk, Dv, n);
+
+                /* uneven batches (1, 2, 3, …) chained through distinct snapshots */
+                float *S_b[130];
+                float *b_b = snapshots(n, Dk, Dv, S_b);
+                memset(p.ob, 0xff, sizeof(float) * (size_t)n * os);
+                for (int t0 = 0, len = 1; t0 < n; t0 += len, len++) {
+                    spex_gdn_args a = p.a;
+                    a.n = t0 + len <= n ? len : n - t0;
+                    a.q += t0 * a.q_stride, a.k += t0 * a.k_stride, a.v += t0 * a.v_stride;
+                    a.g += t0 * a.g_stride, a.beta += t0 * a.beta_stride, a.o += t0 * a.o_stride;
+                    a.S_in = t0 ? S_b[t0 - 1] : p.S_in;
+                    kv->recurrent(&a, S_b + t0);
+                }
+                CHECK_MSG(same_o(o_all + HEAD * Dv, p.a.o, n, os, Dv), "Dk %d Dv %d n %d: o differs (batches)", Dk, Dv, n);
+                for (int t = 0; t < n; t++)
+                    CHECK_MSG(same_floats(S_b[t], S_all[t], SZ), "Dk %d Dv %d n %d: S_after[%d] (batches)", Dk, Dv, n, t);
+
+                free(b_all), free(o_all), free(S), free(b_b);
+                problem_free(&p);
             }
-            CHECK_MSG(same_o(o_all + HEAD * Dv, p.a.o, n, os, Dv), "Dk %d Dv %d n %d: o differs", Dk, Dv, n);
-
-            /* uneven batches (1, 2, 3, …) chained through distinct snapshots */
-            float *S_b[130];
-            float *b_b = snapshots(n, Dk, Dv, S_b);
-            memset(p.ob, 0xff, sizeof(float) * (size_t)n * os);
-            for (int t0 = 0, len = 1; t0 < n; t0 += len, len++) {
-                spex_gdn_args a = p.a;
-                a.n = t0 + len <= n ? len : n - t0;
-                a.q += t0 * a.q_stride, a.k += t0 * a.k_stride, a.v += t0 * a.v_stride;
-                a.g += t0 * a.g_stride, a.beta += t0 * a.beta_stride, a.o += t0 * a.o_stride;
-                a.S_in = t0 ? S_b[t0 - 1] : p.S_in;
-                spex_gdn_recurrent(&a, S_b + t0);
-            }
-            CHECK_MSG(same_o(o_all + HEAD * Dv, p.a.o, n, os, Dv), "Dk %d Dv %d n %d: o differs (batches)", Dk, Dv, n);
-            for (int t = 0; t < n; t++)
-                CHECK_MSG(same_floats(S_b[t], S_all[t], SZ), "Dk %d Dv %d n %d: S_after[%d] (batches)", Dk, Dv, n, t);
-
-            free(b_all), free(o_all), free(S), free(b_b);
-            problem_free(&p);
         }
     }
 }
@@ -383,30 +424,69 @@ TEST(gdn_recurrent_batch_independent) {
 /* ---- chunked: S_out == S_in ---------------------------------------------------------------- */
 
 TEST(gdn_chunked_inplace) {
-    for (int si = 0; si < N_SHAPES; si++) {
-        const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
-        const size_t SZ = (size_t)Dk * Dv;
-        for (int ci = 0; ci < N_CHUNKS; ci++) {
-            const int chunk = CHUNKS[ci], n = 37;
-            problem p;
-            problem_init(&p, Dk, Dv, n);
-            const int64_t os = p.a.o_stride;
-            float *scratch = aligned_alloc(
-                64, (spex_gdn_chunked_scratch_floats(Dk, Dv, chunk) * sizeof(float) + 63) & ~(size_t)63);
-            float *S_out = malloc(SZ * sizeof(float)), *o1 = malloc(sizeof(float) * (size_t)n * os);
-            float *S_in_copy = malloc(SZ * sizeof(float));
-            memcpy(S_in_copy, p.S_in, SZ * sizeof(float));
-            spex_gdn_chunked(&p.a, chunk, S_out, scratch);
-            CHECK(same_floats(S_in_copy, p.S_in, SZ)); /* S_in untouched when distinct */
-            memcpy(o1, p.ob, sizeof(float) * (size_t)n * os);
-            memset(p.ob, 0xff, sizeof(float) * (size_t)n * os);
-            spex_gdn_chunked(&p.a, chunk, p.S_in, scratch); /* S_out == S_in */
-            CHECK_MSG(same_o(o1 + HEAD * Dv, p.a.o, n, os, Dv), "Dk %d Dv %d chunk %d: o differs", Dk, Dv, chunk);
-            CHECK_MSG(same_floats(S_out, p.S_in, SZ), "Dk %d Dv %d chunk %d: state differs", Dk, Dv, chunk);
-            free(scratch), free(S_out), free(o1), free(S_in_copy);
-            problem_free(&p);
+    FOR_EACH_VARIANT(kv) {
+        for (int si = 0; si < N_SHAPES; si++) {
+            const int Dk = SHAPES[si][0], Dv = SHAPES[si][1];
+            const size_t SZ = (size_t)Dk * Dv;
+            for (int ci = 0; ci < N_CHUNKS; ci++) {
+                const int chunk = CHUNKS[ci], n = 37;
+                problem p;
+                problem_init(&p, Dk, Dv, n);
+                const int64_t os = p.a.o_stride;
+                float *scratch = aligned_alloc(
+                    64, (spex_gdn_chunked_scratch_floats(Dk, Dv, chunk) * sizeof(float) + 63) & ~(size_t)63);
+                float *S_out = malloc(SZ * sizeof(float)), *o1 = malloc(sizeof(float) * (size_t)n * os);
+                float *S_in_copy = malloc(SZ * sizeof(float));
+                memcpy(S_in_copy, p.S_in, SZ * sizeof(float));
+                kv->chunked(&p.a, chunk, S_out, scratch);
+                CHECK(same_floats(S_in_copy, p.S_in, SZ)); /* S_in untouched when distinct */
+                memcpy(o1, p.ob, sizeof(float) * (size_t)n * os);
+                memset(p.ob, 0xff, sizeof(float) * (size_t)n * os);
+                kv->chunked(&p.a, chunk, p.S_in, scratch); /* S_out == S_in */
+                CHECK_MSG(same_o(o1 + HEAD * Dv, p.a.o, n, os, Dv), "Dk %d Dv %d chunk %d: o differs", Dk, Dv, chunk);
+                CHECK_MSG(same_floats(S_out, p.S_in, SZ), "Dk %d Dv %d chunk %d: state differs", Dk, Dv, chunk);
+                free(scratch), free(S_out), free(o1), free(S_in_copy);
+                problem_free(&p);
+            }
         }
     }
+}
+
+/* ---- the public entry points run the variant of spex_cpu_isa() ------------------------------ */
+
+TEST(gdn_dispatch) {
+    const spex_isa was = spex_cpu_isa();
+    CHECK(spex_gdn_for(SPEX_ISA_SCALAR) != NULL);
+    CHECK(spex_gdn_for(was) != NULL);
+    printf("  default: %s\n", spex_gdn_for(was)->name);
+    const int Dk = 24, Dv = 200, n = 7, chunk = 4;
+    const size_t SZ = (size_t)Dk * Dv;
+    FOR_EACH_VARIANT(kv) {
+        printf("  variant %s (isa %s) available\n", kv->name, spex_isa_name(kv->isa));
+        CHECK(kv->isa == (spex_isa)vi_);
+        CHECK_EQ_INT(spex_cpu_set_isa(kv->isa), SPEX_OK);
+        problem p;
+        problem_init(&p, Dk, Dv, n);
+        const int64_t os = p.a.o_stride;
+        float *S1[7], *S2[7];
+        float *b1 = snapshots(n, Dk, Dv, S1), *b2 = snapshots(n, Dk, Dv, S2);
+        float *o1 = malloc(sizeof(float) * (size_t)n * os);
+        float *scratch = aligned_alloc(64, (spex_gdn_chunked_scratch_floats(Dk, Dv, chunk) * sizeof(float) + 63) &
+                                               ~(size_t)63);
+        kv->recurrent(&p.a, S1);
+        memcpy(o1, p.ob, sizeof(float) * (size_t)n * os);
+        spex_gdn_recurrent(&p.a, S2);
+        const bool rec_same = same_o(o1 + HEAD * Dv, p.a.o, n, os, Dv) && same_floats(b1, b2, SZ * n);
+        kv->chunked(&p.a, chunk, b1, scratch);
+        memcpy(o1, p.ob, sizeof(float) * (size_t)n * os);
+        spex_gdn_chunked(&p.a, chunk, b2, scratch);
+        const bool chunk_same = same_o(o1 + HEAD * Dv, p.a.o, n, os, Dv) && same_floats(b1, b2, SZ);
+        free(b1), free(b2), free(o1), free(scratch);
+        problem_free(&p);
+        CHECK_MSG(rec_same, "spex_gdn_recurrent is not the %s variant", kv->name);
+        CHECK_MSG(chunk_same, "spex_gdn_chunked is not the %s variant", kv->name);
+    }
+    CHECK_EQ_INT(spex_cpu_set_isa(was), SPEX_OK);
 }
 
 TEST_MAIN()

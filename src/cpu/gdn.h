@@ -18,6 +18,8 @@
  * Both forms compute o_t and the state for any n ≥ 1 and agree to fp32 rounding; the
  * recurrent form is the reference (and the one decode and verify rows use, so that a
  * token's result does not depend on the batch it came in: targets.md §9 snapshots).
+ * Each entry point runs the variant of spex_cpu_isa() (scalar C, AVX2+FMA, AVX-512; see
+ * gdn_impl.h): the bits are fixed per variant, and variants differ by rounding only.
  */
 #ifndef SPEX_CPU_GDN_H
 #define SPEX_CPU_GDN_H
