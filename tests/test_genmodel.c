@@ -1,5 +1,6 @@
 /*
- * test_genmodel.c — `spex gen-model` (tools/genmodel.c): the random-weight qwen3 generator.
+ * test_genmodel.c — `spex gen-model` (tools/genmodel.c): the random-weight qwen3 and qwen35
+ * generator.
  *
  * Runs the spex binary of the same build folder (found next to this program: ../spex) on
  * the tiny shape and checks that: the file loads with spex_model_load with the tiny shape's
@@ -7,7 +8,11 @@
  * round-trips text; a forward pass gives finite logits that vary over the vocabulary and
  * over positions; the F32, Q8_0 and Q4_K_M files hold the same underlying weights (their
  * logits correlate, more closely for more bits); the bytes are a pure function of the seed
- * (same seed, any thread count: identical files; another seed: different weights).
+ * (same seed, any thread count: identical files; another seed: different weights). For qwen35
+ * (shape qwen35-tiny): the hybrid hyper-parameters, layer pattern and MTP block load; the
+ * special GDN tensors hold the values of targets.md §11.4 in F32; the mix matches the
+ * quantizer's (the generated Q4_K_M and Q8_0 files have the same tensor types and bytes as the
+ * F32 file run through spex_quantize_file); a forward pass gives sane logits close to F32.
  * SKIPs when the spex binary is absent (built by `make tests`).
  */
 #include "spex.h"
@@ -39,14 +44,18 @@ static const char *tmp_file(const char *name) {
     return b;
 }
 
-/* Runs `spex gen-model --shape tiny --type type --seed seed -t threads -o out`; true on success. */
-static bool gen(const char *type, int seed, int threads, const char *out) {
+/* Runs `spex gen-model --shape shape --type type --seed seed -t threads -o out`; true on success. */
+static bool gen_shape(const char *shape, const char *type, int seed, int threads, const char *out) {
     const char *bin = test_spex_bin();
     if (!bin || !out) return false;
     char cmd[PATH_MAX + 256];
-    snprintf(cmd, sizeof cmd, "'%s' gen-model --shape tiny --type %s --seed %d -t %d -o '%s' > /dev/null", bin, type,
-             seed, threads, out);
+    snprintf(cmd, sizeof cmd, "'%s' gen-model --shape %s --type %s --seed %d -t %d -o '%s' > /dev/null", bin, shape,
+             type, seed, threads, out);
     return system(cmd) == 0;
+}
+
+static bool gen(const char *type, int seed, int threads, const char *out) {
+    return gen_shape("tiny", type, seed, threads, out);
 }
 
 
@@ -184,12 +193,125 @@ TEST(genmodel_rejects_bad_arguments) {
     if (!bin) SKIP("no spex binary next to the test folder (build it with make tests)");
     char cmd[PATH_MAX + 200];
     const char *bad[] = {"--shape qwen3-9b --type f16", "--shape tiny --type q3_K", "--shape tiny --type f16 --vocab 100",
-                         "--shape tiny --type f16 --arch llama"};
+                         "--shape tiny --type f16 --arch llama", "--shape qwen35-tiny --type f16 --arch qwen3"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         snprintf(cmd, sizeof cmd, "'%s' gen-model %s -o '%s' 2>/dev/null", bin, bad[i], tmp_file("bad.gguf"));
         CHECK_MSG(system(cmd) != 0, "accepted: %s", bad[i]);
         CHECK_MSG(access(tmp_file("bad.gguf"), F_OK) != 0, "wrote a file for: %s", bad[i]);
     }
+}
+
+/* ---- qwen35 --------------------------------------------------------------------------- */
+
+TEST(genmodel_qwen35_tiny_loads_with_pattern_mtp_and_mix) {
+    if (!test_spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    const char *f = tmp_file("q35-q4km.gguf");
+    CHECK(gen_shape("qwen35-tiny", "q4_K_M", 1, 2, f));
+    spex_model *m = NULL;
+    spex_error err = {0};
+    CHECK_MSG(spex_model_load(f, NULL, &m, &err) == SPEX_OK, "%s", err.msg);
+    const spex_model_hparams *hp = spex_model_get_hparams(m);
+    int ok = hp->arch == SPEX_ARCH_QWEN35 && hp->n_embd == 256 && hp->n_layer == 4 && hp->n_nextn == 1 &&
+             hp->n_recurrent == 2 && hp->n_head == 4 && hp->n_head_kv == 2 && hp->head_dim == 64 && hp->n_ff == 512 &&
+             hp->n_vocab == V_TINY && hp->n_rot == 16 && hp->ssm_d_conv == 4 && hp->ssm_d_state == 64 &&
+             hp->ssm_n_group == 2 && hp->ssm_dt_rank == 4 && hp->ssm_d_inner == 256 && hp->attn_gated &&
+             !hp->tied_output && fabsf(hp->rope_freq_base - 1e7f) < 1.0f;
+    /* interval 2: attention at 1 and 3 */
+    ok = ok && spex_model_layer_is_recurrent(m, 0) && !spex_model_layer_is_recurrent(m, 1) &&
+         spex_model_layer_is_recurrent(m, 2) && !spex_model_layer_is_recurrent(m, 3);
+    const spex_gguf *g = spex_model_gguf(m);
+    /* the Q4_K_M mix over block_count 5: more bits for ranks 2 and 4 (attn_v of the MTP block is
+     * the 3rd attn_v, rank 2; ffn_down of layers 2 and 4); fused attn_qkv Q5_K */
+    struct { const char *name; spex_type type; } want[] = {
+        {"blk.0.ssm_conv1d.weight", SPEX_TYPE_F32}, {"blk.0.ssm_a", SPEX_TYPE_F32},
+        {"blk.0.ssm_dt.bias", SPEX_TYPE_F32},       {"blk.0.ssm_norm.weight", SPEX_TYPE_F32},
+        {"blk.0.attn_qkv.weight", SPEX_TYPE_Q5_K},  {"blk.0.ssm_beta.weight", SPEX_TYPE_Q4_K},
+        {"blk.0.ssm_alpha.weight", SPEX_TYPE_Q4_K}, {"blk.0.ssm_out.weight", SPEX_TYPE_Q4_K},
+        {"blk.1.attn_v.weight", SPEX_TYPE_Q4_K},    {"blk.4.attn_v.weight", SPEX_TYPE_Q6_K},
+        {"blk.2.ffn_down.weight", SPEX_TYPE_Q6_K},  {"blk.4.ffn_down.weight", SPEX_TYPE_Q6_K},
+        {"output.weight", SPEX_TYPE_Q6_K},          {"blk.4.nextn.eh_proj.weight", SPEX_TYPE_Q4_K},
+        {"blk.4.nextn.enorm.weight", SPEX_TYPE_F32}, {"blk.4.attn_q_norm.weight", SPEX_TYPE_F32},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const spex_tensor_info *t = spex_gguf_find_tensor(g, want[i].name);
+        if (!t || t->type != want[i].type) {
+            printf("  %s: %s\n", want[i].name, t ? spex_type_get_info((int)t->type)->name : "missing");
+            ok = 0;
+        }
+    }
+    /* 2 GDN layers x 14 + 2 attention layers x 11 + MTP 15 + 3 globals */
+    ok = ok && spex_gguf_n_tensors(g) == 2 * 14 + 2 * 11 + 15 + 3;
+    /* targets.md §11.4: ssm_a = -A with A ~ U(1, 16); dt_bias 1; norms 1 */
+    const spex_tensor_info *a = spex_gguf_find_tensor(g, "blk.2.ssm_a");
+    const spex_tensor_info *dt = spex_gguf_find_tensor(g, "blk.2.ssm_dt.bias");
+    const spex_tensor_info *sn = spex_gguf_find_tensor(g, "blk.2.ssm_norm.weight");
+    ok = ok && a && dt && sn && a->n_dims == 1 && a->ne[0] == 4;
+    for (int i = 0; ok && i < 4; i++) {
+        float av = ((const float *)a->data)[i];
+        ok = av <= -1.0f && av >= -16.0f && ((const float *)dt->data)[i] == 1.0f;
+    }
+    ok = ok && ((const float *)sn->data)[63] == 1.0f;
+    spex_model_free(m);
+    CHECK_MSG(ok, "qwen35-tiny q4_K_M: wrong hyper-parameters, pattern, tensor types or values");
+}
+
+/* gen-model's mix is the quantizer's: the same types and bytes as F32 + spex_quantize_file. */
+TEST(genmodel_qwen35_mix_equals_quantizer) {
+    if (!test_spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    const char *f32 = tmp_file("q35-f32.gguf"), *direct = tmp_file("q35-direct.gguf"), *via = tmp_file("q35-via.gguf");
+    static const char *const types[] = {"q4_K_M", "q8_0"};
+    static const spex_ftype fts[] = {SPEX_FTYPE_Q4_K_M, SPEX_FTYPE_Q8_0};
+    CHECK(gen_shape("qwen35-tiny", "f32", 9, 2, f32));
+    for (int k = 0; k < 2; k++) {
+        CHECK(gen_shape("qwen35-tiny", types[k], 9, 2, direct));
+        spex_quantize_params qp = spex_quantize_default_params();
+        qp.ftype = fts[k];
+        qp.n_threads = 2;
+        CHECK_OK(spex_quantize_file(f32, via, &qp, NULL));
+        spex_gguf *a = NULL, *b = NULL;
+        CHECK_OK(spex_gguf_open(direct, &a, NULL));
+        CHECK_OK(spex_gguf_open(via, &b, NULL));
+        int bad = spex_gguf_n_tensors(a) == spex_gguf_n_tensors(b) ? 0 : 1;
+        for (int64_t i = 0; !bad && i < spex_gguf_n_tensors(a); i++) {
+            const spex_tensor_info *ta = spex_gguf_tensor(a, i), *tb = spex_gguf_find_tensor(b, ta->name);
+            if (!tb || ta->type != tb->type || ta->nbytes != tb->nbytes || memcmp(ta->data, tb->data, ta->nbytes)) {
+                printf("  %s %s: generated %s, quantized %s%s\n", types[k], ta->name,
+                       spex_type_get_info((int)ta->type)->name, tb ? spex_type_get_info((int)tb->type)->name : "-",
+                       tb && ta->type == tb->type ? " (bytes differ)" : "");
+                bad++;
+            }
+        }
+        spex_gguf_close(a);
+        spex_gguf_close(b);
+        CHECK_EQ_INT(bad, 0);
+    }
+}
+
+TEST(genmodel_qwen35_forward_sane_and_types_agree) {
+    if (!test_spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    const char *f32 = tmp_file("q35f.gguf"), *q8 = tmp_file("q35q8.gguf"), *q4 = tmp_file("q35q4.gguf");
+    CHECK(gen_shape("qwen35-tiny", "f32", 3, 2, f32) && gen_shape("qwen35-tiny", "q8_0", 3, 2, q8) &&
+          gen_shape("qwen35-tiny", "q4_K_M", 3, 2, q4));
+    const size_t n = (size_t)N_TOK * V_TINY;
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *d = malloc(n * sizeof *d);
+    CHECK(a && b && d);
+    bool ok = run_logits(f32, a) && run_logits(q8, b) && run_logits(q4, d);
+    double mean = 0, var = 0;
+    int finite = 1;
+    for (size_t i = 0; i < n; i++) finite &= isfinite(a[i]) && isfinite(b[i]) && isfinite(d[i]);
+    for (size_t i = 0; i < n; i++) mean += a[i];
+    mean /= (double)n;
+    for (size_t i = 0; i < n; i++) var += (a[i] - mean) * (a[i] - mean);
+    double sd = sqrt(var / (double)n), c8 = correlation(a, b, n), c4 = correlation(a, d, n);
+    free(a);
+    free(b);
+    free(d);
+    CHECK(ok);
+    CHECK(finite);
+    CHECK_MSG(sd > 0.05 && sd < 5.0, "logit standard deviation %g: degenerate or exploding", sd);
+    printf("  qwen35-tiny: logit sd %.4f, f32 vs q8_0 correlation %.6f, vs q4_K_M %.5f\n", sd, c8, c4);
+    CHECK_MSG(c8 > 0.999, "f32 vs q8_0 logits correlate only %.5f", c8);
+    CHECK_MSG(c4 > 0.9 && c4 < c8, "f32 vs q4_K_M logits correlate %.5f (q8_0: %.5f)", c4, c8);
 }
 
 TEST_MAIN()

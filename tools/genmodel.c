@@ -1,10 +1,13 @@
 /*
- * genmodel.c — `spex gen-model`: writes a qwen3 GGUF with deterministic pseudo-random
- * weights in the real shapes of ../shared/docs/targets.md §11.1 (Qwen3-0.6B, Qwen3-1.7B) or
- * a tiny shape for tests, in any file type spex can quantize to.
+ * genmodel.c — `spex gen-model`: writes a qwen3 or qwen35 GGUF with deterministic
+ * pseudo-random weights in the real shapes of ../shared/docs/targets.md §11.1 (Qwen3-0.6B,
+ * Qwen3-1.7B) and §11.2 (Qwen3.5-0.8B, with its MTP block), or a tiny shape of each arch for
+ * tests, in any file type spex can quantize to.
  *
  * What it is: a benchmark and test fixture generator. Matrices are N(0, 0.02²) and norm
- * weights 1.0 (targets.md §11.4: numerically sane, not realistic); every row is drawn from
+ * weights 1.0; for the Gated DeltaNet layers of qwen35, ssm_a = −A with A ~ U(1, 16),
+ * ssm_dt.bias = 1 and conv taps N(0, 0.02²) (targets.md §11.4: numerically sane, exp(g) in
+ * (0, 1), not realistic); every row is drawn from
  * its own stream (seed, tensor index, row), so the bytes depend only on --seed, never on
  * the thread count. Rows are generated and quantized one at a time with
  * spex_quantize_row_ref straight into the writer's buffer (the fill callback), so memory
@@ -16,8 +19,11 @@
  *
  * Type mixes follow the quantizer's recipe (src/quant/quantize_file.c, llama.cpp's rules):
  * the LM head (token_embd when tied) is Q6_K for the K-quant and Q4_0 mixes, attn_v and
- * ffn_down of the "more bits" layers are Q6_K in the _M mixes, and a row that is not a whole
- * number of blocks falls back (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K -> Q8_0, else F16).
+ * ffn_down of the "more bits" layers are Q6_K in the _M mixes, the GDN layers' fused attn_qkv
+ * is Q5_K in Q4_K_M and Q6_K in Q5_K_M, norms, ssm_conv1d, ssm_a and ssm_dt.bias stay F32, and
+ * a row that is not a whole number of blocks falls back (Q4_K -> Q5_0, Q5_K -> Q5_1, Q6_K ->
+ * Q8_0, else F16). So `gen-model --type T` writes the same tensor bytes as `gen-model --type
+ * f32` followed by `spex quantize ... T` (tested for qwen35-tiny).
  *
  * The normal draw is Irwin-Hall: four 16-bit uniforms of one 64-bit splitmix output, centred
  * and scaled to unit variance (bounded at ±3.46σ). Cheap enough for 1.7 B weights, and the
@@ -35,28 +41,40 @@
 /* ---- shapes --------------------------------------------------------------------------- */
 
 typedef struct gm_shape {
-    const char *name;
+    const char *name, *arch;
     int32_t n_layer, n_embd, n_head, n_head_kv, head_dim, n_ff, n_vocab, n_ctx;
     bool tied;
+    /* qwen35 only (targets.md §6.1): trunk layers are n_layer, block_count = n_layer + n_nextn */
+    int32_t n_nextn, interval, n_rot, sections[4];
+    int32_t ssm_state, ssm_group, ssm_heads, ssm_conv;   /* D, Hk, Hv, d_conv */
+    float rope_base;
 } gm_shape;
 
-/* targets.md §11.1; "tiny" keeps every row a whole number of 256-element super-blocks so the
- * K-quant kernels run in tests, and is untied to exercise output.weight. */
+/* targets.md §11.1 and §11.2; the tiny shapes keep every row a whole number of 256-element
+ * super-blocks so the K-quant kernels run in tests, and are untied to exercise output.weight.
+ * qwen35-tiny has 4 trunk layers with interval 2 (attention at 1 and 3, GDN at 0 and 2), so
+ * both layer kinds and the MTP block are present. */
 static const gm_shape g_shapes[] = {
-    {"qwen3-0.6b", 28, 1024, 16, 8, 128, 3072, 151936, 40960, true},
-    {"qwen3-1.7b", 28, 2048, 16, 8, 128, 6144, 151936, 40960, true},
-    {"tiny", 2, 256, 4, 2, 64, 512, 512, 512, false},
+    {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, true, .rope_base = 1e6f},
+    {"qwen3-1.7b", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, 40960, true, .rope_base = 1e6f},
+    {"tiny", "qwen3", 2, 256, 4, 2, 64, 512, 512, 512, false, .rope_base = 1e6f},
+    {"qwen35-0.8b", "qwen35", 24, 1024, 8, 2, 256, 3584, 248320, 262144, true, 1, 4, 64, {11, 11, 10, 0},
+     128, 16, 16, 4, 1e7f},
+    {"qwen35-tiny", "qwen35", 4, 256, 4, 2, 64, 512, 512, 512, false, 1, 2, 16, {3, 3, 2, 0}, 64, 2, 4, 4, 1e7f},
 };
 
-#define GM_MAX_TENSORS (4 + 11 * 64)
+#define GM_MAX_TENSORS (4 + 15 * 65)
 #define GM_SEED_DEFAULT 1234
+
+/* How a tensor's values are drawn. */
+typedef enum { GM_RAND, GM_ONES, GM_NEG_A } gm_fill;  /* N(0, 0.02²); 1.0; −U(1, 16) */
 
 typedef struct gm_tensor {
     char name[48];
     uint32_t n_dims;
     int64_t ne[2];
     spex_type type;
-    bool norm;       /* 1.0 everywhere (f32) */
+    gm_fill fill;    /* GM_ONES and GM_NEG_A are 1-D f32 */
 } gm_tensor;
 
 typedef struct gm_ctx {
@@ -118,9 +136,17 @@ static void fill_task(void *arg, int ith, int nth) {
 static spex_status fill_tensor(void *ctx, int64_t index, void *dst, uint64_t nbytes, spex_error *err) {
     gm_ctx *c = ctx;
     const gm_tensor *t = &c->t[index];
-    if (t->norm) {
+    if (t->fill == GM_ONES) {
         float *f = dst;
         for (uint64_t i = 0; i < nbytes / sizeof(float); i++) f[i] = 1.0f;
+        return SPEX_OK;
+    }
+    if (t->fill == GM_NEG_A) {
+        /* ssm_a = −exp(A_log) = −A, A ~ U(1, 16): decays exp(g) stay inside (0, 1) */
+        float *f = dst;
+        uint64_t s = c->seed ^ ((uint64_t)index * 0xd1b54a32d192ed03ull);
+        for (uint64_t i = 0; i < nbytes / sizeof(float); i++)
+            f[i] = -(1.0f + 15.0f * (float)((double)(splitmix64(&s) >> 11) * 0x1.0p-53));
         return SPEX_OK;
     }
     c->index = index;
@@ -160,50 +186,105 @@ static spex_type fit_row(spex_type ty, int64_t n) {
     return n % spex_type_get_info((int)fb)->block_size == 0 ? fb : SPEX_TYPE_F16;
 }
 
-/* kind: 0 other matrix, 1 LM head, 2 attn_v, 3 ffn_down */
-static spex_type pick_type(spex_ftype ft, spex_type base, int kind, int layer, int n_layer, int64_t n) {
+/* kind: 0 other matrix, 1 LM head, 2 attn_v, 3 ffn_down, 4 fused attn_qkv. i / n: the rank of
+ * an attn_v or ffn_down among its kind and how many the recipe counts (quantize_file.c). */
+static spex_type pick_type(spex_ftype ft, spex_type base, int kind, int i, int n, int64_t row) {
     bool quant = base != SPEX_TYPE_F32 && base != SPEX_TYPE_F16 && base != SPEX_TYPE_BF16;
     bool mix_m = ft == SPEX_FTYPE_Q4_K_M || ft == SPEX_FTYPE_Q5_K_M;
     spex_type ty = base;
     if (quant && kind == 1 && base != SPEX_TYPE_Q8_0) ty = SPEX_TYPE_Q6_K;
-    if (mix_m && (kind == 2 || kind == 3) && more_bits(layer, n_layer)) ty = SPEX_TYPE_Q6_K;
-    return fit_row(ty, n);
+    if (mix_m && (kind == 2 || kind == 3) && more_bits(i, n)) ty = SPEX_TYPE_Q6_K;
+    if (mix_m && kind == 4) ty = ft == SPEX_FTYPE_Q4_K_M ? SPEX_TYPE_Q5_K : SPEX_TYPE_Q6_K;
+    return fit_row(ty, row);
 }
 
-static void add(gm_ctx *c, const char *name, int64_t ne0, int64_t ne1, spex_type type, bool norm) {
+static void add(gm_ctx *c, const char *name, int64_t ne0, int64_t ne1, spex_type type, gm_fill fill) {
     gm_tensor *t = &c->t[c->n++];
     snprintf(t->name, sizeof t->name, "%s", name);
-    t->n_dims = ne1 > 1 || !norm ? 2 : 1;
+    t->n_dims = fill == GM_RAND ? 2 : 1;
     t->ne[0] = ne0;
     t->ne[1] = ne1;
-    t->type = norm ? SPEX_TYPE_F32 : type;
-    t->norm = norm;
+    t->type = fill == GM_RAND ? type : SPEX_TYPE_F32;
+    t->fill = fill;
 }
 
-static void list_tensors(gm_ctx *c, const gm_shape *sh, spex_ftype ft, spex_type base) {
+#define NORM(name, n) add(c, name, n, 1, SPEX_TYPE_F32, GM_ONES)
+
+static void list_qwen3(gm_ctx *c, const gm_shape *sh, spex_ftype ft, spex_type base) {
     const int64_t E = sh->n_embd, F = sh->n_ff, V = sh->n_vocab, hd = sh->head_dim;
     const int64_t qd = sh->n_head * hd, kvd = sh->n_head_kv * hd;
     const int N = sh->n_layer;
     c->n = 0;
-    add(c, "token_embd.weight", E, V, pick_type(ft, base, sh->tied ? 1 : 0, 0, N, E), false);
+    add(c, "token_embd.weight", E, V, pick_type(ft, base, sh->tied ? 1 : 0, 0, N, E), GM_RAND);
     for (int l = 0; l < N; l++) {
         char nm[48];
 #define L(suffix) (snprintf(nm, sizeof nm, "blk.%d." suffix, l), nm)
-        add(c, L("attn_norm.weight"), E, 1, SPEX_TYPE_F32, true);
-        add(c, L("attn_q.weight"), E, qd, pick_type(ft, base, 0, l, N, E), false);
-        add(c, L("attn_k.weight"), E, kvd, pick_type(ft, base, 0, l, N, E), false);
-        add(c, L("attn_v.weight"), E, kvd, pick_type(ft, base, 2, l, N, E), false);
-        add(c, L("attn_output.weight"), qd, E, pick_type(ft, base, 0, l, N, qd), false);
-        add(c, L("attn_q_norm.weight"), hd, 1, SPEX_TYPE_F32, true);
-        add(c, L("attn_k_norm.weight"), hd, 1, SPEX_TYPE_F32, true);
-        add(c, L("ffn_norm.weight"), E, 1, SPEX_TYPE_F32, true);
-        add(c, L("ffn_gate.weight"), E, F, pick_type(ft, base, 0, l, N, E), false);
-        add(c, L("ffn_up.weight"), E, F, pick_type(ft, base, 0, l, N, E), false);
-        add(c, L("ffn_down.weight"), F, E, pick_type(ft, base, 3, l, N, F), false);
+        NORM(L("attn_norm.weight"), E);
+        add(c, L("attn_q.weight"), E, qd, pick_type(ft, base, 0, l, N, E), GM_RAND);
+        add(c, L("attn_k.weight"), E, kvd, pick_type(ft, base, 0, l, N, E), GM_RAND);
+        add(c, L("attn_v.weight"), E, kvd, pick_type(ft, base, 2, l, N, E), GM_RAND);
+        add(c, L("attn_output.weight"), qd, E, pick_type(ft, base, 0, l, N, qd), GM_RAND);
+        NORM(L("attn_q_norm.weight"), hd);
+        NORM(L("attn_k_norm.weight"), hd);
+        NORM(L("ffn_norm.weight"), E);
+        add(c, L("ffn_gate.weight"), E, F, pick_type(ft, base, 0, l, N, E), GM_RAND);
+        add(c, L("ffn_up.weight"), E, F, pick_type(ft, base, 0, l, N, E), GM_RAND);
+        add(c, L("ffn_down.weight"), F, E, pick_type(ft, base, 3, l, N, F), GM_RAND);
 #undef L
     }
-    add(c, "output_norm.weight", E, 1, SPEX_TYPE_F32, true);
-    if (!sh->tied) add(c, "output.weight", E, V, pick_type(ft, base, 1, 0, N, E), false);
+    NORM("output_norm.weight", E);
+    if (!sh->tied) add(c, "output.weight", E, V, pick_type(ft, base, 1, 0, N, E), GM_RAND);
+}
+
+/* The tensor set of targets.md §6.3: trunk layer l is attention iff (l + 1) % interval == 0,
+ * else Gated DeltaNet; blk.N is the MTP block. Ranks for the recipe: each trunk layer and the
+ * MTP block hold one attn_v-like tensor (attn_v or the fused attn_qkv, which quantize_file.c
+ * counts together) and one ffn_down, so both are counted over block_count = N + n_nextn. */
+static void list_qwen35(gm_ctx *c, const gm_shape *sh, spex_ftype ft, spex_type base) {
+    const int64_t E = sh->n_embd, F = sh->n_ff, V = sh->n_vocab, hd = sh->head_dim;
+    const int64_t qd = sh->n_head * hd, kvd = sh->n_head_kv * hd, D = sh->ssm_state;
+    const int64_t Hv = sh->ssm_heads, inner = Hv * D, C = 2 * sh->ssm_group * D + inner;
+    const int N = sh->n_layer, n_all = sh->n_layer + sh->n_nextn;
+    int i_v = 0;
+    c->n = 0;
+    add(c, "token_embd.weight", E, V, pick_type(ft, base, sh->tied ? 1 : 0, 0, n_all, E), GM_RAND);
+    NORM("output_norm.weight", E);
+    if (!sh->tied) add(c, "output.weight", E, V, pick_type(ft, base, 1, 0, n_all, E), GM_RAND);
+    for (int l = 0; l < n_all; l++) {
+        char nm[48];
+        const bool attn = l >= N || (l + 1) % sh->interval == 0;
+#define L(suffix) (snprintf(nm, sizeof nm, "blk.%d." suffix, l), nm)
+        NORM(L("attn_norm.weight"), E);
+        NORM(L("post_attention_norm.weight"), E);
+        add(c, L("ffn_gate.weight"), E, F, pick_type(ft, base, 0, l, n_all, E), GM_RAND);
+        add(c, L("ffn_up.weight"), E, F, pick_type(ft, base, 0, l, n_all, E), GM_RAND);
+        add(c, L("ffn_down.weight"), F, E, pick_type(ft, base, 3, l, n_all, F), GM_RAND);
+        if (attn) {
+            add(c, L("attn_q.weight"), E, 2 * qd, pick_type(ft, base, 0, l, n_all, E), GM_RAND); /* [q_h | gate_h] */
+            add(c, L("attn_k.weight"), E, kvd, pick_type(ft, base, 0, l, n_all, E), GM_RAND);
+            add(c, L("attn_v.weight"), E, kvd, pick_type(ft, base, 2, i_v++, n_all, E), GM_RAND);
+            add(c, L("attn_output.weight"), qd, E, pick_type(ft, base, 0, l, n_all, qd), GM_RAND);
+            NORM(L("attn_q_norm.weight"), hd);
+            NORM(L("attn_k_norm.weight"), hd);
+        } else {
+            add(c, L("attn_qkv.weight"), E, C, pick_type(ft, base, 4, l, n_all, E), GM_RAND);
+            add(c, L("attn_gate.weight"), E, inner, pick_type(ft, base, 0, l, n_all, E), GM_RAND);
+            add(c, L("ssm_conv1d.weight"), sh->ssm_conv, C, SPEX_TYPE_F32, GM_RAND); /* read element-wise */
+            add(c, L("ssm_dt.bias"), Hv, 1, SPEX_TYPE_F32, GM_ONES);
+            add(c, L("ssm_a"), Hv, 1, SPEX_TYPE_F32, GM_NEG_A);
+            add(c, L("ssm_beta.weight"), E, Hv, pick_type(ft, base, 0, l, n_all, E), GM_RAND);
+            add(c, L("ssm_alpha.weight"), E, Hv, pick_type(ft, base, 0, l, n_all, E), GM_RAND);
+            NORM(L("ssm_norm.weight"), D);
+            add(c, L("ssm_out.weight"), inner, E, pick_type(ft, base, 0, l, n_all, inner), GM_RAND);
+        }
+        if (l >= N) {
+            add(c, L("nextn.eh_proj.weight"), 2 * E, E, pick_type(ft, base, 0, l, n_all, 2 * E), GM_RAND);
+            NORM(L("nextn.enorm.weight"), E);
+            NORM(L("nextn.hnorm.weight"), E);
+            NORM(L("nextn.shared_head_norm.weight"), E);
+        }
+#undef L
+    }
 }
 
 /* ---- vocabulary ----------------------------------------------------------------------- */
@@ -305,24 +386,44 @@ static bool vocab_build(gm_vocab *v, int32_t n) {
         if (s_ != SPEX_OK) return s_;   \
     } while (0)
 
+/* "<arch>.<name>" in buf. */
+static const char *akey(char *buf, size_t cap, const gm_shape *sh, const char *name) {
+    snprintf(buf, cap, "%s.%s", sh->arch, name);
+    return buf;
+}
+
 static spex_status set_metadata(spex_gguf_writer *w, const gm_shape *sh, spex_ftype ft, const gm_vocab *v) {
-    char name[64];
+    char name[64], k[96];
     int len = snprintf(name, sizeof name, "spex-random-%s", sh->name);
-    TRY(spex_gguf_writer_set_str(w, "general.architecture", "qwen3", 5));
+    const bool q35 = !strcmp(sh->arch, "qwen35");
+#define K(n) akey(k, sizeof k, sh, n)
+    TRY(spex_gguf_writer_set_str(w, "general.architecture", sh->arch, strlen(sh->arch)));
     TRY(spex_gguf_writer_set_str(w, "general.name", name, (uint64_t)len));
     TRY(spex_gguf_writer_set_u32(w, "general.file_type", (uint32_t)ft));
-    TRY(spex_gguf_writer_set_u32(w, "qwen3.block_count", (uint32_t)sh->n_layer));
-    TRY(spex_gguf_writer_set_u32(w, "qwen3.context_length", (uint32_t)sh->n_ctx));
-    TRY(spex_gguf_writer_set_u32(w, "qwen3.embedding_length", (uint32_t)sh->n_embd));
-    TRY(spex_gguf_writer_set_u32(w, "qwen3.feed_forward_length", (uint32_t)sh->n_ff));
-    TRY(spex_gguf_writer_set_u32(w, "qwen3.attention.head_count", (uint32_t)sh->n_head));
-    TRY(spex_gguf_writer_set_u32(w, "qwen3.attention.head_count_kv", (uint32_t)sh->n_head_kv));
-    TRY(spex_gguf_writer_set_u32(w, "qwen3.attention.key_length", (uint32_t)sh->head_dim));
-    TRY(spex_gguf_writer_set_u32(w, "qwen3.attention.value_length", (uint32_t)sh->head_dim));
-    TRY(spex_gguf_writer_set_f32(w, "qwen3.rope.freq_base", 1000000.0f));
-    TRY(spex_gguf_writer_set_f32(w, "qwen3.attention.layer_norm_rms_epsilon", 1e-6f));
+    TRY(spex_gguf_writer_set_u32(w, K("block_count"), (uint32_t)(sh->n_layer + sh->n_nextn)));
+    if (q35) TRY(spex_gguf_writer_set_u32(w, K("nextn_predict_layers"), (uint32_t)sh->n_nextn));
+    TRY(spex_gguf_writer_set_u32(w, K("context_length"), (uint32_t)sh->n_ctx));
+    TRY(spex_gguf_writer_set_u32(w, K("embedding_length"), (uint32_t)sh->n_embd));
+    TRY(spex_gguf_writer_set_u32(w, K("feed_forward_length"), (uint32_t)sh->n_ff));
+    TRY(spex_gguf_writer_set_u32(w, K("attention.head_count"), (uint32_t)sh->n_head));
+    TRY(spex_gguf_writer_set_u32(w, K("attention.head_count_kv"), (uint32_t)sh->n_head_kv));
+    TRY(spex_gguf_writer_set_u32(w, K("attention.key_length"), (uint32_t)sh->head_dim));
+    TRY(spex_gguf_writer_set_u32(w, K("attention.value_length"), (uint32_t)sh->head_dim));
+    TRY(spex_gguf_writer_set_f32(w, K("rope.freq_base"), sh->rope_base));
+    TRY(spex_gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), 1e-6f));
+    if (q35) {
+        TRY(spex_gguf_writer_set_u32(w, K("rope.dimension_count"), (uint32_t)sh->n_rot));
+        TRY(spex_gguf_writer_set_arr(w, K("rope.dimension_sections"), SPEX_GGUF_I32, sh->sections, 4));
+        TRY(spex_gguf_writer_set_u32(w, K("ssm.conv_kernel"), (uint32_t)sh->ssm_conv));
+        TRY(spex_gguf_writer_set_u32(w, K("ssm.state_size"), (uint32_t)sh->ssm_state));
+        TRY(spex_gguf_writer_set_u32(w, K("ssm.group_count"), (uint32_t)sh->ssm_group));
+        TRY(spex_gguf_writer_set_u32(w, K("ssm.time_step_rank"), (uint32_t)sh->ssm_heads));
+        TRY(spex_gguf_writer_set_u32(w, K("ssm.inner_size"), (uint32_t)(sh->ssm_heads * sh->ssm_state)));
+        TRY(spex_gguf_writer_set_u32(w, K("full_attention_interval"), (uint32_t)sh->interval));
+    }
+#undef K
     TRY(spex_gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2", 4));
-    TRY(spex_gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2", 5));
+    TRY(spex_gguf_writer_set_str(w, "tokenizer.ggml.pre", q35 ? "qwen35" : "qwen2", q35 ? 6 : 5));
     TRY(spex_gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", v->tok, (uint64_t)v->n));
     TRY(spex_gguf_writer_set_arr(w, "tokenizer.ggml.token_type", SPEX_GGUF_I32, v->type, (uint64_t)v->n));
     TRY(spex_gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", v->merge, (uint64_t)v->n_merge));
@@ -335,9 +436,12 @@ static spex_status set_metadata(spex_gguf_writer *w, const gm_shape *sh, spex_ft
 
 static void gen_usage(FILE *f) {
     fprintf(f,
-            "usage: spex gen-model --shape SHAPE --type TYPE -o OUT.gguf [--arch qwen3] [--seed S] [--vocab N]\n"
+            "usage: spex gen-model --shape SHAPE --type TYPE -o OUT.gguf [--arch A] [--seed S] [--vocab N]\n"
             "                      [-t THREADS]\n"
-            "  --shape   qwen3-0.6b | qwen3-1.7b | tiny   (targets.md §11.1; tiny: 2 layers, E 256)\n"
+            "  --shape   qwen3-0.6b | qwen3-1.7b | tiny          qwen3  (targets.md §11.1; tiny: 2 layers, E 256)\n"
+            "            qwen35-0.8b | qwen35-tiny               qwen35 (§11.2, with the MTP block; tiny: 4 trunk\n"
+            "                                                    layers, attention at 1 and 3, E 256)\n"
+            "  --arch    optional check: the shape's architecture (qwen3 or qwen35)\n"
             "  --type    f32 f16 bf16 q8_0 q4_0 q4_K_M q5_K_M q6_K (llama.cpp's mixes for _M)\n"
             "  --seed    weights are a pure function of the seed (default %d)\n"
             "  --vocab   vocabulary size, >= 259 (default: the shape's)\n"
@@ -352,7 +456,7 @@ static double now_s(void) {
 }
 
 int cmd_gen_model(int argc, char **argv) {
-    const char *shape_name = NULL, *type_name = NULL, *out = NULL, *arch = "qwen3";
+    const char *shape_name = NULL, *type_name = NULL, *out = NULL, *arch = NULL;
     long seed = GM_SEED_DEFAULT, vocab = 0, threads = 2;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -387,17 +491,19 @@ int cmd_gen_model(int argc, char **argv) {
         gen_usage(stderr);
         return 2;
     }
-    if (strcmp(arch, "qwen3") != 0) {
-        fprintf(stderr, "error: gen-model: --arch %s: only qwen3 is supported\n", arch);
-        return 2;
-    }
     const gm_shape *sh = NULL;
     for (size_t k = 0; k < sizeof g_shapes / sizeof g_shapes[0]; k++)
         if (!strcmp(shape_name, g_shapes[k].name)) sh = &g_shapes[k];
     spex_ftype ft;
     spex_type base;
     if (!sh) {
-        fprintf(stderr, "error: gen-model: unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, tiny)\n", shape_name);
+        fprintf(stderr, "error: gen-model: unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, tiny, qwen35-0.8b, "
+                        "qwen35-tiny)\n", shape_name);
+        return 2;
+    }
+    if (arch && strcmp(arch, sh->arch) != 0) {
+        fprintf(stderr, "error: gen-model: --arch %s: shape %s is %s (shapes exist for qwen3 and qwen35)\n", arch,
+                sh->name, sh->arch);
         return 2;
     }
     if (!spex_ftype_from_name(type_name, &ft) || !ftype_base(ft, &base)) {
@@ -410,7 +516,8 @@ int cmd_gen_model(int argc, char **argv) {
     static gm_ctx c; /* ~40 KiB of tensor descriptors */
     memset(&c, 0, sizeof c);
     c.seed = (uint64_t)seed;
-    list_tensors(&c, &shape, ft, base);
+    if (!strcmp(shape.arch, "qwen35")) list_qwen35(&c, &shape, ft, base);
+    else list_qwen3(&c, &shape, ft, base);
     for (int i = 0; i < c.n; i++)
         if (c.t[i].ne[0] > c.max_row) c.max_row = c.t[i].ne[0];
 
@@ -448,8 +555,8 @@ int cmd_gen_model(int argc, char **argv) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
-    printf("wrote %s: qwen3 %s, %s, %d tensors, %.3f B params, %.1f MiB of tensors, seed %ld, %.1f s\n", out,
-           shape.name, spex_ftype_name(ft), c.n, (double)n_params * 1e-9, (double)total / 1048576.0, seed,
+    printf("wrote %s: %s %s, %s, %d tensors, %.3f B params, %.1f MiB of tensors, seed %ld, %.1f s\n", out,
+           shape.arch, shape.name, spex_ftype_name(ft), c.n, (double)n_params * 1e-9, (double)total / 1048576.0, seed,
            now_s() - t0);
     return 0;
 }

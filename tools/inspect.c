@@ -6,14 +6,20 @@
  * table (name, type, shape in ne order, bytes), the parameter count, bytes per type, and a
  * validation verdict. Structure is validated by spex_gguf_open (every count, length and
  * offset); for the architectures spex runs densely (llama, qwen3) the verdict also checks the
- * hyper-parameter keys and the exact tensor set with shapes. Other architectures get a
- * structural verdict only, and say so.
+ * hyper-parameter keys and the exact tensor set with shapes. For qwen35 the verdict is
+ * spex_model_load's (it checks the keys, the layer pattern and every tensor the trunk and the
+ * MTP block read, with shapes and types), and inspect also prints the memory plan of
+ * targets.md §6.4/§9 computed from the hyper-parameter keys alone (tools/qwen35_plan.h): the
+ * layer pattern, the MTP block, weight bytes, F16 KV bytes per token, recurrent state per
+ * sequence and the snapshot ring for --n-max drafts. Other architectures get a structural
+ * verdict only, and say so.
  *
  * Exit status: 0 when the verdict is OK; 1 with exactly one "error: ..." line on stderr when
  * the file cannot be opened or fails validation; 2 for bad usage.
  */
 #include "spex.h"
 #include "cli.h"
+#include "qwen35_plan.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -26,13 +32,15 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-            "usage: spex inspect FILE [--all]\n"
+            "usage: spex inspect FILE [--all] [--n-max N]\n"
             "\n"
             "Prints the architecture, metadata, tensor table, parameter count, bytes per type and a\n"
             "validation verdict of a GGUF file. Exits 1 with one 'error:' line if the file is\n"
             "malformed or does not match its architecture.\n"
             "\n"
-            "  --all     print every array element and whole strings (default: abbreviated)\n");
+            "  --all       print every array element and whole strings (default: abbreviated)\n"
+            "  --n-max N   qwen35: drafts per verify batch for the snapshot memory, (1 + N) state copies\n"
+            "              per sequence (default 7)\n");
 }
 
 /* ======================================================================== */
@@ -314,6 +322,165 @@ static void validate_dense(const spex_gguf *g, const hparams *hp, bool qwen3, ve
 }
 
 /* ======================================================================== */
+/* qwen35: layer pattern and memory plan                                    */
+/* ======================================================================== */
+
+/* What the plan needs, read from the raw keys (not from a loaded model), so that a file
+ * spex_model_load rejects still gets its plan printed. */
+typedef struct q35_keys {
+    bool ok;                /* every key below was found            */
+    char missing[192];      /* the first key that was not            */
+    uint32_t n_nextn;       /* nextn_predict_layers (0 if absent)   */
+    uint32_t interval;      /* full_attention_interval, 0 if the per-layer array is used */
+    bool *is_attn;          /* [n_trunk], malloc'd                  */
+    spex_qwen35_plan_in in;
+} q35_keys;
+
+static bool q35_key(const spex_gguf *g, const char *arch, const char *name, uint32_t *out, q35_keys *k) {
+    if (get_hp(g, arch, name, out)) return true;
+    if (k->ok) snprintf(k->missing, sizeof k->missing, "%s.%s", arch, name);
+    k->ok = false;
+    return false;
+}
+
+/* The trunk's layer pattern (targets.md §6.2): attention.recurrent_layers when present, else
+ * layer i is attention iff (i + 1) % full_attention_interval == 0. */
+static void q35_read(const spex_gguf *g, const hparams *hp, q35_keys *k) {
+    memset(k, 0, sizeof *k);
+    k->ok = true;
+    const char *ar = hp->arch;
+    uint32_t n_all = 0, conv = 0, state = 0, hk = 0, hv = 0;
+    /* head_count_kv and key_length take the loader's defaults (read_hparams: head_count, E / H) */
+    const uint32_t hkv = hp->has_head_kv ? hp->n_head_kv : hp->n_head, hd = hp->head_dim;
+    if (!get_hp(g, ar, "nextn_predict_layers", &k->n_nextn)) k->n_nextn = 0;
+    q35_key(g, ar, "block_count", &n_all, k);
+    q35_key(g, ar, "ssm.conv_kernel", &conv, k);
+    q35_key(g, ar, "ssm.state_size", &state, k);
+    q35_key(g, ar, "ssm.group_count", &hk, k);
+    q35_key(g, ar, "ssm.time_step_rank", &hv, k);
+    if (!k->ok) return;
+    if (k->n_nextn > n_all || n_all - k->n_nextn > 100000) {
+        snprintf(k->missing, sizeof k->missing, "a plausible block_count (%u, nextn %u)", n_all, k->n_nextn);
+        k->ok = false;
+        return;
+    }
+    const uint32_t N = n_all - k->n_nextn;
+    k->is_attn = calloc(N ? N : 1, sizeof *k->is_attn);
+    if (!k->is_attn) {
+        snprintf(k->missing, sizeof k->missing, "memory");
+        k->ok = false;
+        return;
+    }
+    char key[160];
+    snprintf(key, sizeof key, "%s.attention.recurrent_layers", ar);
+    spex_gguf_value a;
+    if (spex_gguf_get_arr(g, key, &a, NULL) == SPEX_OK) {
+        if (a.n < N) {
+            snprintf(k->missing, sizeof k->missing, "%s with %u elements", key, N);
+            k->ok = false;
+            return;
+        }
+        for (uint32_t l = 0; l < N; l++) {
+            spex_gguf_value e;
+            bool rec = false;
+            if (spex_gguf_arr_elem(g, &a, l, &e, NULL) == SPEX_OK)
+                for (uint64_t b = 0; b < e.size && b < 8; b++) rec |= e.data[b] != 0;
+            k->is_attn[l] = !rec;
+        }
+    } else if (q35_key(g, ar, "full_attention_interval", &k->interval, k) && k->interval > 0) {
+        for (uint32_t l = 0; l < N; l++) k->is_attn[l] = (l + 1) % k->interval == 0;
+    } else {
+        if (k->ok) snprintf(k->missing, sizeof k->missing, "%s.full_attention_interval > 0", ar);
+        k->ok = false;
+        return;
+    }
+    int64_t n_attn = 0;
+    for (uint32_t l = 0; l < N; l++) n_attn += k->is_attn[l];
+    k->in = (spex_qwen35_plan_in){.n_layer = N, .n_attn = n_attn, .n_head_kv = hkv, .head_dim = hd,
+                                  .ssm_n_group = hk, .ssm_dt_rank = hv, .ssm_d_state = state, .ssm_d_conv = conv};
+}
+
+/* "12.00 KiB", "19.27 MiB", "1.17 GiB": the unit that keeps the number readable. */
+static const char *human(uint64_t b, char *buf, size_t cap) {
+    if (b < 1024) snprintf(buf, cap, "%" PRIu64 " B", b);
+    else if (b < (1ull << 20)) snprintf(buf, cap, "%.2f KiB", (double)b / 1024.0);
+    else if (b < (1ull << 30)) snprintf(buf, cap, "%.2f MiB", (double)b / 1048576.0);
+    else snprintf(buf, cap, "%.2f GiB", (double)b / 1073741824.0);
+    return buf;
+}
+
+/* Prints the plan; *plan_out receives it (zeroed when the keys are incomplete). */
+static void q35_print_plan(const spex_gguf *g, const q35_keys *k, const spex_model *m, long n_max,
+                           spex_qwen35_plan *plan_out) {
+    char b1[32], b2[32], b3[32];
+    *plan_out = (spex_qwen35_plan){0};
+    printf("\nqwen35 memory plan (targets.md §6.4, §9):\n");
+    if (!k->ok) {
+        printf("  (not computed: no %s)\n", k->missing);
+        return;
+    }
+    spex_qwen35_plan_in in = k->in;
+    in.n_max = n_max;
+    spex_qwen35_plan p;
+    if (spex_qwen35_plan_compute(&in, &p) != 0) {
+        printf("  (not computed: inconsistent hyper-parameters)\n");
+        return;
+    }
+    *plan_out = p;
+    const int64_t N = in.n_layer;
+    printf("  layers:      %" PRId64 " trunk: %" PRId64 " attention, %" PRId64 " Gated DeltaNet", N, in.n_attn, p.n_gdn);
+    if (k->interval) printf(" (full_attention_interval %u)", k->interval);
+    else printf(" (attention.recurrent_layers)");
+    printf("\n  attention:   [");
+    const char *sep = "";
+    for (int64_t l = 0; l < N; l++) {
+        if (!k->is_attn[l]) continue;
+        printf("%s%" PRId64, sep, l);
+        sep = ", ";
+    }
+    printf("]\n");
+
+    /* Weights: every tensor of the file, and the share of blk.N.* (N = trunk) the MTP block holds. */
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "blk.%" PRId64 ".", N);
+    uint64_t total = 0, mtp = 0;
+    int64_t n_mtp = 0;
+    for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) {
+        const spex_tensor_info *t = spex_gguf_tensor(g, i);
+        total += t->nbytes;
+        if (!strncmp(t->name, prefix, strlen(prefix))) mtp += t->nbytes, n_mtp++;
+    }
+    char eh[64];
+    snprintf(eh, sizeof eh, "blk.%" PRId64 ".nextn.eh_proj.weight", N);
+    bool has_mtp = k->n_nextn > 0 && spex_gguf_find_tensor(g, eh) != NULL;
+    if (has_mtp)
+        printf("  MTP block:   yes: blk.%" PRId64 " (nextn_predict_layers %u), %" PRId64 " tensors, %s\n", N, k->n_nextn,
+               n_mtp, human(mtp, b1, sizeof b1));
+    else if (k->n_nextn > 0)
+        printf("  MTP block:   declared (nextn_predict_layers %u) but %s is absent\n", k->n_nextn, eh);
+    else
+        printf("  MTP block:   none (nextn_predict_layers 0)\n");
+    printf("  weights:     %" PRIu64 " bytes (%s) in the file", total, human(total, b1, sizeof b1));
+    if (has_mtp) printf(", %s without the MTP block", human(total - mtp, b2, sizeof b2));
+    if (m) printf("; %s mapped by the loaded model (spex_model_weight_bytes)", human(spex_model_weight_bytes(m), b3, sizeof b3));
+    putchar('\n');
+    printf("  KV cache:    %" PRIu64 " bytes (%s) per token at F16: %" PRId64 " attention layers x 2 x %" PRId64
+           " KV heads x %" PRId64 " x 2 B\n", p.kv_per_token, human(p.kv_per_token, b1, sizeof b1), in.n_attn,
+           in.n_head_kv, in.head_dim);
+    if (has_mtp)
+        printf("  MTP KV:      %" PRId64 " bytes per token at F16 in the MTP context (one attention layer)\n",
+               2 * in.n_head_kv * in.head_dim * 2);
+    printf("  recurrent:   %" PRIu64 " bytes (%s) per sequence: S %s (%" PRId64 " x %" PRId64 " heads x %" PRId64
+           " x %" PRId64 " x 4 B) + conv %s (%" PRId64 " x %" PRId64 " x %" PRId64 " channels x 4 B)\n",
+           p.state, human(p.state, b1, sizeof b1), human(p.state_S, b2, sizeof b2), p.n_gdn, in.ssm_dt_rank,
+           in.ssm_d_state, in.ssm_d_state, human(p.state_conv, b3, sizeof b3), p.n_gdn, in.ssm_d_conv - 1,
+           p.conv_channels);
+    printf("  snapshots:   %" PRIu64 " bytes (%s) per sequence for n_max %ld: 1 + %ld state copies (%s beyond the "
+           "live one)\n", p.snapshots, human(p.snapshots, b1, sizeof b1), n_max, n_max,
+           human(p.snapshots - p.state, b2, sizeof b2));
+}
+
+/* ======================================================================== */
 /* The command                                                               */
 /* ======================================================================== */
 
@@ -329,12 +496,16 @@ static void print_thousands(uint64_t v) {
 int cmd_inspect(int argc, char **argv) {
     const char *path = NULL;
     bool all = false;
+    long n_max = 7;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             usage(stdout);
             return 0;
         } else if (!strcmp(argv[i], "--all")) {
             all = true;
+        } else if (!strcmp(argv[i], "--n-max")) {
+            if (!cli_parse_int(argv[i], i + 1 < argc ? argv[i + 1] : NULL, 0, 256, &n_max)) return 2;
+            i++;
         } else if (argv[i][0] == '-' && argv[i][1]) {
             fprintf(stderr, "error: inspect: unknown flag '%s' (see spex inspect --help)\n", argv[i]);
             return 2;
@@ -415,6 +586,22 @@ int cmd_inspect(int argc, char **argv) {
     printf("  total  %5" PRId64 " tensors  %14" PRIu64 " bytes  (%.2f bits per parameter)\n", spex_gguf_n_tensors(g),
            total, n_params ? 8.0 * (double)total / (double)n_params : 0.0);
 
+    /* qwen35: the loader is the tensor-set rule (it checks every tensor the trunk and the MTP
+     * block read); load once here so the plan can show what the forward reads. */
+    const bool qwen35 = !strcmp(hp.arch, "qwen35") && spex_gguf_n_tensors(g) > 0;
+    spex_model *model = NULL;
+    spex_error lerr = {0};
+    spex_status lstat = SPEX_OK;
+    q35_keys qk = {0};
+    spex_qwen35_plan plan = {0};
+    if (qwen35) {
+        spex_model_params mp = spex_model_default_params();
+        mp.verbose = false;
+        lstat = spex_model_load(path, &mp, &model, &lerr);
+        q35_read(g, &hp, &qk);
+        q35_print_plan(g, &qk, model, n_max, &plan);
+    }
+
     printf("\nvalidation:\n");
     verdict vd = {0};
     for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) {
@@ -446,6 +633,18 @@ int cmd_inspect(int argc, char **argv) {
     uint32_t n_expert = 0;
     if (dense && get_hp(g, hp.arch, "expert_count", &n_expert) && n_expert > 0) dense = false;
     if (dense) validate_dense(g, &hp, !strcmp(hp.arch, "qwen3"), &vd);
+    if (qwen35 && lstat != SPEX_OK) {
+        problem(&vd, "spex_model_load: %s", lerr.msg);
+    } else if (qwen35) {
+        /* the plan reads the raw keys; the loader has its own reading: they must agree */
+        const spex_model_hparams *mh = spex_model_get_hparams(model);
+        if (!qk.ok || qk.in.n_layer != mh->n_layer || qk.in.n_layer - qk.in.n_attn != mh->n_recurrent ||
+            plan.state != spex_model_recurrent_state_bytes(model))
+            problem(&vd, "the memory plan (%" PRId64 " trunk layers, %" PRId64 " GDN, %" PRIu64
+                         " state bytes) disagrees with the loaded model (%d, %d, %" PRIu64 ")",
+                    qk.in.n_layer, qk.in.n_layer - qk.in.n_attn, plan.state, mh->n_layer, mh->n_recurrent,
+                    spex_model_recurrent_state_bytes(model));
+    }
     int rc = 0;
     if (vd.n_problems == 0) {
         if (vocab_only)
@@ -453,6 +652,10 @@ int cmd_inspect(int argc, char **argv) {
         else if (dense)
             printf("verdict:     OK: structure valid; %s hyper-parameters and all %" PRId64 " tensors match\n", hp.arch,
                    spex_gguf_n_tensors(g));
+        else if (qwen35)
+            printf("verdict:     OK: structure valid; spex_model_load accepts it (qwen35 keys, layer pattern, and "
+                   "the shape and type of every tensor %s)\n",
+                   spex_model_get_hparams(model)->n_nextn ? "the trunk and the MTP block read" : "the trunk reads");
         else
             printf("verdict:     OK: structure valid (structural check only: no tensor-set rules for arch '%s'%s)\n",
                    hp.arch[0] ? hp.arch : "(none)", n_expert ? ", mixture of experts" : "");
@@ -463,6 +666,8 @@ int cmd_inspect(int argc, char **argv) {
                 vd.n_problems == 1 ? "" : "s", vd.first);
         rc = 1;
     }
+    free(qk.is_attn);
+    spex_model_free(model);
     spex_gguf_close(g);
     return rc;
 }

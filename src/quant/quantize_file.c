@@ -109,7 +109,12 @@ static int64_t layer_of(const char *name) {
 
 /* Should this tensor be converted at all? llama.cpp converts 2-D+ weights except norms and a
  * few small or position-like tensors; spex adds DFlash2's conv bases, which it keeps in F32
- * (their convolution runs on the F32 base, see docs/quantization.md). */
+ * (their convolution runs on the F32 base, see docs/quantization.md).
+ * qwen35 (targets.md §6.3): ssm_conv1d.weight {d_conv, C} is 2-D but read element-wise by the
+ * forward, so it stays F32 (listed below, as llama.cpp lists it); ssm_a and ssm_dt.bias are 1-D
+ * and do not end in "weight"; ssm_norm and the MTP block's nextn.*norm contain "norm". The
+ * loader (src/model/model_qwen35.c) requires all of these in F32. ssm_beta / ssm_alpha {E, Hv}
+ * are ordinary matrices: llama.cpp has no rule for them, so they take the base type. */
 static bool is_quantizable(const spex_tensor_info *t) {
     static const char *const keep[] = {
         "norm",                 /* *_norm.weight and friends: tiny, precision-critical */
