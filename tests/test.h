@@ -75,4 +75,21 @@ char *test_slurp(const char *path, size_t *len);
         return;                                                                     \
     } while (0)
 
+/* Largest |a[i] - b[i]| (NaN counts as infinitely far), and the first index of the maximum:
+ * the comparisons every model test makes. */
+static inline double test_max_diff(const float *a, const float *b, long long n) {
+    double d = 0;
+    for (long long i = 0; i < n; i++) {
+        double x = fabs((double)a[i] - (double)b[i]);
+        if (!(x <= d)) d = x;
+    }
+    return d;
+}
+static inline int test_argmax(const float *x, int n) {
+    int b = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[b]) b = i;
+    return b;
+}
+
 #endif

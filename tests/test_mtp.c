@@ -19,15 +19,6 @@
 #define V 256
 #define E 64
 
-static double max_diff(const float *a, const float *b, int64_t n) {
-    double d = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double x = fabs((double)a[i] - (double)b[i]);
-        if (!(x <= d)) d = x;
-    }
-    return d;
-}
-
 static int g_ints(spex_gguf *g, const char *key, int32_t *out, int cap) {
     spex_gguf_value arr;
     if (spex_gguf_get_arr(g, key, &arr, NULL) != SPEX_OK || arr.elem_type != SPEX_GGUF_I32) return 0;
@@ -79,16 +70,16 @@ TEST(mtp_vs_reference) {
     CHECK(spex_mtp_feed(mc, tok, pos, seq, &h[0][0], 10, &e) == SPEX_OK);
     double dl = 0, dh = 0;
     for (int i = 0; i < 10; i++) {
-        double x = max_diff(spex_mtp_logits(mc, i), (const float *)gl->data + (size_t)i * V, V);
+        double x = test_max_diff(spex_mtp_logits(mc, i), (const float *)gl->data + (size_t)i * V, V);
         if (x > dl) dl = x;
-        x = max_diff(spex_mtp_hidden(mc, i), (const float *)gh->data + (size_t)i * E, E);
+        x = test_max_diff(spex_mtp_hidden(mc, i), (const float *)gh->data + (size_t)i * E, E);
         if (x > dh) dh = x;
     }
     CHECK(spex_mtp_feed(mc, tok + 10, pos + 10, seq + 10, &h[10][0], 14, &e) == SPEX_OK);
     for (int i = 0; i < 14; i++) {
-        double x = max_diff(spex_mtp_logits(mc, i), (const float *)gl->data + (size_t)(10 + i) * V, V);
+        double x = test_max_diff(spex_mtp_logits(mc, i), (const float *)gl->data + (size_t)(10 + i) * V, V);
         if (x > dl) dl = x;
-        x = max_diff(spex_mtp_hidden(mc, i), (const float *)gh->data + (size_t)(10 + i) * E, E);
+        x = test_max_diff(spex_mtp_hidden(mc, i), (const float *)gh->data + (size_t)(10 + i) * E, E);
         if (x > dh) dh = x;
     }
     printf("  catch-up rows vs reference: logits %.2e, hidden %.2e\n", dl, dh);

@@ -54,22 +54,6 @@ static spex_context *mkctx(const spex_model *m, int n_seq, int n_rs, int threads
     return c;
 }
 
-static double max_diff(const float *a, const float *b, int64_t n) {
-    double d = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double x = fabs((double)a[i] - (double)b[i]);
-        if (!(x <= d)) d = x;
-    }
-    return d;
-}
-
-static int argmax(const float *x, int n) {
-    int b = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[b]) b = i;
-    return b;
-}
-
 /* Feeds tokens[0..n) of sequence seq (continuing its cache) as one batch, all logits wanted. */
 static spex_status feed(spex_context *c, int seq, const int32_t *tokens, int n, bool all_logits) {
     spex_batch_token bt[128];
@@ -168,9 +152,9 @@ static void single_case(const char *model, const char *gname, bool one_by_one, i
         const int n = one_by_one ? 1 : 24;
         CHECK(feed(c, 0, tok + i, n, true) == SPEX_OK);
         for (int j = 0; j < n; j++) {
-            double x = max_diff(spex_logits(c, j), gl + (int64_t)(i + j) * V, V);
+            double x = test_max_diff(spex_logits(c, j), gl + (int64_t)(i + j) * V, V);
             if (x > dl) dl = x;
-            x = max_diff(spex_taps(c) + (int64_t)j * 3 * E, gt + (int64_t)(i + j) * 3 * E, 3 * E);
+            x = test_max_diff(spex_taps(c) + (int64_t)j * 3 * E, gt + (int64_t)(i + j) * 3 * E, 3 * E);
             if (x > dt) dt = x;
         }
     }
@@ -187,9 +171,9 @@ static void single_case(const char *model, const char *gname, bool one_by_one, i
         CHECK(gs && gc);
         const int32_t ri = m->layers[sl[i]].rs_index;
         CHECK(ri >= 0);
-        double x = max_diff(spex_rs_S(c, 0, 23, ri), gs, 16 * 16 * 4);
+        double x = test_max_diff(spex_rs_S(c, 0, 23, ri), gs, 16 * 16 * 4);
         if (x > ds) ds = x;
-        x = max_diff(spex_rs_conv(c, 0, 23, ri), gc, 128 * 3);
+        x = test_max_diff(spex_rs_conv(c, 0, 23, ri), gc, 128 * 3);
         if (x > ds) ds = x;
     }
     printf("  %s %s %d thr: logits %.2e, taps %.2e, states %.2e (of %d GDN layers)\n", model,
@@ -214,7 +198,7 @@ static void greedy_case(const char *model, const char *gname) {
     CHECK(c);
     CHECK(feed(c, 0, prompt, 6, false) == SPEX_OK);
     for (int i = 0; i < 12; i++) {
-        const int id = argmax(spex_logits(c, 0), V);
+        const int id = test_argmax(spex_logits(c, 0), V);
         CHECK_MSG(id == ids[i], "greedy id %d: %d, golden %d", i, id, ids[i]);
         CHECK(feed(c, 0, &ids[i], 1, true) == SPEX_OK);
     }
@@ -252,13 +236,13 @@ TEST(qwen35_chunked_vs_recurrent) {
     double d = 0;
     for (int i = 0; i < 70; i++) {
         CHECK(feed(b, 0, t + i, 1, true) == SPEX_OK);
-        double x = max_diff(spex_logits(b, 0), la[i], V);
+        double x = test_max_diff(spex_logits(b, 0), la[i], V);
         if (x > d) d = x;
     }
     /* and both continue the same way */
     CHECK(feed(a, 0, t + 70, 5, true) == SPEX_OK);
     CHECK(feed(b, 0, t + 70, 5, true) == SPEX_OK);
-    double d2 = max_diff(spex_logits(a, 4), spex_logits(b, 4), V);
+    double d2 = test_max_diff(spex_logits(a, 4), spex_logits(b, 4), V);
     printf("  chunked (one batch of 70) vs recurrent (token by token): %.2e; continuation %.2e\n", d, d2);
     CHECK(d < TOL_CHUNK && d2 < TOL_CHUNK);
     spex_context_free(a);
@@ -298,7 +282,7 @@ TEST(qwen35_multi_sequence) {
         CHECK(feed(one, 0, t[s], pre[s], false) == SPEX_OK);
         for (int step = 0; step < 4; step++) {
             CHECK(feed(one, 0, &t[s][pre[s] + step], 1, true) == SPEX_OK);
-            double x = max_diff(spex_logits(one, 0), got[s][step], V);
+            double x = test_max_diff(spex_logits(one, 0), got[s][step], V);
             if (x > d) d = x;
         }
         spex_context_free(one);
@@ -333,8 +317,8 @@ TEST(qwen35_rollback_every_j) {
         for (int i = 0; i <= j; i++) CHECK(feed(b, 0, &verify[i], 1, false) == SPEX_OK);
         CHECK(feed(b, 0, cont, 3, true) == SPEX_OK);
         for (int i = 0; i < 3; i++)
-            CHECK_MSG(max_diff(spex_logits(a, i), spex_logits(b, i), V) == 0.0, "j %d row %d: %.3e", j, i,
-                      max_diff(spex_logits(a, i), spex_logits(b, i), V));
+            CHECK_MSG(test_max_diff(spex_logits(a, i), spex_logits(b, i), V) == 0.0, "j %d row %d: %.3e", j, i,
+                      test_max_diff(spex_logits(a, i), spex_logits(b, i), V));
         /* the ring holds 5 states, but the verify batch overwrote the slots of the prompt's
          * last states: after the 3 continuation tokens the ring goes back to the kept verify
          * row (len - 4 states back is position 9 + j: held only from j = 1 on). Going back 5
@@ -360,7 +344,7 @@ TEST(qwen35_rollback_every_j) {
     float l0[V];
     memcpy(l0, spex_logits(c, 0), sizeof l0);
     CHECK(feed(c, 1, verify, 1, true) == SPEX_OK);
-    CHECK(max_diff(l0, spex_logits(c, 0), V) == 0.0);
+    CHECK(test_max_diff(l0, spex_logits(c, 0), V) == 0.0);
     /* a length the ring does not hold: copied whole, then replayed back in dst (no checkpoints) */
     CHECK(spex_kv_seq_copy(c, 0, 1, 5, &e) == SPEX_OK);
     CHECK_EQ_INT(spex_kv_seq_len(c, 1), 5);
@@ -410,7 +394,7 @@ TEST(qwen35_rewind_checkpoints) {
     CHECK(feed(f, 0, t + 50, 4, true) == SPEX_OK);
     double d = 0;
     for (int i = 0; i < 4; i++) {
-        double x = max_diff(got[i], spex_logits(f, i), V);
+        double x = test_max_diff(got[i], spex_logits(f, i), V);
         if (x > d) d = x;
     }
     printf("  rewind 40 -> 23 (replayed %d from the checkpoint at 19) vs fresh: %.2e\n", nrep, d);
@@ -429,7 +413,7 @@ TEST(qwen35_rewind_checkpoints) {
     spex_kv_seq_clear(f, -1, NULL);
     CHECK(feed(f, 0, t, 12, false) == SPEX_OK);
     CHECK(feed(f, 0, t + 60, 2, true) == SPEX_OK);
-    CHECK(max_diff(spex_logits(c, 1), spex_logits(f, 1), V) < 1e-5);
+    CHECK(test_max_diff(spex_logits(c, 1), spex_logits(f, 1), V) < 1e-5);
     /* errors */
     CHECK(spex_kv_seq_rewind(c, 0, 99, NULL, &e) == SPEX_ERR_RANGE);
     CHECK(spex_kv_seq_rewind(c, 7, 1, NULL, &e) == SPEX_ERR_INVALID_ARG);

@@ -283,10 +283,22 @@ void spex_forward_dense(spex_context *c) {
         spex_fwd_run_phase(c, &ph, NULL, l, &L->wk, b->xn, n, b->k);
         spex_fwd_run_phase(c, &ph, NULL, l, &L->wv, b->xn, n, b->v);
         spex_fwd_run_phase(c, &ph, pre_attention, l, &L->wo, b->att, n, b->tmp);
-        spex_fwd_run_phase(c, &ph, spex_fwd_pre_ffn_norm, l, &L->w_gate, b->xn, n, b->gate);
-        spex_fwd_run_phase(c, &ph, NULL, l, &L->w_up, b->xn, n, b->up);
-        spex_fwd_run_phase(c, &ph, spex_fwd_pre_swiglu, l, &L->w_down, b->gate, n, b->tmp);
+        spex_fwd_ffn(c, &ph, l);
     }
-    spex_fwd_run_phase(c, &ph, spex_fwd_pre_output, m->hp.n_layer, &m->output, b->hout, c->n_outputs, b->logits);
+    spex_fwd_head(c, &ph);
+}
+
+void spex_fwd_ffn(spex_context *c, fwd_phase *ph, int l) {
+    const model_layer *L = &c->model->layers[l];
+    fwd_bufs *b = &c->b;
+    const int64_t n = c->n_tokens;
+    spex_fwd_run_phase(c, ph, spex_fwd_pre_ffn_norm, l, &L->w_gate, b->xn, n, b->gate);
+    spex_fwd_run_phase(c, ph, NULL, l, &L->w_up, b->xn, n, b->up);
+    spex_fwd_run_phase(c, ph, spex_fwd_pre_swiglu, l, &L->w_down, b->gate, n, b->tmp);
+}
+
+void spex_fwd_head(spex_context *c, fwd_phase *ph) {
+    const spex_model *m = c->model;
+    spex_fwd_run_phase(c, ph, spex_fwd_pre_output, m->hp.n_layer, &m->output, c->b.hout, c->n_outputs, c->b.logits);
     c->phase = NULL;
 }

@@ -48,4 +48,9 @@ void spex_fwd_pre_swiglu(spex_context *c, const fwd_phase *ph, int ith, int nth)
 /* x += b.tmp; tap id N; hout = RMSNorm(x; output_norm) for the rows that want logits. */
 void spex_fwd_pre_output(spex_context *c, const fwd_phase *ph, int ith, int nth);
 
+/* The SwiGLU FFN of layer l (three phases: gate with the ffn_norm prologue, up, down with the
+ * swiglu prologue) and the output head (x += last FFN, tap N, output_norm, logits). */
+void spex_fwd_ffn(spex_context *c, fwd_phase *ph, int l);
+void spex_fwd_head(spex_context *c, fwd_phase *ph);
+
 #endif

@@ -255,10 +255,7 @@ void spex_forward_qwen35(spex_context *c) {
             spex_fwd_run_phase(c, &ph, NULL, l, &L->wv, b->xn, n, b->v);
             spex_fwd_run_phase(c, &ph, pre_gated_attention, l, &L->wo, b->att, n, b->tmp);
         }
-        spex_fwd_run_phase(c, &ph, spex_fwd_pre_ffn_norm, l, &L->w_gate, b->xn, n, b->gate);
-        spex_fwd_run_phase(c, &ph, NULL, l, &L->w_up, b->xn, n, b->up);
-        spex_fwd_run_phase(c, &ph, spex_fwd_pre_swiglu, l, &L->w_down, b->gate, n, b->tmp);
+        spex_fwd_ffn(c, &ph, l);
     }
-    spex_fwd_run_phase(c, &ph, spex_fwd_pre_output, m->hp.n_layer, &m->output, b->hout, c->n_outputs, b->logits);
-    c->phase = NULL;
+    spex_fwd_head(c, &ph);
 }
