@@ -8,7 +8,8 @@
  * /completion against `spex run`; usage and timings fields; stop strings (plain and streamed);
  * every error status (400 bad JSON / wrong types / missing fields / multimodal, 401, 404, 405,
  * 413, 503); 4 concurrent clients on -np 2 with greedy texts equal to serial runs; a client
- * that disconnects mid-stream frees its slot; /metrics counters add up; SIGTERM ends the
+ * that disconnects mid-stream frees its slot; /metrics counters add up; /props and /slots
+ * (idle, during a stream, --no-slots, POST /props with and without --props); SIGTERM ends the
  * server cleanly (and, in the ASan build, without a sanitizer report).
  * What it is not: a test of the speculative loop's losslessness (test_spec) or of sampling.
  */
@@ -880,6 +881,204 @@ TEST(reasoning_content) {
     CHECK(ok2);
     CHECK(ok3);
     CHECK(ok4);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+}
+
+/* ---- /props and /slots (§12) ---------------------------------------------- */
+
+static cJSON *jget(cJSON *o, const char *path) {   /* "a/b/c": nested object keys */
+    char key[64];
+    while (o && *path) {
+        size_t n = strcspn(path, "/");
+        snprintf(key, sizeof key, "%.*s", (int)n, path);
+        o = cJSON_GetObjectItem(o, key);
+        path += n + (path[n] == '/');
+    }
+    return o;
+}
+
+static double jnum(cJSON *o, const char *path) {
+    cJSON *v = jget(o, path);
+    return cJSON_IsNumber(v) ? v->valuedouble : -12345;
+}
+
+static const char *jstr(cJSON *o, const char *path) {
+    const char *v = cJSON_GetStringValue(jget(o, path));
+    return v ? v : "";
+}
+
+static void jprint(const char *what, cJSON *o) {
+    char *t = cJSON_PrintUnformatted(o);
+    printf("  %s: %s\n", what, t ? t : "(null)");
+    free(t);
+}
+
+/* GET path with extra headers, parsed; NULL unless the status is 200. */
+static cJSON *get_json(int port, const char *path, const char *extra) {
+    resp r;
+    if (!http(port, "GET", path, extra, NULL, &r)) return NULL;
+    cJSON *o = r.status == 200 ? cJSON_Parse(r.body) : NULL;
+    if (!o) printf("  GET %s: %d %s\n", path, r.status, r.body);
+    resp_free(&r);
+    return o;
+}
+
+/* The shared server (-np 2, -c 512, drafter, no --props): /props matches the flags, /slots
+ * lists two idle slots with the defaults, POST /props is 403 permission_error. */
+TEST(props_and_slots_idle) {
+    REQUIRE_SERVER(port);
+    cJSON *o = get_json(port, "/props", NULL);
+    CHECK(o);
+    bool ok = jnum(o, "total_slots") == 2 && jnum(o, "default_generation_settings/n_ctx") == 256 &&
+              jnum(o, "default_generation_settings/params/n_predict") == -1 &&
+              jnum(o, "default_generation_settings/params/temperature") == 0.8 &&
+              jnum(o, "default_generation_settings/params/top_k") == 40 &&
+              jnum(o, "default_generation_settings/params/speculative.n_max") >= 1 &&
+              jnum(o, "default_generation_settings/params/speculative.n_min") == 0 &&
+              jnum(o, "default_generation_settings/params/speculative.p_min") == 0 &&
+              !strcmp(jstr(o, "default_generation_settings/params/speculative.type"), "draft-dflash") &&
+              !strcmp(jstr(o, "model_path"), TINY_QWEN3) &&
+              cJSON_IsString(jget(o, "chat_template")) && cJSON_IsString(jget(o, "build_info")) &&
+              cJSON_IsFalse(jget(o, "modalities/vision")) && cJSON_IsFalse(jget(o, "modalities/audio")) &&
+              cJSON_IsTrue(jget(o, "endpoint_slots")) && cJSON_IsFalse(jget(o, "endpoint_props"));
+    double n_max = jnum(o, "default_generation_settings/params/speculative.n_max");
+    if (!ok) jprint("props", o);
+    cJSON_Delete(o);
+    CHECK(ok);
+    /* the earlier tests' requests have ended; a slot is freed just after its response */
+    cJSON *sl = NULL;
+    for (int i = 0; i < 50; i++) {
+        cJSON_Delete(sl);
+        sl = get_json(port, "/slots", NULL);
+        bool busy = false;
+        for (int k = 0; k < cJSON_GetArraySize(sl); k++)
+            busy |= !cJSON_IsFalse(cJSON_GetObjectItem(cJSON_GetArrayItem(sl, k), "is_processing"));
+        if (sl && !busy) break;
+        usleep(100 * 1000);
+    }
+    CHECK(sl && cJSON_GetArraySize(sl) == 2);
+    for (int k = 0; k < 2; k++) {
+        cJSON *s1 = cJSON_GetArrayItem(sl, k);
+        ok = jnum(s1, "id") == k && jnum(s1, "n_ctx") == 256 && cJSON_IsTrue(jget(s1, "speculative")) &&
+             cJSON_IsFalse(jget(s1, "is_processing")) && jnum(s1, "params/n_predict") == -1 &&
+             jnum(s1, "params/speculative.n_max") == n_max && cJSON_IsFalse(jget(s1, "next_token/has_next_token")) &&
+             jnum(s1, "next_token/n_decoded") == 0 && cJSON_IsNumber(jget(s1, "next_token/n_remain"));
+        if (!ok) break;
+    }
+    cJSON_Delete(sl);
+    CHECK(ok);
+    resp r;
+    CHECK(http(port, "POST", "/props", NULL, "{}", &r));
+    ok = is_error(&r, 403, "permission_error") && strstr(r.body, "--props");
+    resp_free(&r);
+    CHECK(ok);
+    CHECK(http(port, "DELETE", "/slots", NULL, NULL, &r));
+    ok = is_error(&r, 405, NULL);
+    resp_free(&r);
+    CHECK(ok);
+}
+
+/* A server with --props, an API key, -n 7, --temp 0.5 and slowed steps: /props echoes the
+ * flags; while a stream runs, /slots shows its slot processing with the request's own
+ * params (speculative.n_max 2, stop) and a growing n_decoded; POST /props answers
+ * {"success": true} for an object and 400 otherwise; every endpoint wants the key. */
+TEST(slots_while_streaming_and_props_post) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    server s;
+    const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-np", "2", "-c", "1024", "-n", "7", "--temp", "0.5",
+                       "--props", "--api-key", "k1", "--test-step-delay-ms", "40", "-t", "1", NULL};
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    int port = s.port;
+    const char *auth = "Authorization: Bearer k1\r\n";
+    resp r;
+    bool ok401 = true;
+    static const char *const paths[][2] = {{"GET", "/props"}, {"GET", "/slots"}, {"POST", "/props"}};
+    for (int i = 0; i < 3; i++) {
+        ok401 = ok401 && http(port, paths[i][0], paths[i][1], NULL, i == 2 ? "{}" : NULL, &r) &&
+                is_error(&r, 401, "authentication_error");
+        resp_free(&r);
+    }
+    cJSON *o = get_json(port, "/props", auth);
+    bool okp = o && jnum(o, "default_generation_settings/params/n_predict") == 7 &&
+               jnum(o, "default_generation_settings/params/temperature") == 0.5 && jnum(o, "total_slots") == 2 &&
+               jnum(o, "default_generation_settings/n_ctx") == 512 && cJSON_IsTrue(jget(o, "endpoint_props"));
+    cJSON_Delete(o);
+    bool okpost = http(port, "POST", "/props", auth, "{\"anything\":1}", &r) && r.status == 200 &&
+                  strstr(r.body, "\"success\":true");
+    resp_free(&r);
+    okpost = okpost && http(port, "POST", "/props", auth, "[1]", &r) && is_error(&r, 400, "invalid_request_error");
+    resp_free(&r);
+    okpost = okpost && http(port, "POST", "/props", auth, "{bad", &r) && is_error(&r, 400, "invalid_request_error");
+    resp_free(&r);
+
+    const char *body = "{\"prompt\":\"Hello\",\"max_tokens\":300,\"temperature\":0,\"stream\":true,"
+                       "\"speculative.n_max\":2,\"stop\":[\"zq#\"]}";
+    int fd = open_request(port, "POST", "/v1/completions", auth, body);
+    long n1 = -1, n2 = -1;
+    int busy_id = -1;
+    bool okbusy = fd >= 0;
+    for (int i = 0; okbusy && i < 200 && n2 < 0; i++) {   /* up to ~20 s (ASan) */
+        usleep(100 * 1000);
+        cJSON *sl = get_json(port, "/slots", auth);
+        for (int k = 0; k < cJSON_GetArraySize(sl); k++) {
+            cJSON *s1 = cJSON_GetArrayItem(sl, k);
+            if (!cJSON_IsTrue(jget(s1, "is_processing"))) continue;
+            long nd = (long)jnum(s1, "next_token/n_decoded");
+            if (nd < 1) continue;
+            cJSON *stop = jget(s1, "params/stop");
+            bool params_ok = jnum(s1, "params/temperature") == 0 && jnum(s1, "params/n_predict") == 300 &&
+                             jnum(s1, "params/speculative.n_max") == 2 && cJSON_GetArraySize(stop) == 1 &&
+                             cJSON_IsString(cJSON_GetArrayItem(stop, 0)) &&
+                             !strcmp(cJSON_GetArrayItem(stop, 0)->valuestring, "zq#") &&
+                             jnum(s1, "next_token/n_remain") == 300 - nd &&
+                             cJSON_IsTrue(jget(s1, "next_token/has_next_token")) &&
+                             cJSON_IsNumber(jget(s1, "draft_n")) && cJSON_IsNumber(jget(s1, "draft_n_accepted")) &&
+                             cJSON_IsFalse(jget(cJSON_GetArrayItem(sl, 1 - k), "is_processing"));
+            if (!params_ok) {
+                jprint("busy slot", s1);
+                okbusy = false;
+            } else if (n1 < 0) {
+                n1 = nd, busy_id = k;
+            } else if (k == busy_id && nd > n1) {
+                n2 = nd;
+            }
+        }
+        cJSON_Delete(sl);
+    }
+    printf("  n_decoded %ld then %ld on slot %d\n", n1, n2, busy_id);
+    if (fd >= 0) close(fd);   /* the stream is cancelled */
+    bool clean;
+    int rc = server_stop(&s, &clean);
+    CHECK(ok401);
+    CHECK(okp);
+    CHECK(okpost);
+    CHECK(okbusy);
+    CHECK(n1 >= 1 && n2 > n1);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+}
+
+/* --no-slots: GET /slots is 501 not_supported_error with llama-server's message; /props
+ * still answers and says so. */
+TEST(no_slots) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    server s;
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "--no-slots", "-t", "1", NULL};
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    resp r;
+    bool ok = http(s.port, "GET", "/slots", NULL, NULL, &r) && is_error(&r, 501, "not_supported_error") &&
+              strstr(r.body, "--slots");
+    resp_free(&r);
+    cJSON *o = get_json(s.port, "/props", NULL);
+    bool okp = o && cJSON_IsFalse(jget(o, "endpoint_slots")) && jnum(o, "total_slots") == 1 &&
+               jnum(o, "default_generation_settings/params/speculative.n_max") == 0 &&
+               !strcmp(jstr(o, "default_generation_settings/params/speculative.type"), "none");
+    cJSON_Delete(o);
+    bool clean;
+    int rc = server_stop(&s, &clean);
+    CHECK(ok);
+    CHECK(okp);
     CHECK_EQ_INT(rc, 0);
     CHECK(clean);
 }

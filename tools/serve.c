@@ -27,6 +27,7 @@ static void usage(FILE *f) {
             "  -b, --batch-size N          prompt batch (512)                   -t, --threads N    threads (all CPUs)\n"
             "  --host HOST (127.0.0.1)     --port PORT (8080)                   --api-key K[,K..]  --api-key-file FILE\n"
             "  -to, --timeout N            connection timeout, s (3600)         --metrics          enable /metrics\n"
+            "  --slots / --no-slots        GET /slots on (default) / off (501)  --props            allow POST /props\n"
             "  --chat-template NAME        chatml, qwen3, qwen35, none          --chat-template-kwargs JSON\n"
             "  --reasoning-format F        none, deepseek (auto), deepseek-legacy   -rea on|off|auto\n"
             "  --temp --top-k --top-p --min-p --seed --repeat-penalty --repeat-last-n --presence-penalty\n"
@@ -76,6 +77,7 @@ int cmd_serve(int argc, char **argv) {
     c.body_max = 8u << 20;
     c.timeout_s = 3600;
     c.sse_ping_s = 30;
+    c.slots = true;   /* GET /slots on by default, as in llama-server (§2.3) */
     c.adaptive = true;
     c.min_gain = 1.05f;
     c.n_ctx_checkpoints = 32;
@@ -120,8 +122,12 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_parse_int(a, v, -1, 1L << 30, &n)) return 2;   /* accepted, no effect (docs/server.md) */
         } else if (is(a, "-cb", "--cont-batching") || is(a, "-nocb", "--no-cont-batching") || is(a, "--jinja", NULL) ||
                    is(a, "--no-jinja", NULL) || is(a, "-kvu", "--kv-unified") || is(a, "--cache-prompt", NULL) ||
-                   is(a, "--no-cache-prompt", NULL) || is(a, "--no-slots", NULL) || is(a, "--slots", NULL)) {
+                   is(a, "--no-cache-prompt", NULL)) {
             takes = false;
+        } else if (is(a, "--slots", NULL) || is(a, "--no-slots", NULL)) {
+            c.slots = !strcmp(a, "--slots"), takes = false;
+        } else if (is(a, "--props", NULL)) {
+            c.props = true, takes = false;
         } else if (is(a, "--sse-ping-interval", NULL)) {
             if (!cli_parse_int(a, v, -1, 1L << 20, &n)) return 2;
             c.sse_ping_s = (int)n;

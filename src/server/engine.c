@@ -1,7 +1,7 @@
 /*
  * engine.c — the scheduler of `spex serve`: slots, a bounded queue, one engine thread that
- * advances every busy slot in one spex_spec_step, adaptive draft length, and the counters
- * behind /metrics.
+ * advances every busy slot in one spex_spec_step, adaptive draft length, the counters
+ * behind /metrics and the per-slot snapshot behind /slots.
  *
  * What it is: server-api.md §14.2 on top of spex_spec. Each slot is a sequence id of one target
  * context (and one draft context); a step drafts every drafting slot's block in one drafter
@@ -517,8 +517,18 @@ static void engine_step(srv_engine *e) {
             t->p_acc_f = t->p_acc_f * SRV_DECAY + (acc < o->n_drafted ? 1 : 0);
         }
         hist_add(e, t->slot, o->tokens, o->n);
-        task_emit(e, t, o->tokens, o->n);
+        if (task_emit(e, t, o->tokens, o->n)) e->step_tasks[i] = NULL;   /* finished: maybe freed */
     }
+    /* GET /slots reads these under e->mu (srv_engine_slots_json) */
+    pthread_mutex_lock(&e->mu);
+    for (int i = 0; i < n; i++) {
+        srv_task *t = e->step_tasks[i];
+        if (!t) continue;
+        t->pub_n_gen = t->n_gen;
+        t->pub_draft_n = t->tm.draft_n;
+        t->pub_draft_n_accepted = t->tm.draft_n_accepted;
+    }
+    pthread_mutex_unlock(&e->mu);
     if (e->p.step_delay_ms > 0) usleep((useconds_t)e->p.step_delay_ms * 1000u);
 }
 
@@ -763,4 +773,49 @@ char *srv_engine_metrics(srv_engine *e) {
            (double)m->requests_cancelled);
     pthread_mutex_unlock(&e->mu);
     return b.p;
+}
+
+/* ======================================================================== */
+/* /slots (§12)                                                              */
+/* ======================================================================== */
+
+/* Runs on an HTTP thread. e->mu keeps every busy slot's task alive (task_finish clears the
+ * slot under e->mu before it drops the engine's reference) and orders these reads after the
+ * engine's writes: the pub_* fields are written under e->mu, the request fields before
+ * srv_engine_submit. The task's text is read under its own mutex, taken inside e->mu as
+ * srv_engine_submit does. Engine-only fields (n_gen, tm, ...) are never read here. */
+char *srv_engine_slots_json(srv_engine *e, const srv_gen_defaults *d) {
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr) return NULL;
+    pthread_mutex_lock(&e->mu);
+    for (int s = 0; s < e->p.n_slots; s++) {
+        srv_task *t = e->slots[s];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddItemToArray(arr, o);
+        cJSON_AddNumberToObject(o, "id", s);
+        cJSON_AddNumberToObject(o, "n_ctx", e->p.n_ctx_slot);
+        cJSON_AddBoolToObject(o, "speculative", e->has_draft);
+        cJSON_AddBoolToObject(o, "is_processing", t != NULL);
+        cJSON_AddItemToObject(o, "params", srv_params_json(d, t));
+        long n_gen = t ? t->pub_n_gen : 0;
+        long n_predict = t ? t->n_predict : d->n_predict;
+        bool nl = false;
+        if (t) {
+            pthread_mutex_lock(&t->mu);
+            nl = t->len > 0 && memchr(t->text, '\n', t->len) != NULL;
+            pthread_mutex_unlock(&t->mu);
+        }
+        cJSON *nt = cJSON_AddObjectToObject(o, "next_token");
+        cJSON_AddBoolToObject(nt, "has_next_token", t != NULL);
+        cJSON_AddBoolToObject(nt, "has_new_line", nl);
+        cJSON_AddNumberToObject(nt, "n_remain", n_predict >= 0 ? (double)(n_predict - n_gen) : -1);
+        cJSON_AddNumberToObject(nt, "n_decoded", (double)n_gen);
+        /* spex: the running request's draft counts (timings.draft_n, draft_n_accepted) */
+        cJSON_AddNumberToObject(o, "draft_n", t ? (double)t->pub_draft_n : 0);
+        cJSON_AddNumberToObject(o, "draft_n_accepted", t ? (double)t->pub_draft_n_accepted : 0);
+    }
+    pthread_mutex_unlock(&e->mu);
+    char *out = cJSON_PrintUnformatted(arr);
+    cJSON_Delete(arr);
+    return out;
 }

@@ -726,6 +726,42 @@ static bool authorized(const srv_server *S, struct MHD_Connection *c) {
     return false;
 }
 
+/* GET /props, POST /props, GET /slots (§12; the bodies are built in props.c and engine.c). */
+static srv_gen_defaults gen_defaults(const srv_server *S) {
+    const srv_config *cfg = S->cfg;
+    return (srv_gen_defaults){.sp = cfg->sp, .n_predict = cfg->n_predict, .n_max = S->n_max,
+                              .n_min = cfg->n_draft_min, .p_min = cfg->p_draft_min,
+                              .spec_type = S->drafter ? "draft-dflash" : "none"};
+}
+
+static enum MHD_Result do_props(srv_server *S, struct MHD_Connection *c, bool post, const srv_conn *cc) {
+    const srv_config *cfg = S->cfg;
+    if (post) {
+        char msg[256];
+        if (!cfg->props)   /* §3: permission_error (llama-server itself answers 501 here) */
+            return send_error(c, 403, "This server does not support changing global properties. Start it with `--props`");
+        int code = srv_props_update(cc->body, cc->len, msg, sizeof msg);
+        if (code) return send_error(c, (unsigned)code, "%s", msg);
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddBoolToObject(o, "success", true);
+        return send_json(c, 200, o);
+    }
+    const spex_drafter_hparams *dh = S->drafter ? spex_drafter_get_hparams(S->drafter) : NULL;
+    srv_props_info pi = {.d = gen_defaults(S), .n_slots = cfg->n_slots, .n_ctx_slot = S->n_ctx_slot,
+                         .model_path = cfg->model, .model_alias = S->model_id, .gguf = spex_model_gguf(S->model),
+                         .tmpl = S->tmpl, .tmpl_from_flag = cfg->chat_template != NULL,
+                         .spec_variant = dh ? (dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash") : NULL,
+                         .build_info = SRV_FINGERPRINT, .endpoint_slots = cfg->slots, .endpoint_props = cfg->props,
+                         .endpoint_metrics = cfg->metrics};
+    return send_text(c, 200, "application/json; charset=utf-8", srv_props_json(&pi));
+}
+
+static enum MHD_Result do_slots(srv_server *S, struct MHD_Connection *c) {
+    if (!S->cfg->slots) return send_error(c, 501, "This server does not support slots endpoint. Start it with `--slots`");
+    srv_gen_defaults d = gen_defaults(S);
+    return send_text(c, 200, "application/json; charset=utf-8", srv_engine_slots_json(S->engine, &d));
+}
+
 static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char *url, const char *method,
                              const srv_conn *cc) {
     bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
@@ -742,13 +778,15 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
         bool post;
     } known[] = {{"/v1/models", false}, {"/models", false}, {"/metrics", false}, {"/v1/chat/completions", true},
                  {"/chat/completions", true}, {"/v1/completions", true}, {"/completions", true},
-                 {"/completion", true}, {"/tokenize", true}, {"/detokenize", true}};
+                 {"/completion", true}, {"/tokenize", true}, {"/detokenize", true}, {"/props", false},
+                 {"/slots", false}};
     int k = -1;
     for (int i = 0; i < (int)(sizeof known / sizeof *known); i++)
         if (!strcmp(url, known[i].path)) k = i;
     if (k < 0) return send_error(c, 404, "File Not Found: %s", url);
     if (!authorized(S, c)) return send_error(c, 401, "Invalid API Key");
-    if (known[k].post ? !post : !get) return send_error(c, 405, "method %s is not allowed on %s", method, url);
+    bool allowed = k == 10 ? get || post : known[k].post ? post : get;   /* /props: GET and POST */
+    if (!allowed) return send_error(c, 405, "method %s is not allowed on %s", method, url);
     if (cc->too_big) return send_error(c, 413, "the request body exceeds the limit of %zu bytes", S->cfg->body_max);
     if (cc->alloc_failed) return send_error(c, 500, "out of memory");
     if (S->ready != 1) return send_error(c, 503, S->ready == 0 ? "Loading model" : "the server is shutting down");
@@ -761,7 +799,9 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     if (k == 5 || k == 6) return do_generate(S, c, SRV_EP_COMPLETIONS, cc);
     if (k == 7) return do_generate(S, c, SRV_EP_COMPLETION, cc);
     if (k == 8) return do_tokenize(S, c, cc);
-    return do_detokenize(S, c, cc);
+    if (k == 9) return do_detokenize(S, c, cc);
+    if (k == 10) return do_props(S, c, post, cc);
+    return do_slots(S, c);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,

@@ -139,6 +139,10 @@ typedef struct srv_task {
     char err_msg[256];
     srv_timings tm;
     int refs;                 /* connection + engine                                   */
+
+    /* published by the engine under the engine's mutex after each step, for GET /slots */
+    long pub_n_gen;
+    int64_t pub_draft_n, pub_draft_n_accepted;
 } srv_task;
 
 /* Creates a task holding one reference (the caller's); srv_task_release drops one. */
@@ -170,6 +174,46 @@ void srv_task_cancel(srv_engine *e, srv_task *t);
 /* Prometheus text of /metrics (§11), malloc'd. */
 char *srv_engine_metrics(srv_engine *e);
 
+/* The server's generation defaults, echoed by GET /props and by idle slots in GET /slots. */
+typedef struct srv_gen_defaults {
+    spex_sampler_params sp;
+    long n_predict;           /* -1: unlimited                                         */
+    int32_t n_max, n_min;     /* effective draft lengths (n_max 0: no drafter)          */
+    float p_min;
+    const char *spec_type;    /* "draft-dflash" or "none"                               */
+} srv_gen_defaults;
+
+/* GET /slots body (§12), malloc'd: one object per slot, read under the engine's mutex from
+ * what the engine publishes there (srv_task.pub_*) and from the running task's immutable
+ * request fields. NULL when out of memory. */
+char *srv_engine_slots_json(srv_engine *e, const srv_gen_defaults *d);
+
+/* ======================================================================== */
+/* /props and /slots helpers (props.c)                                       */
+/* ======================================================================== */
+
+/* What GET /props reports; every pointer borrowed. */
+typedef struct srv_props_info {
+    srv_gen_defaults d;
+    int32_t n_slots, n_ctx_slot;
+    const char *model_path, *model_alias;
+    const spex_gguf *gguf;           /* the target's: tokenizer.chat_template               */
+    spex_chat_template tmpl;         /* the built-in template spex renders with             */
+    bool tmpl_from_flag;             /* --chat-template NAME chose it (the GGUF text unused) */
+    const char *spec_variant;        /* "dflash2", "dflash" or NULL (no drafter)            */
+    const char *build_info;
+    bool endpoint_slots, endpoint_props, endpoint_metrics;
+} srv_props_info;
+
+/* GET /props body, malloc'd (NULL when out of memory). */
+char *srv_props_json(const srv_props_info *pi);
+/* POST /props with --props: the body must be a JSON object; spex has no property that can
+ * change at run time, so nothing else is read. 0 (answer {"success": true}) or 400 with msg. */
+int srv_props_update(const char *body, size_t len, char *msg, size_t msg_cap);
+/* The llama-server `params` object of a slot: d's values, or t's (its sampler's params,
+ * n_predict, stop strings and per-request speculative.n_max) when t is not NULL. */
+struct cJSON *srv_params_json(const srv_gen_defaults *d, const srv_task *t);
+
 /* ======================================================================== */
 /* The server (http.c)                                                       */
 /* ======================================================================== */
@@ -192,6 +236,8 @@ typedef struct srv_config {
     int enable_thinking;         /* default for requests (1/0)                         */
     srv_reasoning reasoning_format;
     bool metrics;
+    bool slots;               /* GET /slots (--slots, default; --no-slots: 501)          */
+    bool props;               /* POST /props accepted (--props; else 403)                */
     int32_t queue_max;
     size_t body_max;
     int timeout_s;
