@@ -114,6 +114,11 @@ $(FUZZ_OUT)/fuzz_server_req: fuzz/fuzz_server_req.c src/server/api.c $(FUZZ_LIB_
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< src/server/api.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
+# fuzz_toolcall: the streaming <tool_call> splitter (src/server/toolcall.c) and cJSON.
+$(FUZZ_OUT)/fuzz_toolcall: fuzz/fuzz_toolcall.c src/server/toolcall.c $(FUZZ_LIB_SRC)
+	@mkdir -p $(FUZZ_OUT)
+	clang $(FUZZ_FLAGS) -o $@ $< src/server/toolcall.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
+
 # fuzz_dflash loads drafters against a real target, so it needs the whole library: built
 # once with coverage (objects with their ISA flags, like the release build) into a static lib.
 FUZZ_OBJ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -pthread -fsanitize=fuzzer-no-link,address,undefined

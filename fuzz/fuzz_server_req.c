@@ -8,8 +8,10 @@
  *
  * Checked: no crash, leak or sanitizer report; a parse returns 0 or an HTTP status 400/500/501
  * with a NUL-terminated message; a successful chat parse has >= 1 message with non-NULL
- * content; stop strings are non-empty and fewer than SRV_MAX_STOP; split offsets are ordered
- * and within the text.
+ * content, tools (§6.1) that are JSON objects and tool calls with a name and arguments, and
+ * renders through both Qwen chat templates with its tools and tool calls (src/tok/chat.c's
+ * tojson printer sees fuzzed JSON) without an error other than INVALID_ARG; stop strings are
+ * non-empty and fewer than SRV_MAX_STOP; split offsets are ordered and within the text.
  * Run: make fuzz && ./build-fuzz/fuzz_server_req -max_total_time=20 fuzz/corpus/server_req
  */
 #include "server/server.h"
@@ -19,6 +21,32 @@
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Renders a parsed chat request as http.c does (tools and tool calls included): the length
+ * query then the render must agree; only INVALID_ARG (where the Jinja template raises) fails. */
+static void render(const srv_request *r, spex_chat_template t, bool think) {
+    spex_chat_msg *ms = calloc((size_t)r->n_msgs, sizeof *ms);
+    if (!ms) return;
+    for (int i = 0; i < r->n_msgs; i++)
+        ms[i] = (spex_chat_msg){r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning, r->msgs[i].tool_calls,
+                                (size_t)r->msgs[i].n_tool_calls};
+    const char *const *tools = (const char *const *)r->tools;
+    size_t need = 0, got = 0;
+    spex_status st = spex_chat_apply_tools(t, ms, (size_t)r->n_msgs, tools, (size_t)r->n_tools, true, think, NULL, 0,
+                                           &need, NULL);
+    if (st == SPEX_ERR_RANGE) {
+        char *buf = malloc(need + 1);
+        if (buf) {
+            st = spex_chat_apply_tools(t, ms, (size_t)r->n_msgs, tools, (size_t)r->n_tools, true, think, buf, need + 1,
+                                       &got, NULL);
+            if (st != SPEX_OK || got != need || buf[got] != 0) __builtin_trap();
+            free(buf);
+        }
+    } else if (st != SPEX_ERR_INVALID_ARG) {
+        __builtin_trap();
+    }
+    free(ms);
+}
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
@@ -40,8 +68,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rc != 0 && !memchr(msg, 0, sizeof msg)) __builtin_trap();
     if (rc == 0 && sel % 5 == 0) {
         if (r.n_msgs < 1) __builtin_trap();
-        for (int i = 0; i < r.n_msgs; i++)
+        for (int i = 0; i < r.n_msgs; i++) {
             if (!r.msgs[i].content) __builtin_trap();
+            for (int k = 0; k < r.msgs[i].n_tool_calls; k++)
+                if (!r.msgs[i].tool_calls[k].name || !r.msgs[i].tool_calls[k].arguments) __builtin_trap();
+        }
+        for (int i = 0; i < r.n_tools; i++)
+            if (!r.tools[i] || r.tools[i][0] != '{') __builtin_trap();
+        render(&r, SPEX_CHAT_CHATML_QWEN3, (sel >> 5) & 1);
+        render(&r, SPEX_CHAT_CHATML_QWEN35, (sel >> 5) & 1);
     }
     if (r.n_stop > SRV_MAX_STOP) __builtin_trap();
     for (int i = 0; i < r.n_stop; i++)

@@ -1145,6 +1145,17 @@ typedef enum spex_chat_role {
     SPEX_CHAT_TOOL = 3,            /* a tool result                                          */
 } spex_chat_role;
 
+/* One tool call of an assistant message (the template's message.tool_calls[i].function). */
+typedef struct spex_chat_tool_call {
+    const char *name;
+    /* JSON text of the arguments object, as the OpenAI API carries it (a string). Valid JSON
+     * is rendered as the template's `tojson` prints the decoded value (Python json.dumps:
+     * ", " and ": " separators, non-ASCII kept), i.e. as if the client's string had been
+     * decoded into an object before templating, as vLLM and llama-server do; other text is
+     * rendered verbatim by Qwen3 and refused by Qwen3.5 (whose template iterates the object). */
+    const char *arguments;
+} spex_chat_tool_call;
+
 /* Strings are borrowed, NUL-terminated UTF-8; NULL reads as "". */
 typedef struct spex_chat_msg {
     spex_chat_role role;
@@ -1152,6 +1163,9 @@ typedef struct spex_chat_msg {
     /* Assistant only: the reasoning text. NULL: the template splits it out of content at
      * </think> as the Jinja template does. */
     const char *reasoning_content;
+    /* Assistant only: tool calls rendered after the content (borrowed; may be NULL when 0). */
+    const spex_chat_tool_call *tool_calls;
+    size_t n_tool_calls;
 } spex_chat_msg;
 
 const char *spex_chat_template_name(spex_chat_template t);   /* "none", "chatml-qwen3", ... */
@@ -1176,6 +1190,13 @@ void spex_chat_detect(const char *jinja_template, bool vocab_has_im_start, spex_
 spex_status spex_chat_apply(spex_chat_template tmpl, const spex_chat_msg *msgs, size_t n,
                             bool add_generation_prompt, bool enable_thinking, char *buf, size_t cap,
                             size_t *len, spex_error *err);
+/* spex_chat_apply with the template's `tools` variable: tools[0 .. n_tools) are the JSON texts
+ * of the tool objects ({"type": "function", "function": {...}}, any formatting; each rendered
+ * as `tojson` prints it, key order kept). n_tools == 0 is spex_chat_apply. SPEX_ERR_INVALID_ARG
+ * also for a tool text that is not valid JSON. SPEX_CHAT_NONE ignores tools. */
+spex_status spex_chat_apply_tools(spex_chat_template tmpl, const spex_chat_msg *msgs, size_t n,
+                                  const char *const *tools, size_t n_tools, bool add_generation_prompt,
+                                  bool enable_thinking, char *buf, size_t cap, size_t *len, spex_error *err);
 
 #ifdef __cplusplus
 }

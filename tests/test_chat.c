@@ -12,10 +12,12 @@
 
 #include <cjson/cJSON.h>
 
-#define U(c) {SPEX_CHAT_USER, c, NULL}
-#define S(c) {SPEX_CHAT_SYSTEM, c, NULL}
-#define A(c) {SPEX_CHAT_ASSISTANT, c, NULL}
-#define T(c) {SPEX_CHAT_TOOL, c, NULL}
+#define U(c) {.role = SPEX_CHAT_USER, .content = c}
+#define S(c) {.role = SPEX_CHAT_SYSTEM, .content = c}
+#define A(c) {.role = SPEX_CHAT_ASSISTANT, .content = c}
+#define T(c) {.role = SPEX_CHAT_TOOL, .content = c}
+/* An assistant message with reasoning_content and tool calls. */
+#define AR(c, r) {SPEX_CHAT_ASSISTANT, c, r, NULL, 0}
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 static char g_buf[8192];
@@ -95,7 +97,7 @@ TEST(qwen3_assistant_after_last_query) {
     CHECK(render_eq(SPEX_CHAT_CHATML_QWEN3, a, N(a), false, true,
                     "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\nHello!<|im_end|>\n"));
     /* reasoning_content given: used as is, its '\n's stripped; content not split. */
-    spex_chat_msg b[] = {U("Hi"), {SPEX_CHAT_ASSISTANT, "Hello!", "\nThe user greets.\n"}};
+    spex_chat_msg b[] = {U("Hi"), AR("Hello!", "\nThe user greets.\n")};
     CHECK(render_eq(SPEX_CHAT_CHATML_QWEN3, b, N(b), false, true,
                     "<|im_start|>user\nHi<|im_end|>\n"
                     "<|im_start|>assistant\n<think>\nThe user greets.\n</think>\n\nHello!<|im_end|>\n"));
@@ -123,6 +125,117 @@ TEST(qwen3_later_system_and_empty) {
     CHECK(render_eq(SPEX_CHAT_CHATML_QWEN3, n, N(n), false, true, "<|im_start|>user\n<|im_end|>\n"));
 }
 
+/* ---- tools (Qwen3) ------------------------------------------------------------------------
+ * Expected renders derived by hand from the Qwen3 template text: the `if tools` branch writes
+ * "<|im_start|>system\n", the first system content + "\n\n" when there is one, the "# Tools"
+ * literal up to "<tools>", "\n" + (tool | tojson) per tool, then the closing literal ending in
+ * "</tool_call><|im_end|>\n"; the loop then skips the first system message (loop.first). tojson
+ * is Python's json.dumps(ensure_ascii=False): ", " / ": " separators, key order kept. The
+ * literals were cross-checked with jinja2 on the real template (tojson = that json.dumps). */
+
+#define TOOLS_HEAD "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n" \
+                   "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+#define TOOLS_TAIL "\n</tools>\n\nFor each function call, return a json object with function name and arguments " \
+                   "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "   \
+                   "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n"
+
+static const char *const k_weather_tool =
+    "{\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"description\":\"Weather in a city\","
+    "\"parameters\":{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}";
+#define WEATHER_TOJSON                                                                                          \
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather in a city\", " \
+    "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}}, "               \
+    "\"required\": [\"city\"]}}}"
+
+static int render_tools_eq(spex_chat_template t, const spex_chat_msg *m, size_t n, const char *const *tools,
+                           size_t n_tools, bool gen, bool think, const char *want) {
+    size_t len = 0;
+    spex_error e = {0};
+    spex_status st = spex_chat_apply_tools(t, m, n, tools, n_tools, gen, think, g_buf, sizeof g_buf, &len, &e);
+    if (st != SPEX_OK) {
+        printf("  apply -> %s: %s\n", spex_status_str(st), e.msg);
+        return 0;
+    }
+    if (len != strlen(want) || strcmp(g_buf, want) != 0) {
+        printf("  got  [%s]\n  want [%s]\n", g_buf, want);
+        return 0;
+    }
+    return 1;
+}
+
+/* (a) system + tools + user. */
+TEST(qwen3_tools_with_system) {
+    spex_chat_msg m[] = {S("You are helpful."), U("Weather in Paris?")};
+    CHECK(render_tools_eq(SPEX_CHAT_CHATML_QWEN3, m, N(m), &k_weather_tool, 1, true, true,
+                          "<|im_start|>system\nYou are helpful.\n\n" TOOLS_HEAD "\n" WEATHER_TOJSON TOOLS_TAIL
+                          "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n"));
+    /* tools == 0 is the plain template. */
+    CHECK(render_tools_eq(SPEX_CHAT_CHATML_QWEN3, m, N(m), NULL, 0, true, true,
+                          "<|im_start|>system\nYou are helpful.<|im_end|>\n"
+                          "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n"));
+}
+
+/* (b) tools without a system message; the second tool's text exercises tojson: whitespace
+ * dropped, "\u00e9" and "\/" decoded, a control character and a quote re-escaped, integers as
+ * written ("-0" as Python's int prints it), floats as Python's repr. */
+TEST(qwen3_tools_without_system_tojson) {
+    const char *tools[] = {k_weather_tool,
+                           " { \"type\" : \"function\" , \"function\" : { \"name\" : \"caf\\u00e9\\/x\", "
+                           "\"description\": \"a \\\"q\\\"\\u0001\\ttab \xe2\x82\xac \\ud83d\\ude00\", "
+                           "\"n\": [1, -0, 1.50, 1e5, 2.5E-7, 1e16, 12345678901234567890, true, false, null, {}, []] } } "};
+    spex_chat_msg m[] = {U("Hi")};
+    CHECK(render_tools_eq(SPEX_CHAT_CHATML_QWEN3, m, N(m), tools, 2, true, false,
+                          "<|im_start|>system\n" TOOLS_HEAD "\n" WEATHER_TOJSON
+                          "\n{\"type\": \"function\", \"function\": {\"name\": \"caf\xc3\xa9/x\", "
+                          "\"description\": \"a \\\"q\\\"\\u0001\\ttab \xe2\x82\xac \xf0\x9f\x98\x80\", "
+                          "\"n\": [1, 0, 1.5, 100000.0, 2.5e-07, 1e+16, 12345678901234567890, true, false, null, {}, []]}}"
+                          TOOLS_TAIL "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"));
+    /* A tool that is not JSON is refused. */
+    const char *badt[] = {"{\"type\": \"function\""};
+    size_t len;
+    spex_error e = {0};
+    CHECK_EQ_INT(spex_chat_apply_tools(SPEX_CHAT_CHATML_QWEN3, m, N(m), badt, 1, true, true, g_buf, sizeof g_buf,
+                                       &len, &e),
+                 SPEX_ERR_INVALID_ARG);
+}
+
+/* (c) an assistant turn with two tool calls, two tool results, a new user turn. The assistant
+ * turn is before the last query: header + content only; each call is preceded by "\n" except
+ * the first when the content is empty; arguments go through tojson ({"city":"Paris"} ->
+ * {"city": "Paris"}), text that is not JSON is printed as is. */
+TEST(qwen3_assistant_tool_calls_then_results) {
+    spex_chat_tool_call calls[] = {{"get_weather", "{\"city\":\"Paris\"}"}, {"get_weather", "{ \"city\" : \"Rome\" }"}};
+    spex_chat_msg m[] = {U("Weather in Paris and Rome?"),
+                         {SPEX_CHAT_ASSISTANT, "", NULL, calls, 2},
+                         T("{\"temp\": 21}"),
+                         T("{\"temp\": 18}"),
+                         U("Which is warmer?")};
+    const char *calls_txt = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+                            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}\n</tool_call>";
+    char want[2048];
+    snprintf(want, sizeof want,
+             "<|im_start|>system\n" TOOLS_HEAD "\n" WEATHER_TOJSON TOOLS_TAIL
+             "<|im_start|>user\nWeather in Paris and Rome?<|im_end|>\n"
+             "<|im_start|>assistant\n%s<|im_end|>\n"
+             "<|im_start|>user\n<tool_response>\n{\"temp\": 21}\n</tool_response>\n"
+             "<tool_response>\n{\"temp\": 18}\n</tool_response><|im_end|>\n"
+             "<|im_start|>user\nWhich is warmer?<|im_end|>\n<|im_start|>assistant\n",
+             calls_txt);
+    CHECK(render_tools_eq(SPEX_CHAT_CHATML_QWEN3, m, N(m), &k_weather_tool, 1, true, true, want));
+
+    /* Content before the calls gets a "\n"; after the last query the think block comes first
+     * (multi-step tool use); non-JSON arguments are printed verbatim. */
+    spex_chat_tool_call c2[] = {{"f", "not json"}};
+    spex_chat_msg m2[] = {U("Q"), {SPEX_CHAT_ASSISTANT, "<think>\nr\n</think>\n\nLet me check.", NULL, c2, 1},
+                          T("ok")};
+    CHECK(render_eq(SPEX_CHAT_CHATML_QWEN3, m2, N(m2), true, true,
+                    "<|im_start|>user\nQ<|im_end|>\n"
+                    "<|im_start|>assistant\n<think>\nr\n</think>\n\nLet me check.\n"
+                    "<tool_call>\n{\"name\": \"f\", \"arguments\": not json}\n</tool_call><|im_end|>\n"
+                    "<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n"
+                    "<|im_start|>assistant\n"));
+}
+
 /* ---- Qwen3.5 ---------------------------------------------------------------------------- */
 
 TEST(qwen35_trim_and_open_think) {
@@ -144,12 +257,59 @@ TEST(qwen35_three_turns_thinking_off) {
 }
 
 TEST(qwen35_tools) {
-    spex_chat_msg m[] = {U("Q"), {SPEX_CHAT_ASSISTANT, "calling", " r "}, T(" x "), T("y")};
+    spex_chat_msg m[] = {U("Q"), AR("calling", " r "), T(" x "), T("y")};
     CHECK(render_eq(SPEX_CHAT_CHATML_QWEN35, m, N(m), true, true,
                     "<|im_start|>user\nQ<|im_end|>\n"
                     "<|im_start|>assistant\n<think>\nr\n</think>\n\ncalling<|im_end|>\n"
                     "<|im_start|>user\n<tool_response>\nx\n</tool_response>\n<tool_response>\ny\n</tool_response><|im_end|>\n"
                     "<|im_start|>assistant\n<think>\n"));
+}
+
+/* Qwen3.5 with tools: the tools turn carries the (trimmed) system content after the
+ * instructions; tool calls are XML (<function=...><parameter=...>), string values raw, others
+ * tojson; the first call after non-empty content gets "\n\n". Hand-derived from the 3.6
+ * template text (same family; not rendered with jinja2 here). */
+#define TOOLS35_HEAD "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>"
+#define TOOLS35_TAIL                                                                                            \
+    "\n</tools>\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"      \
+    "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n</parameter>\n"   \
+    "<parameter=example_parameter_2>\nThis is the value for the second parameter\nthat can span\nmultiple "     \
+    "lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\nReminder:\n- Function calls MUST follow "  \
+    "the specified format: an inner <function=...></function> block must be nested within "                    \
+    "<tool_call></tool_call> XML tags\n- Required parameters MUST be specified\n- You may provide optional "    \
+    "reasoning for your function call in natural language BEFORE the function call, but NOT after\n- If "      \
+    "there is no function call available, answer the question like normal with your current knowledge and do " \
+    "not tell the user about function calls\n</IMPORTANT>"
+
+TEST(qwen35_tools_and_calls) {
+    spex_chat_tool_call calls[] = {{"get_weather", "{\"city\":\"Paris\",\"days\":2,\"opts\":{\"u\":\"C\"}}"},
+                                   {"get_time", "{}"}};
+    spex_chat_msg m[] = {S(" Be brief. "), U("Weather?"), {SPEX_CHAT_ASSISTANT, "Checking.", NULL, calls, 2},
+                         T("sunny"), U("Thanks")};
+    CHECK(render_tools_eq(SPEX_CHAT_CHATML_QWEN35, m, N(m), &k_weather_tool, 1, true, true,
+                          TOOLS35_HEAD "\n" WEATHER_TOJSON TOOLS35_TAIL "\n\nBe brief.<|im_end|>\n"
+                          "<|im_start|>user\nWeather?<|im_end|>\n"
+                          "<|im_start|>assistant\nChecking.\n\n<tool_call>\n<function=get_weather>\n"
+                          "<parameter=city>\nParis\n</parameter>\n<parameter=days>\n2\n</parameter>\n"
+                          "<parameter=opts>\n{\"u\": \"C\"}\n</parameter>\n</function>\n</tool_call>\n"
+                          "<tool_call>\n<function=get_time>\n</function>\n</tool_call><|im_end|>\n"
+                          "<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n"
+                          "<|im_start|>user\nThanks<|im_end|>\n<|im_start|>assistant\n<think>\n"));
+    /* No system message, empty content: no "\n\n" anywhere before the first call. */
+    spex_chat_tool_call c1[] = {{"f", "{\"a\": \"x\\ny\"}"}};
+    spex_chat_msg m2[] = {U("Q"), {SPEX_CHAT_ASSISTANT, "", NULL, c1, 1}};
+    CHECK(render_tools_eq(SPEX_CHAT_CHATML_QWEN35, m2, N(m2), &k_weather_tool, 1, false, true,
+                          TOOLS35_HEAD "\n" WEATHER_TOJSON TOOLS35_TAIL "<|im_end|>\n"
+                          "<|im_start|>user\nQ<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+                          "<tool_call>\n<function=f>\n<parameter=a>\nx\ny\n</parameter>\n</function>\n</tool_call>"
+                          "<|im_end|>\n"));
+    /* Arguments that are not an object: the template's |items raises. */
+    spex_chat_tool_call bad[] = {{"f", "[1]"}};
+    spex_chat_msg m3[] = {U("Q"), {SPEX_CHAT_ASSISTANT, "", NULL, bad, 1}};
+    size_t len;
+    spex_error e = {0};
+    CHECK_EQ_INT(spex_chat_apply(SPEX_CHAT_CHATML_QWEN35, m3, N(m3), true, true, g_buf, sizeof g_buf, &len, &e),
+                 SPEX_ERR_INVALID_ARG);
 }
 
 TEST(qwen35_errors_where_template_raises) {
@@ -164,7 +324,7 @@ TEST(qwen35_errors_where_template_raises) {
                  SPEX_ERR_INVALID_ARG);
     CHECK_EQ_INT(spex_chat_apply(SPEX_CHAT_CHATML_QWEN35, NULL, 0, true, true, g_buf, sizeof g_buf, &len, &e),
                  SPEX_ERR_INVALID_ARG);
-    spex_chat_msg badrole[] = {{(spex_chat_role)7, "x", NULL}};
+    spex_chat_msg badrole[] = {{.role = (spex_chat_role)7, .content = "x"}};
     CHECK_EQ_INT(spex_chat_apply(SPEX_CHAT_CHATML_QWEN3, badrole, 1, true, true, g_buf, sizeof g_buf, &len, &e),
                  SPEX_ERR_INVALID_ARG);
     CHECK_EQ_INT(spex_chat_apply((spex_chat_template)9, NULL, 0, true, true, g_buf, sizeof g_buf, &len, &e),

@@ -4,7 +4,9 @@
  * What it is: the OpenAI / llama-server request fields of server-api.md §6.1, §7, §12 read with
  * cJSON, with the rule "unknown fields are ignored, wrong types are errors" (§1, §3). What it is
  * not: tokenization or anything needing a model (so fuzz/fuzz_server_req.c can drive it), nor
- * response building (http.c, which knows the task).
+ * response building (http.c, which knows the task). Chat requests also carry tools, tool_choice,
+ * parallel_tool_calls and assistant tool_calls (§6.1); on the completion endpoints those fields
+ * are ignored like any unknown field.
  */
 #include "server/server.h"
 
@@ -24,13 +26,21 @@ void srv_request_init(srv_request *r, srv_endpoint ep) {
     r->reasoning_format = SRV_REASONING_DEFAULT;
     r->spec_n_max = -1;
     r->add_special = false;
+    r->parallel_tool_calls = true;
 }
 
 void srv_request_free(srv_request *r) {
     for (int i = 0; i < r->n_msgs; i++) {
         free(r->msgs[i].content);
         free(r->msgs[i].reasoning);
+        for (int k = 0; k < r->msgs[i].n_tool_calls; k++) {
+            free((char *)r->msgs[i].tool_calls[k].name);
+            free((char *)r->msgs[i].tool_calls[k].arguments);
+        }
+        free(r->msgs[i].tool_calls);
     }
+    for (int i = 0; i < r->n_tools; i++) free(r->tools[i]);
+    free(r->tools);
     free(r->msgs);
     free(r->prompt);
     free(r->prompt_ids);
@@ -134,6 +144,92 @@ static int read_content(const cJSON *c, char **out, char *msg, size_t cap) {
     return 0;
 }
 
+/* An assistant message's tool_calls: [{id?, type?: "function", function: {name, arguments}}];
+ * arguments is the OpenAI string (an object is accepted and printed compactly). */
+static int read_tool_calls(srv_msg *o, const cJSON *tc, char *msg, size_t cap) {
+    if (!tc || cJSON_IsNull(tc)) return 0;
+    if (!cJSON_IsArray(tc)) return bad(msg, cap, 400, "'tool_calls' must be an array");
+    int n = cJSON_GetArraySize(tc);
+    if (n == 0) return 0;
+    if (o->role != SPEX_CHAT_ASSISTANT) return bad(msg, cap, 400, "only assistant messages may have 'tool_calls'");
+    o->tool_calls = calloc((size_t)n, sizeof *o->tool_calls);
+    if (!o->tool_calls) return bad(msg, cap, 500, "out of memory");
+    const cJSON *c;
+    cJSON_ArrayForEach(c, tc) {
+        if (!cJSON_IsObject(c)) return bad(msg, cap, 400, "each tool call must be an object");
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(c, "type");
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
+        if (id && !cJSON_IsNull(id) && !cJSON_IsString(id)) return bad(msg, cap, 400, "tool call 'id' must be a string");
+        if (ty && !cJSON_IsNull(ty) && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function")))
+            return bad(msg, cap, 400, "tool call 'type' must be \"function\"");
+        if (!cJSON_IsObject(fn)) return bad(msg, cap, 400, "a tool call needs a 'function' object");
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+        const cJSON *ar = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
+        if (!cJSON_IsString(nm)) return bad(msg, cap, 400, "a tool call's function needs a string 'name'");
+        spex_chat_tool_call *d = &o->tool_calls[o->n_tool_calls];
+        char *args;
+        if (!ar || cJSON_IsNull(ar)) args = dup_str("{}");
+        else if (cJSON_IsString(ar)) args = dup_str(ar->valuestring);
+        else if (cJSON_IsObject(ar)) args = cJSON_PrintUnformatted(ar);
+        else return bad(msg, cap, 400, "a tool call's 'arguments' must be a string");
+        char *name = dup_str(nm->valuestring);
+        o->n_tool_calls++;
+        d->name = name, d->arguments = args;
+        if (!name || !args) return bad(msg, cap, 500, "out of memory");
+    }
+    return 0;
+}
+
+/* tools: [{type: "function", function: {name, description?, parameters?}}], each kept as
+ * the compact JSON of the whole tool object, which the chat template prints with tojson. */
+static int read_tools(srv_request *r, const cJSON *o, char *msg, size_t cap) {
+    const cJSON *ts = cJSON_GetObjectItemCaseSensitive(o, "tools");
+    if (ts && !cJSON_IsNull(ts)) {
+        if (!cJSON_IsArray(ts)) return bad(msg, cap, 400, "'tools' must be an array");
+        int n = cJSON_GetArraySize(ts);
+        r->tools = calloc((size_t)(n > 0 ? n : 1), sizeof *r->tools);
+        if (!r->tools) return bad(msg, cap, 500, "out of memory");
+        const cJSON *t;
+        cJSON_ArrayForEach(t, ts) {
+            const cJSON *ty = cJSON_GetObjectItemCaseSensitive(t, "type");
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
+            if (!cJSON_IsObject(t) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "function"))
+                return bad(msg, cap, 400, "each tool must be an object with \"type\": \"function\"");
+            if (!cJSON_IsObject(fn)) return bad(msg, cap, 400, "a tool needs a 'function' object");
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
+            const cJSON *ds = cJSON_GetObjectItemCaseSensitive(fn, "description");
+            const cJSON *pa = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
+            if (!cJSON_IsString(nm) || !nm->valuestring[0])
+                return bad(msg, cap, 400, "a tool's function needs a non-empty string 'name'");
+            if (ds && !cJSON_IsNull(ds) && !cJSON_IsString(ds))
+                return bad(msg, cap, 400, "a tool's 'description' must be a string");
+            if (pa && !cJSON_IsNull(pa) && !cJSON_IsObject(pa))
+                return bad(msg, cap, 400, "a tool's 'parameters' must be an object");
+            if (!(r->tools[r->n_tools] = cJSON_PrintUnformatted(t))) return bad(msg, cap, 500, "out of memory");
+            r->n_tools++;
+        }
+    }
+    const cJSON *tc = cJSON_GetObjectItemCaseSensitive(o, "tool_choice");
+    if (tc && !cJSON_IsNull(tc)) {
+        if (cJSON_IsString(tc)) {
+            if (!strcmp(tc->valuestring, "auto")) r->tool_choice = SRV_TOOL_CHOICE_AUTO;
+            else if (!strcmp(tc->valuestring, "none")) r->tool_choice = SRV_TOOL_CHOICE_NONE;
+            else if (!strcmp(tc->valuestring, "required")) r->tool_choice = SRV_TOOL_CHOICE_REQUIRED;
+            else return bad(msg, cap, 400, "'tool_choice' must be auto, none, required or a function object");
+        } else {
+            const cJSON *ty = cJSON_GetObjectItemCaseSensitive(tc, "type");
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+            if (!cJSON_IsObject(tc) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "function") ||
+                !cJSON_IsObject(fn) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")))
+                return bad(msg, cap, 400, "'tool_choice' must be auto, none, required or a function object");
+            r->tool_choice = SRV_TOOL_CHOICE_FUNCTION;
+        }
+    }
+    if (opt_bool(o, "parallel_tool_calls", &r->parallel_tool_calls, msg, cap) < 0) return 400;
+    return 0;
+}
+
 static int read_messages(srv_request *r, const cJSON *ms, char *msg, size_t cap) {
     if (!ms) return bad(msg, cap, 400, "'messages' is required");
     if (!cJSON_IsArray(ms)) return bad(msg, cap, 400, "'messages' must be an array");
@@ -160,6 +256,10 @@ static int read_messages(srv_request *r, const cJSON *ms, char *msg, size_t cap)
             o->reasoning = dup_str(rc_->valuestring);
             if (!o->reasoning) return bad(msg, cap, 500, "out of memory");
         }
+        if ((rc = read_tool_calls(o, cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), msg, cap))) return rc;
+        const cJSON *tid = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
+        if (tid && !cJSON_IsNull(tid) && !cJSON_IsString(tid))
+            return bad(msg, cap, 400, "'tool_call_id' must be a string");
     }
     return 0;
 }
@@ -208,7 +308,7 @@ static int read_stop(srv_request *r, const cJSON *s, char *msg, size_t cap) {
 
 /* Fields whose non-default values spex does not implement: 400, never silently ignored (§2.5). */
 static int reject_unsupported(const cJSON *o, char *msg, size_t cap) {
-    static const char *const keys[] = {"response_format", "json_schema", "grammar", "tools", "logprobs",
+    static const char *const keys[] = {"response_format", "json_schema", "grammar", "logprobs",
                                        "top_logprobs", "mirostat", "dry_multiplier", "xtc_probability",
                                        "typical_p", "logit_bias"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
@@ -263,6 +363,7 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
     if (r->ep == SRV_EP_CHAT) rc = read_messages(r, cJSON_GetObjectItemCaseSensitive(o, "messages"), msg, cap);
     else rc = read_prompt(r, cJSON_GetObjectItemCaseSensitive(o, "prompt"), msg, cap);
     if (rc) goto done;
+    if (r->ep == SRV_EP_CHAT && (rc = read_tools(r, o, msg, cap))) goto done;
 
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (model && !cJSON_IsNull(model)) {

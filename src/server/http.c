@@ -178,6 +178,7 @@ typedef struct srv_job {
     srv_task *task;
     bool think_open;          /* the prompt opened <think> (§6.3)               */
     srv_reasoning reasoning;  /* effective format (chat only)                   */
+    bool tools;               /* tools rendered: parse <tool_call> blocks (chat) */
     char id[48];
     long created;
     const char *model;        /* request's model or the alias                   */
@@ -213,16 +214,24 @@ static int prepare(srv_server *S, srv_job *job, char *msg, size_t cap, int *n_pr
         spex_chat_msg *ms = calloc((size_t)r->n_msgs, sizeof *ms);
         if (!ms) return snprintf(msg, cap, "out of memory"), 500;
         for (int i = 0; i < r->n_msgs; i++)
-            ms[i] = (spex_chat_msg){r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning};
+            ms[i] = (spex_chat_msg){r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning, r->msgs[i].tool_calls,
+                                    (size_t)r->msgs[i].n_tool_calls};
         bool think = r->enable_thinking >= 0 ? r->enable_thinking != 0 : cfg->enable_thinking != 0;
+        /* tool_choice none: no tools in the prompt, no parsing; forcing is not implemented */
+        size_t n_tools = r->tool_choice == SRV_TOOL_CHOICE_NONE ? 0 : (size_t)r->n_tools;
+        const char *const *tools = (const char *const *)r->tools;
+        job->tools = n_tools > 0 && S->tmpl != SPEX_CHAT_NONE;
         spex_error err = {0};
         size_t need = 0;
-        spex_status st = spex_chat_apply(S->tmpl, ms, (size_t)r->n_msgs, true, think, NULL, 0, &need, &err);
+        spex_status st =
+            spex_chat_apply_tools(S->tmpl, ms, (size_t)r->n_msgs, tools, n_tools, true, think, NULL, 0, &need, &err);
         char *text = NULL;
         if (st == SPEX_OK || st == SPEX_ERR_RANGE) {
             text = malloc(need + 1);
             if (!text) st = SPEX_ERR_NOMEM;
-            else st = spex_chat_apply(S->tmpl, ms, (size_t)r->n_msgs, true, think, text, need + 1, &need, &err);
+            else
+                st = spex_chat_apply_tools(S->tmpl, ms, (size_t)r->n_msgs, tools, n_tools, true, think, text, need + 1,
+                                           &need, &err);
         }
         free(ms);
         if (st != SPEX_OK) {
@@ -301,6 +310,23 @@ static const char *stop_type(const srv_task *t) {
     return !strcmp(t->finish, "length") ? "limit" : "eos";
 }
 
+/* tool_calls [{(index), id, type, function: {name, arguments}}] for calls[from ..) (§6.2, §8.2). */
+static void add_tool_calls(cJSON *m, const srv_toolparse *tp, int from, bool with_index) {
+    cJSON *arr = cJSON_AddArrayToObject(m, "tool_calls");
+    for (int i = from; i < tp->n_calls; i++) {
+        cJSON *c = cJSON_CreateObject();
+        char id[48];
+        random_id(id, sizeof id, "call_");
+        if (with_index) cJSON_AddNumberToObject(c, "index", i);
+        cJSON_AddStringToObject(c, "id", id);
+        cJSON_AddStringToObject(c, "type", "function");
+        cJSON *f = cJSON_AddObjectToObject(c, "function");
+        cJSON_AddStringToObject(f, "name", tp->calls[i].name);
+        cJSON_AddStringToObject(f, "arguments", tp->calls[i].arguments);
+        cJSON_AddItemToArray(arr, c);
+    }
+}
+
 /* The final body of a finished task (t->mu held). */
 static cJSON *final_response(const srv_job *job) {
     const srv_task *t = job->task;
@@ -327,13 +353,32 @@ static cJSON *final_response(const srv_job *job) {
         cJSON *m = cJSON_AddObjectToObject(c0, "message");
         cJSON_AddStringToObject(m, "role", "assistant");
         size_t r0, r1, c;
-        if (job->reasoning != SRV_REASONING_NONE && srv_split_reasoning(t->text, t->len, job->think_open, true, &r0, &r1, &c) == SRV_SPLIT_YES) {
-            cJSON_AddItemToObject(m, "content", job->reasoning == SRV_REASONING_LEGACY ? str_n(t->text, t->len)
-                                                                                       : str_n(t->text + c, t->len - c));
-            cJSON_AddItemToObject(m, "reasoning_content", str_n(t->text + r0, r1 - r0));
+        bool split = job->reasoning != SRV_REASONING_NONE &&
+                     srv_split_reasoning(t->text, t->len, job->think_open, true, &r0, &r1, &c) == SRV_SPLIT_YES;
+        /* content: after </think> when split (legacy format: from the start) */
+        size_t from = split && job->reasoning != SRV_REASONING_LEGACY ? c : 0;
+        if (job->tools) {
+            /* tool calls only after the reasoning: parse the post-</think> part */
+            size_t tc_from = split ? c : 0;
+            srv_toolparse tp;
+            srv_strbuf body = {0};
+            srv_toolparse_init(&tp);
+            srv_strbuf_add(&body, t->text + from, tc_from - from);
+            srv_toolparse_feed(&tp, t->text + tc_from, t->len - tc_from, &body);
+            srv_toolparse_finish(&tp, &body);
+            if (tp.n_calls > 0 && body.len == 0) cJSON_AddNullToObject(m, "content");   /* as OpenAI */
+            else cJSON_AddItemToObject(m, "content", str_n(body.p ? body.p : "", body.len));
+            if (tp.n_calls > 0) {
+                add_tool_calls(m, &tp, 0, false);
+                if (!strcmp(t->finish, "stop"))
+                    cJSON_ReplaceItemInObject(c0, "finish_reason", cJSON_CreateString("tool_calls"));
+            }
+            srv_toolparse_free(&tp);
+            srv_strbuf_free(&body);
         } else {
-            cJSON_AddItemToObject(m, "content", str_n(t->text, t->len));
+            cJSON_AddItemToObject(m, "content", str_n(t->text + from, t->len - from));
         }
+        if (split) cJSON_AddItemToObject(m, "reasoning_content", str_n(t->text + r0, r1 - r0));
     } else {
         cJSON_AddItemToObject(c0, "text", str_n(t->text, t->len));
         cJSON_AddNullToObject(c0, "logprobs");
@@ -355,6 +400,8 @@ typedef struct srv_stream {
     size_t seen;              /* t->released when last turned into events      */
     double t_out;             /* when output was last produced (SSE pings)     */
     int phase;                /* 0 before the first event, 1 streaming, 2 ended */
+    srv_toolparse tp;         /* job.tools: content is fed through it            */
+    int calls_sent;           /* tp.calls already sent as deltas                 */
 } srv_stream;
 
 static void out_add(srv_stream *st, const char *s, size_t n) {
@@ -422,7 +469,27 @@ static void stream_progress(srv_stream *st) {
         }
         if (st->c_sent < c0) st->c_sent = c0;
     }
-    if (rel > st->c_sent && (!split || c0 < rel)) {
+    if (st->job.tools) {
+        /* content through the tool-call splitter: held text never leaks a partial tag */
+        srv_strbuf txt = {0};
+        if (rel > st->c_sent && (!split || c0 < rel)) {
+            srv_toolparse_feed(&st->tp, t->text + st->c_sent, rel - st->c_sent, &txt);
+            st->c_sent = rel;
+        }
+        if (t->done) srv_toolparse_finish(&st->tp, &txt);
+        if (txt.len > 0) {
+            cJSON *d, *o = chunk(st, &d);
+            cJSON_AddItemToObject(d, "content", str_n(txt.p, txt.len));
+            out_event(st, o);
+        }
+        srv_strbuf_free(&txt);
+        if (st->tp.n_calls > st->calls_sent) {
+            cJSON *d, *o = chunk(st, &d);
+            add_tool_calls(d, &st->tp, st->calls_sent, true);
+            out_event(st, o);
+            st->calls_sent = st->tp.n_calls;
+        }
+    } else if (rel > st->c_sent && (!split || c0 < rel)) {
         cJSON *d, *o = chunk(st, &d);
         if (ep == SRV_EP_COMPLETION) {
             cJSON_Delete(o);
@@ -458,7 +525,9 @@ static void stream_progress(srv_stream *st) {
     } else {
         cJSON *d, *o = chunk(st, &d);
         cJSON *c0j = cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0);
-        cJSON_ReplaceItemInObject(c0j, "finish_reason", cJSON_CreateString(t->finish));
+        cJSON_ReplaceItemInObject(
+            c0j, "finish_reason",
+            cJSON_CreateString(st->tp.n_calls > 0 && !strcmp(t->finish, "stop") ? "tool_calls" : t->finish));
         if (ep != SRV_EP_CHAT) cJSON_AddStringToObject(c0j, "text", "");
         if (!st->job.req.include_usage) add_timings(o, &t->tm);
         out_event(st, o);
@@ -516,6 +585,7 @@ static void stream_free(void *cls) {
     if (!done) srv_task_cancel(st->S->engine, t);
     srv_task_release(t);
     srv_request_free(&st->job.req);
+    srv_toolparse_free(&st->tp);
     free(st->out);
     free(st);
 }
@@ -570,6 +640,7 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
         }
         st->S = S;
         st->job = job;
+        srv_toolparse_init(&st->tp);
         st->fd = fd;
         st->t_out = srv_now_s();
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);

@@ -44,7 +44,18 @@ typedef struct srv_msg {
     spex_chat_role role;
     char *content;            /* text parts joined; owned                             */
     char *reasoning;          /* assistant reasoning_content or NULL; owned           */
+    spex_chat_tool_call *tool_calls;   /* assistant tool_calls; name/arguments owned  */
+    int n_tool_calls;
 } srv_msg;
+
+/* tool_choice (§6.1). Forcing a call (required, a named function) is not implemented: those
+ * render the tools like auto. none: the tools are not rendered and the output not parsed. */
+typedef enum srv_tool_choice {
+    SRV_TOOL_CHOICE_AUTO = 0,
+    SRV_TOOL_CHOICE_NONE = 1,
+    SRV_TOOL_CHOICE_REQUIRED = 2,
+    SRV_TOOL_CHOICE_FUNCTION = 3,
+} srv_tool_choice;
 
 /* One parsed request body; every pointer owned (srv_request_free). Fields absent from the
  * JSON keep the "unset" values below, so the server defaults apply. */
@@ -68,6 +79,11 @@ typedef struct srv_request {
     int enable_thinking;      /* -1: unset                                             */
     srv_reasoning reasoning_format;
     int32_t spec_n_max;       /* -1: unset (speculative.n_max)                          */
+    /* chat tools (§6.1): each tool object printed compactly by cJSON (key order kept)    */
+    char **tools;
+    int n_tools;
+    srv_tool_choice tool_choice;
+    bool parallel_tool_calls; /* accepted; calls are never limited                     */
     /* /tokenize, /detokenize */
     bool add_special, with_pieces;
 } srv_request;
@@ -81,6 +97,43 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
  * error rules; content goes to r->prompt, tokens to r->prompt_ids. */
 int srv_parse_tokenize(srv_request *r, const char *body, size_t len, char *msg, size_t msg_cap);
 int srv_parse_detokenize(srv_request *r, const char *body, size_t len, char *msg, size_t msg_cap);
+
+/* ======================================================================== */
+/* Tool calls in generated text (toolcall.c)                                 */
+/* ======================================================================== */
+
+/* A growable NUL-terminated byte buffer (p may be NULL while len is 0). */
+typedef struct srv_strbuf {
+    char *p;
+    size_t len, cap;
+} srv_strbuf;
+
+bool srv_strbuf_add(srv_strbuf *b, const char *s, size_t n);   /* false: out of memory */
+void srv_strbuf_free(srv_strbuf *b);
+
+typedef struct srv_tool_call {
+    char *name;               /* owned                                                 */
+    char *arguments;          /* owned; JSON text (compact object, or the model's string) */
+} srv_tool_call;
+
+/* Incremental splitter of generated text into content and <tool_call> blocks; the rules are
+ * in toolcall.c's opening comment. Feed pieces in order, then finish once; content is
+ * appended to out as soon as it is settled, completed calls to calls[0 .. n_calls) (the
+ * caller remembers how many it has sent). oom: an allocation failed (output incomplete). */
+typedef struct srv_toolparse {
+    srv_tool_call *calls;
+    int n_calls, cap_calls;
+    bool oom;
+    /* private */
+    srv_strbuf hold;          /* text state: blanks + a partial "<tool_call>"; block state: blanks before it */
+    srv_strbuf body;          /* block state: the bytes after "<tool_call>"                  */
+    bool in_block, json_decided, json_mode, in_str, esc, after_call;
+} srv_toolparse;
+
+void srv_toolparse_init(srv_toolparse *p);
+void srv_toolparse_free(srv_toolparse *p);
+void srv_toolparse_feed(srv_toolparse *p, const char *s, size_t n, srv_strbuf *out);
+void srv_toolparse_finish(srv_toolparse *p, srv_strbuf *out);
 
 /* llama.cpp's timings object (§10) plus what usage needs (§9). */
 typedef struct srv_timings {

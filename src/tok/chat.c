@@ -3,10 +3,15 @@
  *
  * What it is: a C renderer for each Jinja chat template spex's targets ship, producing byte
  * for byte what the template renders for the same messages, add_generation_prompt and
- * enable_thinking (targets.md §13), and the choice of renderer from a GGUF's
- * tokenizer.chat_template. What it is not: a Jinja engine, and not the tool *definitions*
- * (the `tools` variable) or assistant `tool_calls` parts of those templates: a message is a
- * role, a content and an optional reasoning_content.
+ * enable_thinking (targets.md §13), including the `tools` variable and assistant tool_calls,
+ * and the choice of renderer from a GGUF's tokenizer.chat_template. What it is not: a Jinja
+ * engine, nor a tool-call parser for the model's output (src/server/toolcall.c).
+ *
+ * Tools and tool-call arguments arrive as JSON text; the templates print them with `tojson`,
+ * which in transformers (and llama.cpp's Jinja) is Python's json.dumps(x, ensure_ascii=False):
+ * separators ", " and ": ", key order kept, strings re-escaped (only '"', '\\', control
+ * characters; "\u00e9" and "\/" come out as "é" and "/"), integers as written, other numbers
+ * as Python's float repr ("1.50" -> "1.5", "1e5" -> "100000.0", "1e400" -> "Infinity").
  *
  * SPEX_CHAT_CHATML_QWEN3 — Qwen3's template (shared/data/qwen3-tokenizer/tokenizer_config.json):
  *  - a first system message: "<|im_start|>system\n{content}<|im_end|>\n"; user messages and
@@ -22,6 +27,12 @@
  *    "<|im_start|>assistant\n{content}"; then "<|im_end|>\n";
  *  - tool: "<|im_start|>user" before the first of a run of tool messages, each message
  *    "\n<tool_response>\n{content}\n</tool_response>", "<|im_end|>\n" after the run;
+ *  - tools: the first turn becomes "<|im_start|>system\n" + (first system content + "\n\n")
+ *    + "# Tools\n\nYou may call ... <tools>" + "\n" + tojson(tool) per tool + "\n</tools>\n\n
+ *    For each function call ... </tool_call><|im_end|>\n" (the literals below are the template's);
+ *  - assistant tool calls, after the content: "\n" before each (before the first only when
+ *    the content variable is non-empty), then "<tool_call>\n{\"name\": \"" + name +
+ *    "\", \"arguments\": " + arguments + "}\n</tool_call>";
  *  - generation prompt "<|im_start|>assistant\n", plus "<think>\n\n</think>\n\n" when
  *    thinking is off;
  *  - no messages (where the Jinja template fails on messages[0]): the generation prompt alone.
@@ -30,7 +41,14 @@
  *  the last query always get the think block; a tool run's header needs a previous message
  *  (loop.previtem); no messages, no user query or a system message after the first are errors
  *  (the template raises); the generation prompt opens the think block: "<think>\n" when
- *  thinking, "<think>\n\n</think>\n\n" when not.
+ *  thinking, "<think>\n\n</think>\n\n" when not. Tools (the Qwen3.6 text of the same family;
+ *  the 3.5 release file was not at hand): "<|im_start|>system\n# Tools\n\nYou have access to
+ *  the following functions:\n\n<tools>" + "\n" + tojson(tool) per tool + "\n</tools>" + the
+ *  "If you choose to call a function ..." instructions + ("\n\n" + trimmed first system
+ *  content, if non-empty) + "<|im_end|>\n". Tool calls use the XML form: "<tool_call>\n
+ *  <function=NAME>\n" then per argument "<parameter=KEY>\n" + (string value raw, else tojson)
+ *  + "\n</parameter>\n", then "</function>\n</tool_call>"; the first call is preceded by
+ *  "\n\n" when the content is non-empty (trimmed), later ones by "\n".
  * SPEX_CHAT_NONE — the contents concatenated, nothing added.
  *
  * Recognition (spex_chat_detect), by substrings of the template text:
@@ -45,7 +63,10 @@
  */
 #include "spex.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ======================================================================== */
@@ -242,6 +263,271 @@ void spex_chat_detect(const char *jinja_template, bool vocab_has_im_start, spex_
 }
 
 /* ======================================================================== */
+/* tojson: Python json.dumps(ensure_ascii=False) of a JSON text              */
+/* ======================================================================== */
+
+/* A cursor over JSON text; every reader returns false on malformed input. Nesting is capped
+ * so hostile input cannot exhaust the stack. */
+typedef struct jcur {
+    const char *p, *e;
+} jcur;
+
+enum { JSON_MAX_DEPTH = 128 };
+
+static void jws(jcur *c) {
+    while (c->p < c->e && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+
+static int hexval(char ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+static bool hex4(jcur *c, uint32_t *v) {
+    if (c->e - c->p < 4) return false;
+    *v = 0;
+    for (int i = 0; i < 4; i++) {
+        int h = hexval(c->p[i]);
+        if (h < 0) return false;
+        *v = *v << 4 | (uint32_t)h;
+    }
+    c->p += 4;
+    return true;
+}
+
+static void put_cp(sink *o, uint32_t cp) {
+    char b[4];
+    size_t n;
+    if (cp < 0x80) b[0] = (char)cp, n = 1;
+    else if (cp < 0x800) b[0] = (char)(0xc0 | cp >> 6), b[1] = (char)(0x80 | (cp & 0x3f)), n = 2;
+    else if (cp < 0x10000)
+        b[0] = (char)(0xe0 | cp >> 12), b[1] = (char)(0x80 | ((cp >> 6) & 0x3f)), b[2] = (char)(0x80 | (cp & 0x3f)), n = 3;
+    else
+        b[0] = (char)(0xf0 | cp >> 18), b[1] = (char)(0x80 | ((cp >> 12) & 0x3f)),
+        b[2] = (char)(0x80 | ((cp >> 6) & 0x3f)), b[3] = (char)(0x80 | (cp & 0x3f)), n = 4;
+    put(o, (sv){b, n});
+}
+
+/* Python's escaping of one decoded character (quoted output). Lone surrogates, which UTF-8
+ * cannot carry, stay escapes. */
+static void put_escaped_cp(sink *o, uint32_t cp) {
+    static const char hexd[] = "0123456789abcdef";
+    switch (cp) {
+    case '"': puts_(o, "\\\""); return;
+    case '\\': puts_(o, "\\\\"); return;
+    case '\n': puts_(o, "\\n"); return;
+    case '\r': puts_(o, "\\r"); return;
+    case '\t': puts_(o, "\\t"); return;
+    case '\b': puts_(o, "\\b"); return;
+    case '\f': puts_(o, "\\f"); return;
+    }
+    if (cp < 0x20 || (cp >= 0xd800 && cp <= 0xdfff)) {
+        char b[6] = {'\\', 'u', hexd[cp >> 12 & 15], hexd[cp >> 8 & 15], hexd[cp >> 4 & 15], hexd[cp & 15]};
+        put(o, (sv){b, 6});
+        return;
+    }
+    put_cp(o, cp);
+}
+
+/* A string at c->p ('"'): decoded, then written quoted and re-escaped (quoted) or raw (the
+ * Jinja value itself, as `+` concatenates it). Raw bytes >= 0x80 pass through unchanged. */
+static bool jstring(jcur *c, sink *o, bool quoted) {
+    if (c->p >= c->e || *c->p != '"') return false;
+    c->p++;
+    if (quoted) puts_(o, "\"");
+    while (c->p < c->e && *c->p != '"') {
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch < 0x20) return false;
+        if (ch != '\\') {
+            if (quoted && ch < 0x80) put_escaped_cp(o, ch);
+            else put(o, (sv){c->p, 1});
+            c->p++;
+            continue;
+        }
+        if (++c->p >= c->e) return false;
+        uint32_t cp;
+        switch (*c->p++) {
+        case '"': cp = '"'; break;
+        case '\\': cp = '\\'; break;
+        case '/': cp = '/'; break;
+        case 'b': cp = '\b'; break;
+        case 'f': cp = '\f'; break;
+        case 'n': cp = '\n'; break;
+        case 'r': cp = '\r'; break;
+        case 't': cp = '\t'; break;
+        case 'u': {
+            if (!hex4(c, &cp)) return false;
+            uint32_t lo;
+            if (cp >= 0xd800 && cp <= 0xdbff && c->e - c->p >= 6 && c->p[0] == '\\' && c->p[1] == 'u') {
+                jcur t = {c->p + 2, c->e};
+                if (hex4(&t, &lo) && lo >= 0xdc00 && lo <= 0xdfff) {
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                    c->p = t.p;
+                }
+            }
+            break;
+        }
+        default: return false;
+        }
+        if (quoted) put_escaped_cp(o, cp);
+        else if (cp >= 0xd800 && cp <= 0xdfff) put_escaped_cp(o, cp);
+        else put_cp(o, cp);
+    }
+    if (c->p >= c->e) return false;
+    c->p++;
+    if (quoted) puts_(o, "\"");
+    return true;
+}
+
+/* Python's repr(float): the shortest digits that read back to x; positional notation when
+ * the decimal exponent is in [-4, 16), with ".0" added, else "d.ddde+XX". */
+static void put_py_float(sink *o, double x) {
+    if (isnan(x) || isinf(x)) {
+        puts_(o, isnan(x) ? "NaN" : x < 0 ? "-Infinity" : "Infinity");
+        return;
+    }
+    char e[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec - 1, x);
+        if (strtod(e, NULL) == x) break;
+    }
+    /* e: [-]D[.DDD]e[+-]XX */
+    char digits[24];
+    size_t nd = 0;
+    const char *q = e;
+    bool neg = *q == '-';
+    if (neg) q++;
+    for (; *q && *q != 'e'; q++)
+        if (*q != '.') digits[nd++] = *q;
+    while (nd > 1 && digits[nd - 1] == '0') nd--;
+    int exp10 = atoi(q + 1);
+    char out[64];
+    size_t n = 0;
+    if (neg) out[n++] = '-';
+    if (exp10 >= -5 + 1 && exp10 < 16) {   /* decpt = exp10 + 1 in (-4, 16] */
+        if (exp10 < 0) {
+            out[n++] = '0', out[n++] = '.';
+            for (int i = 0; i < -exp10 - 1; i++) out[n++] = '0';
+            for (size_t i = 0; i < nd; i++) out[n++] = digits[i];
+        } else {
+            for (int i = 0; i <= exp10; i++) out[n++] = (size_t)i < nd ? digits[i] : '0';
+            out[n++] = '.';
+            if ((size_t)exp10 + 1 < nd)
+                for (size_t i = (size_t)exp10 + 1; i < nd; i++) out[n++] = digits[i];
+            else out[n++] = '0';
+        }
+    } else {
+        out[n++] = digits[0];
+        if (nd > 1) {
+            out[n++] = '.';
+            for (size_t i = 1; i < nd; i++) out[n++] = digits[i];
+        }
+        n += (size_t)snprintf(out + n, sizeof out - n, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+    }
+    put(o, (sv){out, n});
+}
+
+/* A number: integers (no fraction or exponent) as written, as Python's int prints them
+ * ("-0" -> "0"); the rest through float. */
+static bool jnumber(jcur *c, sink *o) {
+    const char *s = c->p;
+    if (c->p < c->e && *c->p == '-') c->p++;
+    if (c->p >= c->e || *c->p < '0' || *c->p > '9') return false;
+    if (*c->p == '0') c->p++;
+    else
+        while (c->p < c->e && *c->p >= '0' && *c->p <= '9') c->p++;
+    bool is_float = false;
+    if (c->p < c->e && *c->p == '.') {
+        is_float = true;
+        c->p++;
+        if (c->p >= c->e || *c->p < '0' || *c->p > '9') return false;
+        while (c->p < c->e && *c->p >= '0' && *c->p <= '9') c->p++;
+    }
+    if (c->p < c->e && (*c->p == 'e' || *c->p == 'E')) {
+        is_float = true;
+        c->p++;
+        if (c->p < c->e && (*c->p == '+' || *c->p == '-')) c->p++;
+        if (c->p >= c->e || *c->p < '0' || *c->p > '9') return false;
+        while (c->p < c->e && *c->p >= '0' && *c->p <= '9') c->p++;
+    }
+    size_t n = (size_t)(c->p - s);
+    if (!is_float) {
+        if (n == 2 && s[0] == '-' && s[1] == '0') puts_(o, "0");
+        else put(o, (sv){s, n});
+        return true;
+    }
+    char tmp[512];
+    if (n >= sizeof tmp) return false;   /* no JSON number that long is worth rendering */
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    put_py_float(o, strtod(tmp, NULL));
+    return true;
+}
+
+static bool jlit(jcur *c, const char *lit, sink *o) {
+    size_t k = strlen(lit);
+    if ((size_t)(c->e - c->p) < k || memcmp(c->p, lit, k) != 0) return false;
+    c->p += k;
+    puts_(o, lit);
+    return true;
+}
+
+static bool jvalue(jcur *c, sink *o, int depth) {
+    jws(c);
+    if (c->p >= c->e || depth > JSON_MAX_DEPTH) return false;
+    char ch = *c->p;
+    if (ch == '"') return jstring(c, o, true);
+    if (ch == 't') return jlit(c, "true", o);
+    if (ch == 'f') return jlit(c, "false", o);
+    if (ch == 'n') return jlit(c, "null", o);
+    if (ch != '{' && ch != '[') return jnumber(c, o);
+    char close = ch == '{' ? '}' : ']';
+    put(o, (sv){c->p++, 1});
+    jws(c);
+    if (c->p < c->e && *c->p == close) {
+        put(o, (sv){c->p++, 1});
+        return true;
+    }
+    for (bool first = true;; first = false) {
+        if (!first) puts_(o, ", ");
+        if (ch == '{') {
+            jws(c);
+            if (!jstring(c, o, true)) return false;
+            jws(c);
+            if (c->p >= c->e || *c->p != ':') return false;
+            c->p++;
+            puts_(o, ": ");
+        }
+        if (!jvalue(c, o, depth + 1)) return false;
+        jws(c);
+        if (c->p >= c->e) return false;
+        if (*c->p == close) {
+            put(o, (sv){c->p++, 1});
+            return true;
+        }
+        if (*c->p != ',') return false;
+        c->p++;
+    }
+}
+
+/* Writes tojson(decode(text)) to o; false (o then holds garbage) when text is not one JSON
+ * value with only whitespace around it. */
+static bool put_tojson(sink *o, sv text) {
+    jcur c = {text.p, text.p + text.n};
+    if (!jvalue(&c, o, 0)) return false;
+    jws(&c);
+    return c.p == c.e;
+}
+
+/* Whether text is valid JSON (rendered into a discarding sink). */
+static bool is_json(sv text) {
+    sink null_sink = {0};
+    return put_tojson(&null_sink, text);
+}
+
+/* ======================================================================== */
 /* Renderers                                                                 */
 /* ======================================================================== */
 
@@ -264,8 +550,43 @@ static void render_none(sink *o, const spex_chat_msg *m, size_t n) {
     for (size_t i = 0; i < n; i++) put(o, sv_of(m[i].content));
 }
 
-static void render_qwen3(sink *o, const spex_chat_msg *m, size_t n, bool gen, bool think) {
-    if (n > 0 && m[0].role == SPEX_CHAT_SYSTEM) {
+/* The tools list: "\n" + tojson(tool) each (the caller checked every text is JSON). */
+static void put_tools(sink *o, const char *const *tools, size_t n_tools) {
+    for (size_t i = 0; i < n_tools; i++) {
+        puts_(o, "\n");
+        put_tojson(o, sv_of(tools[i]));
+    }
+}
+
+static void qwen3_tool_calls(sink *o, const spex_chat_msg *msg, sv content) {
+    for (size_t k = 0; k < msg->n_tool_calls; k++) {
+        const spex_chat_tool_call *tc = &msg->tool_calls[k];
+        if (k > 0 || content.n > 0) puts_(o, "\n");
+        puts_(o, "<tool_call>\n{\"name\": \"");
+        put(o, sv_of(tc->name));
+        puts_(o, "\", \"arguments\": ");
+        sv args = sv_of(tc->arguments);
+        if (is_json(args)) put_tojson(o, args);
+        else put(o, args);   /* a string that is not JSON: `arguments is string` prints it */
+        puts_(o, "}\n</tool_call>");
+    }
+}
+
+static void render_qwen3(sink *o, const spex_chat_msg *m, size_t n, const char *const *tools, size_t n_tools,
+                         bool gen, bool think) {
+    if (n_tools > 0) {
+        puts_(o, "<|im_start|>system\n");
+        if (n > 0 && m[0].role == SPEX_CHAT_SYSTEM) {
+            put(o, sv_of(m[0].content));
+            puts_(o, "\n\n");
+        }
+        puts_(o, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        put_tools(o, tools, n_tools);
+        puts_(o, "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+                 "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+                 "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+    } else if (n > 0 && m[0].role == SPEX_CHAT_SYSTEM) {
         puts_(o, "<|im_start|>system\n");
         put(o, sv_of(m[0].content));
         puts_(o, "<|im_end|>\n");
@@ -301,6 +622,7 @@ static void render_qwen3(sink *o, const spex_chat_msg *m, size_t n, bool gen, bo
                 puts_(o, "<|im_start|>assistant\n");
                 put(o, content);
             }
+            qwen3_tool_calls(o, &m[i], content);
             puts_(o, "<|im_end|>\n");
             break;
         }
@@ -319,9 +641,88 @@ static void render_qwen3(sink *o, const spex_chat_msg *m, size_t n, bool gen, bo
     }
 }
 
-static spex_status render_qwen35(sink *o, const spex_chat_msg *m, size_t n, bool gen, bool think,
-                                 spex_error *err) {
+/* The arguments object's items: "<parameter=KEY>\n" + (a string value raw, else tojson) +
+ * "\n</parameter>\n". false when args is not a JSON object (the template's |items raises). */
+static bool qwen35_params(sink *o, sv args) {
+    jcur c = {args.p, args.p + args.n};
+    jws(&c);
+    if (c.p >= c.e || *c.p != '{') return false;
+    c.p++;
+    jws(&c);
+    if (c.p < c.e && *c.p == '}') {
+        c.p++;
+    } else {
+        for (;;) {
+            jws(&c);
+            puts_(o, "<parameter=");
+            if (!jstring(&c, o, false)) return false;
+            puts_(o, ">\n");
+            jws(&c);
+            if (c.p >= c.e || *c.p != ':') return false;
+            c.p++;
+            jws(&c);
+            if (c.p < c.e && *c.p == '"') {
+                if (!jstring(&c, o, false)) return false;
+            } else if (!jvalue(&c, o, 1)) {
+                return false;
+            }
+            puts_(o, "\n</parameter>\n");
+            jws(&c);
+            if (c.p >= c.e) return false;
+            if (*c.p == '}') {
+                c.p++;
+                break;
+            }
+            if (*c.p != ',') return false;
+            c.p++;
+        }
+    }
+    jws(&c);
+    return c.p == c.e;
+}
+
+static spex_status qwen35_tool_calls(sink *o, const spex_chat_msg *msg, size_t i, sv content, spex_error *err) {
+    for (size_t k = 0; k < msg->n_tool_calls; k++) {
+        const spex_chat_tool_call *tc = &msg->tool_calls[k];
+        if (k == 0) puts_(o, trim_ws(content).n > 0 ? "\n\n<tool_call>\n<function=" : "<tool_call>\n<function=");
+        else puts_(o, "\n<tool_call>\n<function=");
+        put(o, sv_of(tc->name));
+        puts_(o, ">\n");
+        sv args = sv_of(tc->arguments);
+        if (args.n > 0 && !qwen35_params(o, args))
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                                  "chat template qwen35: message %zu tool call %zu: arguments are not a JSON object", i, k);
+        puts_(o, "</function>\n</tool_call>");
+    }
+    return SPEX_OK;
+}
+
+static spex_status render_qwen35(sink *o, const spex_chat_msg *m, size_t n, const char *const *tools,
+                                 size_t n_tools, bool gen, bool think, spex_error *err) {
     if (n == 0) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "chat template qwen35: no messages");
+    if (n_tools > 0) {
+        puts_(o, "<|im_start|>system\n# Tools\n\nYou have access to the following functions:\n\n<tools>");
+        put_tools(o, tools, n_tools);
+        puts_(o, "\n</tools>");
+        puts_(o, "\n\nIf you choose to call a function ONLY reply in the following format with NO suffix:\n\n"
+                 "<tool_call>\n<function=example_function_name>\n<parameter=example_parameter_1>\nvalue_1\n"
+                 "</parameter>\n<parameter=example_parameter_2>\nThis is the value for the second parameter\n"
+                 "that can span\nmultiple lines\n</parameter>\n</function>\n</tool_call>\n\n<IMPORTANT>\n"
+                 "Reminder:\n- Function calls MUST follow the specified format: an inner <function=...></function> "
+                 "block must be nested within <tool_call></tool_call> XML tags\n- Required parameters MUST be "
+                 "specified\n- You may provide optional reasoning for your function call in natural language "
+                 "BEFORE the function call, but NOT after\n- If there is no function call available, answer the "
+                 "question like normal with your current knowledge and do not tell the user about function "
+                 "calls\n</IMPORTANT>");
+        if (m[0].role == SPEX_CHAT_SYSTEM) {
+            sv sys = trim_ws(sv_of(m[0].content));
+            if (sys.n > 0) {
+                puts_(o, "\n\n");
+                put(o, sys);
+            }
+        }
+        puts_(o, "<|im_end|>\n");
+    }
     size_t last_query = SIZE_MAX;
     for (size_t i = n; i-- > 0;)
         if (m[i].role == SPEX_CHAT_USER && !is_tool_response(trim_ws(sv_of(m[i].content)))) {
@@ -339,6 +740,7 @@ static spex_status render_qwen35(sink *o, const spex_chat_msg *m, size_t n, bool
         switch (m[i].role) {
         case SPEX_CHAT_SYSTEM:
         case SPEX_CHAT_USER:
+            if (m[i].role == SPEX_CHAT_SYSTEM && n_tools > 0) break;   /* inside the tools turn */
             puts_(o, "<|im_start|>");
             puts_(o, role_names[m[i].role]);
             puts_(o, "\n");
@@ -358,6 +760,8 @@ static spex_status render_qwen35(sink *o, const spex_chat_msg *m, size_t n, bool
                 puts_(o, "<|im_start|>assistant\n");
             }
             put(o, content);
+            spex_status st = qwen35_tool_calls(o, &m[i], i, content, err);
+            if (st != SPEX_OK) return st;
             puts_(o, "<|im_end|>\n");
             break;
         }
@@ -377,19 +781,34 @@ static spex_status render_qwen35(sink *o, const spex_chat_msg *m, size_t n, bool
 spex_status spex_chat_apply(spex_chat_template tmpl, const spex_chat_msg *msgs, size_t n,
                             bool add_generation_prompt, bool enable_thinking, char *buf, size_t cap,
                             size_t *len, spex_error *err) {
-    if (!len || (n > 0 && !msgs) || (cap > 0 && !buf))
+    return spex_chat_apply_tools(tmpl, msgs, n, NULL, 0, add_generation_prompt, enable_thinking, buf, cap, len, err);
+}
+
+spex_status spex_chat_apply_tools(spex_chat_template tmpl, const spex_chat_msg *msgs, size_t n,
+                                  const char *const *tools, size_t n_tools, bool add_generation_prompt,
+                                  bool enable_thinking, char *buf, size_t cap, size_t *len, spex_error *err) {
+    if (!len || (n > 0 && !msgs) || (cap > 0 && !buf) || (n_tools > 0 && !tools))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "chat template: NULL argument");
     *len = 0;
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         if ((unsigned)msgs[i].role > SPEX_CHAT_TOOL)
             return spex_error_set(err, SPEX_ERR_INVALID_ARG, "chat template: message %zu has unknown role %d", i,
                                   (int)msgs[i].role);
+        if (msgs[i].n_tool_calls > 0 && (!msgs[i].tool_calls || msgs[i].role != SPEX_CHAT_ASSISTANT))
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                                  "chat template: message %zu: tool calls need an assistant message and an array", i);
+    }
+    for (size_t i = 0; i < n_tools; i++)
+        if (!tools[i] || !is_json(sv_of(tools[i])))
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "chat template: tool %zu is not valid JSON", i);
     sink o = {.buf = buf, .cap = cap};
     switch (tmpl) {
     case SPEX_CHAT_NONE: render_none(&o, msgs, n); break;
-    case SPEX_CHAT_CHATML_QWEN3: render_qwen3(&o, msgs, n, add_generation_prompt, enable_thinking); break;
+    case SPEX_CHAT_CHATML_QWEN3:
+        render_qwen3(&o, msgs, n, tools, n_tools, add_generation_prompt, enable_thinking);
+        break;
     case SPEX_CHAT_CHATML_QWEN35: {
-        spex_status st = render_qwen35(&o, msgs, n, add_generation_prompt, enable_thinking, err);
+        spex_status st = render_qwen35(&o, msgs, n, tools, n_tools, add_generation_prompt, enable_thinking, err);
         if (st != SPEX_OK) return st;
         break;
     }
