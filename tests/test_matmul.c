@@ -359,6 +359,8 @@ TEST(driver_threads_bit_equal_and_close_to_f32) {
         {SPEX_TYPE_Q5_0, 96, 31, 16},    {SPEX_TYPE_Q5_1, 512, 64, 3},   {SPEX_TYPE_F16, 100, 37, 7},
         {SPEX_TYPE_BF16, 33, 5, 2},      {SPEX_TYPE_F32, 4096, 19, 65},  {SPEX_TYPE_Q8_0, 4096, 33, 200},
         {SPEX_TYPE_Q4_K, 4096, 33, 5},   {SPEX_TYPE_Q6_K, 512, 65, 17},  {SPEX_TYPE_Q5_K, 256, 7, 1},
+        /* several chunks per thread, 16-row blocks with a tail of 3, 8 and 13 rows */
+        {SPEX_TYPE_Q4_K, 1024, 531, 8},  {SPEX_TYPE_Q4_K, 768, 200, 13}, {SPEX_TYPE_Q5_K, 512, 77, 9},
     };
     int ran = 0;
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

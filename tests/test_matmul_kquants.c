@@ -13,7 +13,8 @@
  *        |ref - sum_e w_e * x_e| <= sum_e |w_e| * 0.5001 * dx(e) + the bound above
  *    (Q8_K rounds each activation to the nearest multiple of its block's dx);
  *  - every SIMD kernel against the scalar one at n in {256, 512, 768, 2816, 4096}, tiles of
- *    nw in {1,2,3,4,5,7} × nx in {1,2,3,7,8,9,16}, and at n = 17152 (rows longer than the
+ *    nw in {1,2,3,5,15,16,17,33} × nx in {1,2,3,7,8,9,16} out of 37 × 16 (the AVX-512 Q4_K
+ *    and Q6_K kernels work on blocks of 16 weight rows: full blocks and tails), and at n = 17152 (rows longer than the
  *    kernels' spans) for 1..3 activation rows: |simd - ref| <= (nb + 16) * 2^-22 * M,
  *    outputs outside the tile untouched, and each output bit-identical whatever the tile
  *    shape (the driver relies on that) and between the VNNI and non-VNNI AVX-512 kernels;
@@ -226,7 +227,7 @@ TEST(ref_matches_double_dot_of_dequantized_rows) {
 /* SIMD against the reference                                               */
 /* ======================================================================== */
 
-#define MAX_NW 7
+#define MAX_NW 37 /* two 16-row blocks of the lane-per-row kernels and a tail */
 #define MAX_NX 16
 
 static double g_worst_simd; /* largest |simd - ref| / bound seen */
@@ -255,7 +256,7 @@ static void check_simd_size(const kq_type *t, int ti, const kq_isa *isas, int n_
     for (int j = 0; j < MAX_NX; j++)
         for (int i = 0; i < MAX_NW; i++) M[j][i] = pair_mag(t, w + (size_t)i * ws, (const block_q8_K *)(xq + (size_t)j * xs), n);
 
-    static const int nws[] = {1, 2, 3, 4, 5, 7}, nxs[] = {1, 2, 3, 7, 8, 9, 16};
+    static const int nws[] = {1, 2, 3, 5, 15, 16, 17, 33}, nxs[] = {1, 2, 3, 7, 8, 9, 16};
     for (int k = 0; k < n_isas && !*failed; k++) {
         const spex_dot_fn dot = isas[k].dot[ti];
         dot(n, w, ws, MAX_NW, xq, xs, MAX_NX, yfull, ldy);
@@ -271,7 +272,7 @@ static void check_simd_size(const kq_type *t, int ti, const kq_isa *isas, int n_
                     goto done;
                 }
             }
-        for (int a = 0; a < 6; a++)
+        for (int a = 0; a < 8; a++)
             for (int c = 0; c < 7; c++) {
                 const int nw = nws[a], nx = nxs[c];
                 const int i0 = MAX_NW - nw, j0 = MAX_NX - nx; /* a tile not at the origin */

@@ -24,7 +24,9 @@
 #include "cpu/matmul.h"
 
 /* Super-blocks summed in SIMD lanes before one horizontal sum is added to y. A constant,
- * so the float summation order of an output never depends on the tile. */
+ * so the float summation order of an output never depends on the tile. (The AVX-512 Q4_K
+ * and Q5_K kernels keep weight rows in lanes and need no horizontal sum; their constant
+ * is KQ_WSPAN in dot_kquants_avx512.c.) */
 #define SPEX_KQ_CHUNK 8
 
 #define SPEX_KQ_DOT_DECL(name)                                                            \

@@ -24,7 +24,7 @@
  *  - prompt batches: activation rows are tiled so one tile's converted activations
  *    (TILE_BYTES) stay in L2 while all threads sweep the weights; tiles are the outer
  *    index, so threads work on the same tile at the same time.
- * Chunks hold a multiple of 8 output rows (the kernels' register tiles) and about
+ * Chunks hold a multiple of 16 output rows (the kernels' register tiles) and about
  * CHUNK_BYTES of weights, fewer when that would leave fewer than 4 chunks per thread.
  * The kernels compute every output with the same instruction sequence whatever the tile
  * shape, so results do not depend on the number of threads (tests check bit equality).
@@ -157,8 +157,9 @@ uint64_t spex_matmul_stream_probe_n(const void *buf, size_t bytes, int streams) 
 #define CHUNK_BYTES (256u * 1024u)   /* weight bytes per chunk: the kernels prepare the
                                       * activations once per call and read far-apart
                                       * rows of a call side by side, so calls are long   */
-#define ROW_QUANTUM 8                /* output rows per chunk: a multiple of this (the
-                                      * kernels' register tiles are 4 or 8 rows)         */
+#define ROW_QUANTUM 16               /* output rows per chunk: a multiple of this (the
+                                      * kernels' register tiles are 4, 8 or 16 rows: the
+                                      * AVX-512 Q4_K kernel puts 16 rows in the lanes)   */
 
 static size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
