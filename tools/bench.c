@@ -329,7 +329,9 @@ static int bench_kernels(int argc, char **argv) {
 int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "kernels")) return bench_kernels(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "model")) return bench_model(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "spec")) return bench_spec(argc - 1, argv + 1);
     fprintf(stderr, "usage: spex bench kernels [-t N] [--types list] [--size MiB] [--reps R] [--passes P] [--cached]\n"
-                    "       spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--reps R]\n");
+                    "       spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--reps R]\n"
+                    "       spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--prompts FILE] [-n N] [-t N] ...\n");
     return 2;
 }

@@ -13,135 +13,35 @@
  *
  * Both methods run through spex_spec (the target alone is spex_spec without a draft context:
  * one verify row per step, i.e. plain decoding), so they share every per-step cost except the
- * drafting itself. Decode time excludes the prompt (prefill) of each problem.
+ * drafting itself. Decode time excludes the prompt (prefill) of each problem. The prompt
+ * format and the generation loop live in tools/genset.c (shared with `spex bench spec`).
  */
 #include "spex.h"
 #include "cli.h"
+#include "genset.h"
 
-#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define DEMO_MAX_PROBLEMS 64
 #define DEMO_MAX_GEN 512
 
-typedef struct demo_problem {
-    char *system, *user;
-} demo_problem;
-
-typedef struct demo_row {
-    long n_gen;
-    double t_decode;
-    uint64_t steps, accepted;
-    int normal_stops;
-} demo_row;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static void quiet(void *u, const char *line) {
-    (void)u;
-    (void)line;
-}
-
-static int load_problems(const char *path, demo_problem *p, int cap) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "error: cannot read %s\n", path);
-        return -1;
-    }
-    char line[1 << 16];
-    int n = 0;
-    while (n < cap && fgets(line, sizeof line, f)) {
-        cJSON *j = cJSON_Parse(line);
-        if (!j) continue;
-        const cJSON *u = cJSON_GetObjectItemCaseSensitive(j, "user");
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, "system");
-        if (cJSON_IsString(u)) {
-            p[n].user = strdup(u->valuestring);
-            p[n].system = cJSON_IsString(s) ? strdup(s->valuestring) : NULL;
-            n++;
-        }
-        cJSON_Delete(j);
-    }
-    fclose(f);
-    if (n == 0) fprintf(stderr, "error: %s: no problem with a \"user\" string\n", path);
-    return n > 0 ? n : -1;
-}
-
-/* Chat-renders and tokenizes one problem into ids (cap entries); returns the count or -1. */
-static int prompt_ids(const spex_tokenizer *tok, spex_chat_template tmpl, const demo_problem *p, int32_t *ids,
-                      int cap) {
-    spex_chat_msg msgs[2];
-    size_t n = 0;
-    if (p->system) msgs[n++] = (spex_chat_msg){.role = SPEX_CHAT_SYSTEM, .content = p->system};
-    msgs[n++] = (spex_chat_msg){.role = SPEX_CHAT_USER, .content = p->user};
-    char text[1 << 14];
-    size_t len = 0;
-    spex_error e = {0};
-    if (spex_chat_apply(tmpl, msgs, n, true, true, text, sizeof text, &len, &e) != SPEX_OK) {
-        fprintf(stderr, "error: chat template: %s\n", e.msg);
-        return -1;
-    }
-    int k = 0;
-    if (spex_tokenize(tok, text, len, true, true, ids, cap, &k, &e) != SPEX_OK) {
-        fprintf(stderr, "error: tokenize: %s\n", e.msg);
-        return -1;
-    }
-    return k;
-}
-
 typedef struct demo_env {
-    const spex_model *m;
     const spex_tokenizer *tok;
     spex_spec *spec;
     spex_chat_template tmpl;
     int n_predict;
 } demo_env;
 
-/* One generation; out gets the tokens (at most n_predict), returns the count or -1. */
-static int generate(demo_env *env, const demo_problem *p, spex_sampler *smp, int32_t *out, demo_row *row) {
+/* One generation (prompt rendering and the loop: tools/genset.c); out gets the tokens (at
+ * most n_predict), returns the count or -1. */
+static int generate(demo_env *env, const genset_prompt *p, spex_sampler *smp, int32_t *out, genset_row *row) {
     int32_t ids[2048];
-    int np = prompt_ids(env->tok, env->tmpl, p, ids, 2048);
+    int np = genset_prompt_ids(env->tok, env->tmpl, p, ids, 2048);
     if (np <= 0) return -1;
-    spex_error e = {0};
-    spex_sampler_reset(smp);
-    for (int i = 0; i < np; i++) (void)spex_sampler_accept(smp, ids[i]);
-    int32_t first;
-    if (spex_spec_seq_begin(env->spec, 0, ids, np, smp, &first, &e) != SPEX_OK) {
-        fprintf(stderr, "error: %s\n", e.msg);
-        return -1;
-    }
-    double t0 = now_s();
-    int n = 0;
-    bool eog = false;
-    spex_spec_out so = {.n = 1, .tokens = {first}};
-    for (;;) {
-        for (int k = 0; k < so.n && !eog && n < env->n_predict; k++) {
-            if (spex_token_is_eog(env->tok, so.tokens[k])) eog = true;
-            else out[n++] = so.tokens[k];
-        }
-        if (eog || n >= env->n_predict) break;
-        int32_t seq = 0, budget = env->n_predict - n;
-        if (spex_spec_step(env->spec, &seq, 1, &budget, &so, &e) != SPEX_OK) {
-            fprintf(stderr, "error: %s\n", e.msg);
-            return -1;
-        }
-    }
-    row->t_decode += now_s() - t0;
-    row->n_gen += n;
-    row->normal_stops += eog;
-    const spex_spec_stats *st = spex_spec_seq_stats(env->spec, 0);
-    row->steps += st->n_steps;
-    row->accepted += st->n_accepted;
-    spex_spec_seq_end(env->spec, 0);
-    return n;
+    return genset_generate(env->spec, env->tok, ids, np, env->n_predict, smp, out, row);
 }
 
 static void usage(FILE *f) {
@@ -180,8 +80,8 @@ int cmd_demo(int argc, char **argv) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
         n_threads = c > 0 ? c : 1;
     }
-    demo_problem probs[DEMO_MAX_PROBLEMS] = {0};
-    int n_probs = load_problems(ppath, probs, DEMO_MAX_PROBLEMS);
+    genset_prompt probs[DEMO_MAX_PROBLEMS] = {0};
+    int n_probs = genset_load(ppath, probs, DEMO_MAX_PROBLEMS);
     if (n_probs < 0) return 1;
 
     int rc = 1;
@@ -202,17 +102,7 @@ int cmd_demo(int argc, char **argv) {
         goto done;
     }
     const spex_drafter_hparams *dh = spex_drafter_get_hparams(d);
-    spex_chat_template tmpl;
-    bool warned;
-    spex_str js = {0};
-    char jinja[1 << 15] = "";
-    if (spex_gguf_get_str(spex_model_gguf(m), "tokenizer.chat_template", &js, NULL) == SPEX_OK &&
-        js.len < sizeof jinja) {
-        memcpy(jinja, js.ptr, js.len);
-        jinja[js.len] = 0;
-    }
-    spex_chat_detect(jinja[0] ? jinja : NULL, spex_token_find(tok, "<|im_start|>", 12) != SPEX_TOKEN_NONE, &tmpl,
-                     &warned);
+    spex_chat_template tmpl = genset_template(m, tok);
 
     spex_context_params cp = spex_context_default_params();
     cp.n_ctx_per_seq = 2048 + DEMO_MAX_GEN + 64;
@@ -232,7 +122,7 @@ int cmd_demo(int argc, char **argv) {
     dcp.pool = spex_context_pool(ctx);
     if (spex_draft_context_init(d, &dcp, &dc, &e)) goto fail;
     spex_spec_params spp = spex_spec_default_params();
-    spp.log = quiet;
+    spp.log = genset_quiet;
     if (spex_spec_init(ctx, dc, &spp, &spec, &e) || spex_spec_init(ctx_plain, NULL, &spp, &plain, &e)) goto fail;
 
     spex_sampler_params sp0 = spex_sampler_default_params();
@@ -259,12 +149,12 @@ int cmd_demo(int argc, char **argv) {
     printf("spex demo: %d problems, up to %ld tokens each, %ld threads\n", n_probs, n_predict, n_threads);
     printf("target  %s\ndrafter %s (%s, block %d, %d layers)\n\n", tpath, dpath,
            dh->variant == SPEX_DFLASH2 ? "DFlash2" : "DFlash v1", dh->block_size, dh->n_layer);
-    demo_row rows[4] = {0};
-    demo_env env = {.m = m, .tok = tok, .tmpl = tmpl, .n_predict = (int)n_predict};
+    genset_row rows[4] = {0};
+    demo_env env = {.tok = tok, .tmpl = tmpl, .n_predict = (int)n_predict};
     int identical = 0;
     /* Warm-up, not counted: the first passes over the mapped weights fault pages in. */
     for (int meth = 0; meth < 2; meth++) {
-        demo_row scratch = {0};
+        genset_row scratch = {0};
         env.spec = meth ? spec : plain;
         if (generate(&env, &probs[0], smp[0], got, &scratch) < 0) goto done;
     }
@@ -290,8 +180,8 @@ int cmd_demo(int argc, char **argv) {
            "stops |\n");
     printf("| --- | --- | --- | --- | ---: | ---: | ---: | ---: |\n");
     for (int r = 0; r < 4; r++) {
-        const demo_row *w = &rows[r];
-        const demo_row *base = &rows[r & ~1];
+        const genset_row *w = &rows[r];
+        const genset_row *base = &rows[r & ~1];
         double tps = w->t_decode > 0 ? (double)w->n_gen / w->t_decode : 0;
         double tps0 = base->t_decode > 0 ? (double)base->n_gen / base->t_decode : 0;
         bool spec_row = r & 1;
@@ -320,6 +210,6 @@ done:
     spex_drafter_free(d);
     spex_tokenizer_free(tok);
     spex_model_free(m);
-    for (int i = 0; i < n_probs; i++) free(probs[i].user), free(probs[i].system);
+    genset_free(probs, n_probs > 0 ? n_probs : 0);
     return rc;
 }

@@ -56,9 +56,12 @@ static void usage(FILE *f) {
             "  demo                      the default models: target alone vs DFlash2, the table\n"
             "  quantize IN OUT TYPE      requantize a GGUF (f16 bf16 q8_0 q4_0 q4_K_M q5_K_M q6_K)\n"
             "  bench kernels             matmul throughput vs memory bandwidth\n"
+            "  bench model -m MODEL      prefill and decode throughput of a whole model\n"
+            "  bench spec [-m T -md D]   speculative decoding end to end: AR vs DFlash/MTP table\n"
             "  gen-smoke OUT             write the small synthetic GGUF used by the smoke run\n"
             "  convert-vocab ... -o OUT  vocab-only GGUF from tokenizer.json or tokenizer.model\n"
-            "  gen-model --shape S --type T -o OUT   random-weight qwen3 GGUF in real shapes\n"
+            "  gen-model --shape S --type T -o OUT   random-weight qwen3 / qwen35 GGUF in real shapes\n"
+            "  inflate -m T -md D -o DIR  the pair widened and deepened, computing the same logits\n"
             "  isa                       print the CPU features and the kernel ISA in use\n"
             "\n"
             "Run 'spex COMMAND --help' for a command's flags. SPEX_ISA=scalar|avx2|avx512 forces an ISA.\n");
@@ -86,6 +89,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "gen-smoke")) return cmd_gen_smoke(argc - 1, argv + 1);
     if (!strcmp(cmd, "convert-vocab")) return cmd_convert_vocab(argc - 1, argv + 1);
     if (!strcmp(cmd, "gen-model")) return cmd_gen_model(argc - 1, argv + 1);
+    if (!strcmp(cmd, "inflate")) return cmd_inflate(argc - 1, argv + 1);
     if (!strcmp(cmd, "demo")) return cmd_demo(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return cmd_serve(argc - 1, argv + 1);
     if (!strcmp(cmd, "isa")) return cmd_isa();

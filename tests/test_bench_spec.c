@@ -1,0 +1,268 @@
+/*
+ * test_bench_spec.c — `spex bench spec` end to end: drives the build's own spex binary (the
+ * sibling of this program's folder, as test_run.c does) and checks its exit status, tables,
+ * greedy-identity line and --json file.
+ *
+ * What it checks: on the default pair (models/) with 2 demo problems and -n 24 the seed's
+ * table has its header and an AR and a DFlash2 row per temperature, the cost and verify(k)
+ * tables are there for k = 1..4 and no further, "greedy output identical: yes", exit 0, and
+ * the JSON holds the same rows; on the tiny qwen35 target (byte tokenizer, plain "prompt"
+ * lines) the MTP row and DFlash2 rows for --draft-quant Q8_0,Q4_K_M appear, greedy identical,
+ * and the temporary quantized files are gone afterwards; bad flags exit 2 and a missing
+ * prompt file exits 1, each with an "error: " line. What it is not: a check of the speed
+ * numbers (they depend on the machine), nor of spex_spec itself (test_spec, test_spec_qwen35).
+ */
+#include "spex.h"
+#include "test.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define DEF_TARGET "models/target.gguf"
+#define DEF_DRAFTER "models/drafter.gguf"
+#define Q35 "tests/data/qwen35/tiny-qwen35.gguf"
+#define Q35_DRAFT "tests/data/qwen35/tiny-qwen35.dflash2.gguf"
+
+typedef struct bs_result {
+    int rc;
+    char *out, *err;
+} bs_result;
+
+/* Runs `spex bench spec ARGS...`; false if it could not be started. */
+static bool run_bench_spec(const char *const *args, bs_result *r) {
+    memset(r, 0, sizeof *r);
+    r->rc = -1;
+    const char *bin = test_spex_bin();
+    if (!bin) return false;
+    char out_path[512], err_path[512];
+    snprintf(out_path, sizeof out_path, "%s", test_tmp_path("bs_stdout"));
+    snprintf(err_path, sizeof err_path, "%s", test_tmp_path("bs_stderr"));
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = bin;
+    argv[n++] = "bench";
+    argv[n++] = "spec";
+    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    fflush(stdout);
+    int e = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    bool ok = e == 0;
+    if (ok) {
+        int st;
+        if (waitpid(pid, &st, 0) != pid) ok = false;
+        else r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    }
+    size_t len_;
+    r->out = test_slurp(out_path, &len_);
+    r->err = test_slurp(err_path, &len_);
+    return ok && r->out && r->err;
+}
+
+static void bs_free(bs_result *r) {
+    free(r->out);
+    free(r->err);
+}
+
+static bool sanitizer_clean(const char *err) {
+    return !strstr(err, "Sanitizer") && !strstr(err, "runtime error");
+}
+
+#define RUN(r, ...)                                                                   \
+    do {                                                                              \
+        const char *const a_[] = {__VA_ARGS__, NULL};                                 \
+        CHECK_MSG(run_bench_spec(a_, &(r)), "could not run %s", test_spex_bin());     \
+    } while (0)
+
+#define REQUIRE_BIN()                                                                 \
+    do {                                                                              \
+        if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");      \
+    } while (0)
+
+/* Writes the first n lines of src to dst; false if src has fewer. */
+static bool head_lines(const char *src, const char *dst, int n) {
+    FILE *in = fopen(src, "rb"), *out = fopen(dst, "wb");
+    bool ok = in && out;
+    static char line[1 << 16];
+    int k = 0;
+    while (ok && k < n && fgets(line, sizeof line, in)) {
+        fputs(line, out);
+        k++;
+    }
+    if (in) fclose(in);
+    if (out) fclose(out);
+    return ok && k == n;
+}
+
+static bool write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return false;
+    bool ok = fputs(text, f) >= 0;
+    return fclose(f) == 0 && ok;
+}
+
+/* The verify(k) table has rows exactly for k = 1..k_max. */
+static bool verify_rows(const char *out, int k_max) {
+    const char *t = strstr(out, "| k | best ms | ratio to k=1 | ms per token |");
+    if (!t) return false;
+    for (int k = 1; k <= k_max + 1; k++) {
+        char row[32];
+        snprintf(row, sizeof row, "\n| %d | ", k);
+        const char *p = strstr(t, row);
+        if ((p != NULL) != (k <= k_max)) return false;
+    }
+    /* k = 1 is the reference */
+    return strstr(t, "\n| 1 | ") && strstr(strstr(t, "\n| 1 | ") + 6, "| 1.00 |");
+}
+
+static const char *const TABLE_HEAD =
+    "| Method | Draft quant | Block | Temp | Decode TPS | Decode speedup | Acceptance (mean length) | Normal stops |";
+
+TEST(default_pair_table_and_json) {
+    REQUIRE_BIN();
+    if (access(DEF_TARGET, R_OK) || access(DEF_DRAFTER, R_OK)) SKIP("no default models in models/");
+    char prompts[512], json[512];
+    snprintf(prompts, sizeof prompts, "%s", test_tmp_path("demo2.jsonl"));
+    snprintf(json, sizeof json, "%s", test_tmp_path("bs.json"));
+    CHECK(head_lines("models/demo.jsonl", prompts, 2));
+    bs_result r;
+    RUN(r, "-m", DEF_TARGET, "-md", DEF_DRAFTER, "--prompts", prompts, "-n", "24", "-t", "1", "--verify-k", "4",
+        "--reps", "2", "--json", json);
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK_MSG(strstr(r.out, TABLE_HEAD), "no table header in:\n%s", r.out);
+    CHECK(strstr(r.out, "| AR | - | - | 0 | "));
+    CHECK(strstr(r.out, "| AR | - | - | 1 | "));
+    CHECK(strstr(r.out, "| DFlash2 | F32 | 8 | 0 | "));
+    CHECK(strstr(r.out, "| DFlash2 | F32 | 8 | 1 | "));
+    CHECK(strstr(r.out, "| 1.00x | - | "));   /* AR is its own reference */
+    CHECK(strstr(r.out, "| Method | Draft quant | Temp | Steps | Draft ms | Verify ms | Other ms | Step ms |"));
+    CHECK_MSG(verify_rows(r.out, 4), "verify(k) table for k = 1..4 missing in:\n%s", r.out);
+    CHECK(strstr(r.out, "greedy output identical: yes"));
+    bs_free(&r);
+
+    size_t js_len;
+    char *js = test_slurp(json, &js_len);
+    CHECK(js);
+    cJSON *j = cJSON_Parse(js);
+    free(js);
+    CHECK(j);
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "methods");
+    const cJSON *vf = cJSON_GetObjectItemCaseSensitive(j, "verify");
+    bool ok = cJSON_GetArraySize(ms) == 2 && cJSON_GetArraySize(vf) == 4 &&
+              cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "greedy_identical"));
+    const cJSON *ar = cJSON_GetArrayItem(ms, 0), *df = cJSON_GetArrayItem(ms, 1);
+    ok = ok && !strcmp(cJSON_GetObjectItemCaseSensitive(ar, "method")->valuestring, "AR") &&
+         !strcmp(cJSON_GetObjectItemCaseSensitive(df, "method")->valuestring, "DFlash2") &&
+         cJSON_GetObjectItemCaseSensitive(df, "block")->valueint == 8 &&
+         cJSON_GetObjectItemCaseSensitive(df, "greedy_identical_prompts")->valueint == 2;
+    const cJSON *rows = cJSON_GetObjectItemCaseSensitive(df, "rows");
+    ok = ok && cJSON_GetArraySize(rows) == 2;
+    for (int i = 0; ok && i < 2; i++) {
+        const cJSON *row = cJSON_GetArrayItem(rows, i);
+        double ml = cJSON_GetObjectItemCaseSensitive(row, "mean_len")->valuedouble;
+        double ar_speed = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(ar, "rows"), i),
+                                                           "decode_speedup")->valuedouble;
+        ok = ml >= 1.0 && ml <= 8.0 && fabs(ar_speed - 1.0) < 1e-9 &&
+             cJSON_GetObjectItemCaseSensitive(row, "runs")->valueint == 2 &&
+             cJSON_GetObjectItemCaseSensitive(row, "verify_ms_per_step")->valuedouble > 0;
+    }
+    cJSON_Delete(j);
+    CHECK_MSG(ok, "unexpected --json content");
+}
+
+static int count_bench_tmp_dirs(void) {
+    DIR *d = opendir("/tmp");
+    int n = 0;
+    if (!d) return -1;
+    for (struct dirent *e; (e = readdir(d));)
+        if (!strncmp(e->d_name, "spex_bench_spec_", 16)) n++;
+    closedir(d);
+    return n;
+}
+
+TEST(qwen35_mtp_and_quantized_dflash2) {
+    REQUIRE_BIN();
+    char prompts[512];
+    snprintf(prompts, sizeof prompts, "%s", test_tmp_path("plain.jsonl"));
+    CHECK(write_text(prompts, "{\"prompt\": \"Once upon a time\"}\n{\"prompt\": \"The cat sat on the\"}\n"));
+    int tmp_before = count_bench_tmp_dirs();
+    bs_result r;
+    RUN(r, "-m", Q35, "--mtp", "-md", Q35_DRAFT, "--draft-quant", "Q8_0,Q4_K_M", "--prompts", prompts, "-n", "24",
+        "-t", "1", "--verify-k", "4", "--reps", "1");
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK_MSG(strstr(r.out, TABLE_HEAD), "no table header in:\n%s", r.out);
+    CHECK(strstr(r.out, "| AR | - | - | 0 | "));
+    CHECK(strstr(r.out, "| DFlash2 | Q8_0 | 8 | 0 | "));
+    CHECK(strstr(r.out, "| DFlash2 | Q4_K_M | 8 | 1 | "));
+    CHECK(strstr(r.out, "| MTP | F32 | 4 | 0 | "));
+    CHECK(strstr(r.out, "| MTP | F32 | 4 | 1 | "));
+    CHECK_MSG(verify_rows(r.out, 4), "verify(k) table for k = 1..4 missing in:\n%s", r.out);
+    CHECK_MSG(strstr(r.out, "greedy output identical: yes (DFlash2 Q8_0 2/2, DFlash2 Q4_K_M 2/2, MTP F32 2/2)"),
+              "in:\n%s", r.out);
+    bs_free(&r);
+    CHECK_EQ_INT(count_bench_tmp_dirs(), tmp_before);
+}
+
+TEST(mtp_absent_is_a_note) {
+    REQUIRE_BIN();
+    if (access(DEF_TARGET, R_OK)) SKIP("no default models in models/");
+    char prompts[512];
+    snprintf(prompts, sizeof prompts, "%s", test_tmp_path("demo1.jsonl"));
+    CHECK(head_lines("models/demo.jsonl", prompts, 1));
+    bs_result r;
+    RUN(r, "-m", DEF_TARGET, "--mtp", "--prompts", prompts, "-n", "4", "-t", "1", "--temps", "0", "--verify-k", "1",
+        "--reps", "1");
+    CHECK_MSG(r.rc == 0, "rc %d, stderr: %s", r.rc, r.err);
+    CHECK(strstr(r.err, "no MTP block"));
+    CHECK(strstr(r.out, "| AR | - | - | 0 | "));
+    CHECK(!strstr(r.out, "| MTP |"));
+    CHECK(strstr(r.out, "greedy output identical: not checked"));
+    bs_free(&r);
+}
+
+/* Exit status want and an "error: " line on stderr. */
+static bool expect_error(const char *const *args, int want) {
+    bs_result r;
+    if (!run_bench_spec(args, &r)) return false;
+    bool ok = r.rc == want && strstr(r.err, "error: ") && sanitizer_clean(r.err);
+    if (!ok) printf("  rc %d (want %d), stderr: %s\n", r.rc, want, r.err);
+    bs_free(&r);
+    return ok;
+}
+
+TEST(bad_flags_and_files) {
+    REQUIRE_BIN();
+    const char *const a1[] = {"--verify-k", "17", NULL};
+    const char *const a2[] = {"--draft-quant", "q3_weird", NULL};
+    const char *const a3[] = {"--bogus", NULL};
+    const char *const a4[] = {"--temps", "0,x", NULL};
+    const char *const a5[] = {"-n", NULL};
+    const char *const a6[] = {"-m", Q35, "--prompts", "/nonexistent/prompts.jsonl", NULL};
+    CHECK(expect_error(a1, 2));
+    CHECK(expect_error(a2, 2));
+    CHECK(expect_error(a3, 2));
+    CHECK(expect_error(a4, 2));
+    CHECK(expect_error(a5, 2));
+    CHECK(expect_error(a6, 1));
+    bs_result r;
+    RUN(r, "--help");
+    CHECK(r.rc == 0);
+    const char *flags[] = {"-m TARGET", "-md DRAFTER", "--mtp", "--prompts", "-n N", "-t THREADS", "--temps",
+                           "--verify-k", "--reps", "--draft-quant", "--json"};
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) CHECK_MSG(strstr(r.out, flags[i]), "%s", flags[i]);
+    bs_free(&r);
+}
+
+TEST_MAIN()

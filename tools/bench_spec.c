@@ -1,0 +1,686 @@
+/*
+ * bench_spec.c — `spex bench spec`: end-to-end speculative decoding on a target + drafter
+ * pair, as issue 8 asks: the seed's table (Method | Draft quant | Block | Decode TPS | Decode
+ * speedup | Acceptance (mean length) | Normal stops) per temperature, the cost of a step split
+ * into draft / verify / other, and verify(k) / decode(1) for k = 1..16 on the target alone.
+ *
+ * What it is: a tool that runs every prompt of a JSON-lines set (models/demo.jsonl's format,
+ * tools/genset.h) at concurrency 1 with each method — AR (the target alone: spex_spec without
+ * a drafter, one verify row per step), one DFlash row per drafter file (or per --draft-quant
+ * type, quantized into a temporary directory with spex_quantize_file), and MTP (the target's
+ * own nextn block) — at each temperature (T = 0 greedy; T > 0 with top-p 0.95 / top-k 20 /
+ * min-p off, seed 1000 + prompt index, the same for every method). Methods are interleaved
+ * prompt by prompt, so a burst of load on a shared machine hits every method alike, and the
+ * speedups are ratios within one run. Decode time runs from the first emitted token to the
+ * last (the prompt excluded); the step costs come from spex_spec_stats (the prompt's last
+ * token, which seq_begin counts as "other", subtracted). At T = 0 every speculative row must
+ * emit exactly the AR row's tokens for every prompt (docs/speculative.md): the command says so
+ * and exits 1 otherwise.
+ * verify(k): a separate target context (no taps; n_rs_seq = k_max on recurrent targets, so the
+ * rollback is a free ring step), the first prompt run once, then one forward of k tokens of
+ * the same sequence with logits on every row (what a verify batch asks) truncated back after
+ * each timed run; best of --reps after one warm-up per k.
+ * What it is not: a kernel or prefill benchmark (`spex bench kernels`, `spex bench model`),
+ * nor a concurrency benchmark (bench/server_concurrency.sh). Every table row is one pass.
+ */
+#include "spex.h"
+#include "cli.h"
+#include "genset.h"
+
+#include <cjson/cJSON.h>
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BS_MAX_PROMPTS 256
+#define BS_MAX_PROMPT_TOKENS 4096
+#define BS_MAX_GEN 8192
+#define BS_MAX_DRAFTERS 8
+#define BS_MAX_QUANTS 8
+#define BS_MAX_METHODS (1 + BS_MAX_DRAFTERS * BS_MAX_QUANTS + 1)
+#define BS_MAX_TEMPS 8
+#define BS_MAX_K 16
+#define BS_MTP_N_MAX 3 /* spex_spec_init_mtp's default draft length */
+#define BS_WARM_TOKENS 32
+
+typedef enum { BS_AR, BS_DFLASH, BS_MTP } bs_kind;
+
+typedef struct bs_method {
+    bs_kind kind;
+    char name[16];      /* "AR", "DFlash2", "DFlash v1", "MTP"              */
+    char quant[32];     /* the drafter's weight format, "-" for AR           */
+    char path[1024];    /* the drafter file run (a temporary one with -q)    */
+    const char *src;    /* the -md file it comes from (NULL: AR, MTP)        */
+    int32_t n_max;      /* drafts per step (0: AR)                           */
+    spex_drafter *d;
+    spex_context *ctx;
+    spex_draft_context *dc;
+    spex_mtp_context *mc;
+    spex_spec *spec;
+    genset_row rows[BS_MAX_TEMPS];
+    int identical;      /* T = 0 prompts whose tokens equal AR's             */
+} bs_method;
+
+typedef struct bs_opts {
+    const char *target, *prompts, *json;
+    const char *drafters[BS_MAX_DRAFTERS];
+    int n_drafters;
+    bool mtp;
+    long n_predict, n_threads, k_max, reps;
+    float temps[BS_MAX_TEMPS];
+    int n_temps;
+    spex_ftype quants[BS_MAX_QUANTS];
+    int n_quants;
+} bs_opts;
+
+static void bs_usage(FILE *f) {
+    fprintf(f,
+            "usage: spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--prompts FILE.jsonl] [-n N] [-t THREADS]\n"
+            "                       [--temps LIST] [--verify-k K] [--reps R] [--draft-quant LIST] [--json OUT]\n"
+            "\n"
+            "End-to-end speculative decoding, concurrency 1: for each temperature, every prompt with each method\n"
+            "  AR       the target alone (spex_spec without a drafter)\n"
+            "  DFlash   one row per -md file (repeatable), or per --draft-quant type of each\n"
+            "  MTP      the target's own nextn block (--mtp; skipped when the target has none), n_max 3\n"
+            "and prints: the table (Method | Draft quant | Block | Temp | Decode TPS | Decode speedup vs AR at the\n"
+            "same T | Acceptance (mean length) | Normal stops = ended by EOS/EOT, not by -n); the cost per step\n"
+            "(draft, verify, other: ms and %% of the step); verify(k)/decode(1), one forward of k tokens with\n"
+            "logits on every row on the target alone, k = 1..K, best of R; and 'greedy output identical: yes/no'\n"
+            "(every speculative row equals AR token for token at T = 0; 'no' exits 1).\n"
+            "\n"
+            "  -m TARGET           target GGUF (default models/target.gguf; then -md defaults to\n"
+            "                      models/drafter.gguf unless -md or --mtp is given)\n"
+            "  -md DRAFTER         a DFlash drafter GGUF (up to %d)\n"
+            "  --mtp               add the MTP row\n"
+            "  --prompts FILE      JSON lines: {\"user\": ..., \"system\": ...} (chat template applied) or\n"
+            "                      {\"prompt\": ...} (plain text); default models/demo.jsonl\n"
+            "  -n N                most new tokens per prompt (default 256)\n"
+            "  -t THREADS          threads (default: every CPU)\n"
+            "  --temps LIST        temperatures (default 0,1; T > 0 uses top-p 0.95, top-k 20, min-p off)\n"
+            "  --verify-k K        verify(k) for k = 1..K (1..16, default 16)\n"
+            "  --reps R            verify(k) timed runs per k after a warm-up (default 5)\n"
+            "  --draft-quant LIST  quantize every drafter to these types first (e.g. BF16,Q8_0,Q4_K_M)\n"
+            "  --json OUT          also write every number to OUT\n",
+            BS_MAX_DRAFTERS);
+}
+
+/* ---- flags ---------------------------------------------------------------------------- */
+
+static bool parse_temps(const char *s, bs_opts *o) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_temps = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->n_temps == BS_MAX_TEMPS || !cli_parse_float("--temps", tok, &o->temps[o->n_temps])) return false;
+        if (o->temps[o->n_temps] < 0) {
+            fprintf(stderr, "error: --temps: %s is negative\n", tok);
+            return false;
+        }
+        o->n_temps++;
+    }
+    return o->n_temps > 0;
+}
+
+static bool parse_quants(const char *s, bs_opts *o) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_quants = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->n_quants == BS_MAX_QUANTS || !spex_ftype_from_name(tok, &o->quants[o->n_quants])) {
+            fprintf(stderr, "error: --draft-quant: '%s' is not one of f32 f16 bf16 q8_0 q4_0 q4_K_M q5_K_M q6_K "
+                            "(at most %d)\n", tok, BS_MAX_QUANTS);
+            return false;
+        }
+        o->n_quants++;
+    }
+    return o->n_quants > 0;
+}
+
+/* 0: parsed; otherwise the exit status (help: 0 after printing, returned as -1). */
+static int parse_flags(int argc, char **argv, bs_opts *o) {
+    *o = (bs_opts){.prompts = "models/demo.jsonl", .n_predict = 256, .k_max = BS_MAX_K, .reps = 5,
+                   .temps = {0.0f, 1.0f}, .n_temps = 2};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            bs_usage(stdout);
+            return -1;
+        } else if (!strcmp(a, "--mtp")) {
+            o->mtp = true;
+            continue;
+        }
+        bool ok = v != NULL;
+        if (!strcmp(a, "-m") && v) o->target = v;
+        else if (!strcmp(a, "-md") && v) {
+            if (o->n_drafters == BS_MAX_DRAFTERS) {
+                fprintf(stderr, "error: at most %d -md files\n", BS_MAX_DRAFTERS);
+                return 2;
+            }
+            o->drafters[o->n_drafters++] = v;
+        } else if (!strcmp(a, "--prompts") && v) o->prompts = v;
+        else if (!strcmp(a, "--json") && v) o->json = v;
+        else if (!strcmp(a, "-n")) ok = cli_parse_int(a, v, 1, BS_MAX_GEN, &o->n_predict);
+        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_parse_int(a, v, 0, 1024, &o->n_threads);
+        else if (!strcmp(a, "--verify-k")) ok = cli_parse_int(a, v, 1, BS_MAX_K, &o->k_max);
+        else if (!strcmp(a, "--reps")) ok = cli_parse_int(a, v, 1, 1000, &o->reps);
+        else if (!strcmp(a, "--temps") && v) {
+            if (!(ok = parse_temps(v, o))) fprintf(stderr, "error: --temps expects a list like 0,1 (at most %d)\n",
+                                                   BS_MAX_TEMPS);
+        } else if (!strcmp(a, "--draft-quant") && v) ok = parse_quants(v, o);
+        else {
+            fprintf(stderr, "error: bench spec: unknown or incomplete argument '%s' (see 'spex bench spec --help')\n",
+                    a);
+            return 2;
+        }
+        if (!ok) return 2;
+        i++;
+    }
+    if (!o->target) {
+        o->target = "models/target.gguf";
+        if (o->n_drafters == 0 && !o->mtp) o->drafters[o->n_drafters++] = "models/drafter.gguf";
+    }
+    if (o->n_threads == 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        o->n_threads = c > 0 ? c : 1;
+    }
+    return 0;
+}
+
+/* ---- labels ----------------------------------------------------------------------------- */
+
+/* The weight format of a file: general.file_type when it names one of spex's types
+ * ("Q4_K_M"), else the type holding the most bytes among the 2-D+ tensors ("F32"). */
+static void quant_label(const spex_gguf *g, char *buf, size_t cap) {
+    uint32_t ft;
+    const char *name = NULL;
+    if (spex_gguf_get_u32(g, "general.file_type", &ft, NULL) == SPEX_OK) name = spex_ftype_name((spex_ftype)ft);
+    if (name) {
+        snprintf(buf, cap, "%s", name);
+        return;
+    }
+    uint64_t bytes[64] = {0};
+    for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) {
+        const spex_tensor_info *t = spex_gguf_tensor(g, i);
+        if (t->n_dims >= 2 && (unsigned)t->type < 64) bytes[t->type] += t->nbytes;
+    }
+    int best = -1;
+    for (int t = 0; t < 64; t++)
+        if (bytes[t] && (best < 0 || bytes[t] > bytes[best])) best = t;
+    const spex_type_info *ti = best >= 0 ? spex_type_get_info(best) : NULL;
+    snprintf(buf, cap, "%s", ti && ti->name ? ti->name : "?");
+    for (char *p = buf; *p; p++) *p = (char)toupper((unsigned char)*p);
+}
+
+/* The 1-minute load average (Linux), -1 if unknown: other processes slow every row, and on a
+ * machine with as many busy threads as cores a spinning pool loses whole time slices. */
+static double load_avg(void) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double l = -1;
+    if (f) {
+        if (fscanf(f, "%lf", &l) != 1) l = -1;
+        fclose(f);
+    }
+    return l;
+}
+
+static void temp_label(float t, char *buf, size_t cap) {
+    snprintf(buf, cap, "%g", (double)t);
+}
+
+/* ---- set-up --------------------------------------------------------------------------- */
+
+typedef struct bs_run {
+    bs_opts o;
+    spex_model *m;
+    spex_tokenizer *tok;
+    spex_pool *pool;
+    const spex_model_hparams *hp;
+    int n_prompts;
+    genset_prompt prompts[BS_MAX_PROMPTS];
+    int32_t *ids[BS_MAX_PROMPTS];
+    int n_ids[BS_MAX_PROMPTS];
+    int max_ids;
+    bs_method meth[BS_MAX_METHODS];
+    int n_meth;
+    char tmpdir[256];   /* "" when --draft-quant made no files */
+    /* verify(k): best seconds per k (index k - 1) */
+    double verify_s[BS_MAX_K];
+    int verify_prefix;
+    bool greedy_checked, greedy_ok;
+} bs_run;
+
+/* The target and draft contexts and the spec of one method, all on the run's pool. */
+static spex_status method_init(bs_run *r, bs_method *me, spex_error *e) {
+    const spex_model_hparams *hp = r->hp;
+    const int32_t tap_n = hp->n_layer; /* MTP: the target's last hidden state (tap id N) */
+    const spex_drafter_hparams *dh = me->d ? spex_drafter_get_hparams(me->d) : NULL;
+    spex_context_params cp = spex_context_default_params();
+    cp.n_ctx_per_seq = r->max_ids + (int32_t)r->o.n_predict + SPEX_DRAFT_MAX_N + 8;
+    cp.n_batch_max = 512;
+    cp.n_outputs_max = me->n_max + 1;
+    cp.pool = r->pool;
+    if (me->kind == BS_DFLASH) {
+        cp.tap_layers = dh->target_layers;
+        cp.n_taps = dh->n_taps;
+    } else if (me->kind == BS_MTP) {
+        cp.tap_layers = &tap_n;
+        cp.n_taps = 1;
+    }
+    /* recurrent targets: state copies for rolling back up to n_max rejected drafts */
+    cp.n_rs_seq = hp->n_recurrent > 0 ? me->n_max : 0;
+    spex_status st = spex_context_init(r->m, &cp, &me->ctx, e);
+    if (st != SPEX_OK) return st;
+    if (me->kind == BS_DFLASH) {
+        spex_draft_context_params dcp = spex_draft_context_default_params();
+        dcp.n_ctx_per_seq = cp.n_ctx_per_seq;
+        dcp.pool = r->pool;
+        st = spex_draft_context_init(me->d, &dcp, &me->dc, e);
+    } else if (me->kind == BS_MTP) {
+        spex_mtp_params mp = spex_mtp_default_params();
+        mp.n_ctx_per_seq = cp.n_ctx_per_seq;
+        mp.n_batch_max = cp.n_batch_max;
+        mp.pool = r->pool;
+        st = spex_mtp_init(r->m, &mp, &me->mc, e);
+    }
+    if (st != SPEX_OK) return st;
+    spex_spec_params spp = spex_spec_default_params();
+    spp.n_max = me->n_max;
+    spp.log = genset_quiet;
+    return me->kind == BS_MTP ? spex_spec_init_mtp(me->ctx, me->mc, &spp, &me->spec, e)
+                              : spex_spec_init(me->ctx, me->dc, &spp, &me->spec, e);
+}
+
+static bs_method *add_method(bs_run *r, bs_kind kind) {
+    bs_method *me = &r->meth[r->n_meth++];
+    memset(me, 0, sizeof *me);
+    me->kind = kind;
+    return me;
+}
+
+/* AR, then a DFlash row per drafter (per --draft-quant type), then MTP. */
+static spex_status methods_build(bs_run *r, spex_error *e) {
+    const bs_opts *o = &r->o;
+    bs_method *ar = add_method(r, BS_AR);
+    snprintf(ar->name, sizeof ar->name, "AR");
+    snprintf(ar->quant, sizeof ar->quant, "-");
+    if (o->n_quants > 0) {
+        snprintf(r->tmpdir, sizeof r->tmpdir, "/tmp/spex_bench_spec_XXXXXX");
+        if (!mkdtemp(r->tmpdir)) {
+            r->tmpdir[0] = 0;
+            return spex_error_set(e, SPEX_ERR_IO, "cannot create a temporary directory under /tmp");
+        }
+    }
+    for (int di = 0; di < o->n_drafters; di++) {
+        for (int qi = 0; qi < (o->n_quants > 0 ? o->n_quants : 1); qi++) {
+            bs_method *me = add_method(r, BS_DFLASH);
+            me->src = o->drafters[di];
+            if (o->n_quants > 0) {
+                snprintf(me->path, sizeof me->path, "%s/drafter%d-%s.gguf", r->tmpdir, di,
+                         spex_ftype_name(o->quants[qi]));
+                spex_quantize_params qp = spex_quantize_default_params();
+                qp.ftype = o->quants[qi];
+                qp.n_threads = (int)o->n_threads;
+                fprintf(stderr, "quantizing %s to %s ...\n", me->src, spex_ftype_name(qp.ftype));
+                spex_status st = spex_quantize_file(me->src, me->path, &qp, e);
+                if (st != SPEX_OK) return st;
+            } else {
+                snprintf(me->path, sizeof me->path, "%s", me->src);
+            }
+            spex_status st = spex_drafter_load(me->path, r->m, NULL, &me->d, e);
+            if (st != SPEX_OK) return st;
+            const spex_drafter_hparams *dh = spex_drafter_get_hparams(me->d);
+            snprintf(me->name, sizeof me->name, "%s", dh->variant == SPEX_DFLASH2 ? "DFlash2" : "DFlash v1");
+            if (o->n_quants > 0) snprintf(me->quant, sizeof me->quant, "%s", spex_ftype_name(o->quants[qi]));
+            else quant_label(spex_drafter_gguf(me->d), me->quant, sizeof me->quant);
+            me->n_max = dh->block_size - 1 < SPEX_DRAFT_MAX_N ? dh->block_size - 1 : SPEX_DRAFT_MAX_N;
+        }
+    }
+    if (o->mtp) {
+        if (r->hp->n_nextn > 0) {
+            bs_method *me = add_method(r, BS_MTP);
+            snprintf(me->name, sizeof me->name, "MTP");
+            quant_label(spex_model_gguf(r->m), me->quant, sizeof me->quant);
+            me->n_max = BS_MTP_N_MAX;
+        } else {
+            fprintf(stderr, "note: %s has no MTP block: --mtp ignored\n", o->target);
+        }
+    }
+    for (int i = 0; i < r->n_meth; i++) {
+        spex_status st = method_init(r, &r->meth[i], e);
+        if (st != SPEX_OK) return st;
+    }
+    return SPEX_OK;
+}
+
+/* ---- the runs --------------------------------------------------------------------------- */
+
+static spex_sampler_params sampler_params(float temp, int prompt) {
+    spex_sampler_params sp = spex_sampler_default_params();
+    sp.temp = temp;
+    if (temp > 0) {
+        sp.top_p = 0.95f;
+        sp.top_k = 20;
+        sp.min_p = 0.0f;
+    }
+    sp.seed = 1000 + (uint64_t)prompt; /* the same per prompt for every method */
+    return sp;
+}
+
+/* One generation of prompt i with method me at temperature t, added to row. */
+static int run_one(bs_run *r, bs_method *me, int i, float t, int n_predict, int32_t *out, genset_row *row) {
+    spex_error e = {0};
+    spex_sampler *smp = NULL;
+    spex_sampler_params sp = sampler_params(t, i);
+    if (spex_sampler_init(&sp, r->hp->n_vocab, &smp, &e) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", e.msg);
+        return -1;
+    }
+    int n = genset_generate(me->spec, r->tok, r->ids[i], r->n_ids[i], n_predict, smp, out, row);
+    spex_sampler_free(smp);
+    return n;
+}
+
+static bool run_table(bs_run *r) {
+    const int np = (int)r->o.n_predict;
+    int32_t *ref = malloc(sizeof(int32_t) * (size_t)np), *got = malloc(sizeof(int32_t) * (size_t)np);
+    bool ok = ref && got;
+    if (!ok) fprintf(stderr, "error: out of memory\n");
+    /* Warm-up, not counted: the first passes over the mapped weights fault pages in. */
+    for (int mi = 0; ok && mi < r->n_meth; mi++) {
+        genset_row scratch = {0};
+        ok = run_one(r, &r->meth[mi], 0, 0.0f, np < BS_WARM_TOKENS ? np : BS_WARM_TOKENS, got, &scratch) >= 0;
+    }
+    r->greedy_ok = true;
+    for (int ti = 0; ok && ti < r->o.n_temps; ti++) {
+        const float t = r->o.temps[ti];
+        for (int i = 0; ok && i < r->n_prompts; i++) {
+            int n_ref = 0;
+            for (int mi = 0; ok && mi < r->n_meth; mi++) {
+                bs_method *me = &r->meth[mi];
+                int n = run_one(r, me, i, t, np, mi == 0 ? ref : got, &me->rows[ti]);
+                if (n < 0) ok = false;
+                else if (mi == 0) n_ref = n;
+                else if (t <= 0) {
+                    r->greedy_checked = true;
+                    if (n == n_ref && !memcmp(got, ref, sizeof(int32_t) * (size_t)n)) me->identical++;
+                    else r->greedy_ok = false;
+                }
+            }
+        }
+    }
+    free(ref);
+    free(got);
+    return ok;
+}
+
+/* verify(k): see the opening comment. */
+static bool run_verify(bs_run *r) {
+    const int K = (int)r->o.k_max;
+    spex_error e = {0};
+    spex_context *ctx = NULL;
+    spex_batch_token toks[BS_MAX_K];
+    const int32_t *pids = r->ids[0];
+    const int L = r->n_ids[0];
+    bool ok = false;
+    spex_context_params cp = spex_context_default_params();
+    cp.n_ctx_per_seq = L + K + 8;
+    cp.n_batch_max = 512;
+    cp.n_outputs_max = K;
+    cp.n_rs_seq = r->hp->n_recurrent > 0 ? K : 0;
+    cp.pool = r->pool;
+    if (spex_context_init(r->m, &cp, &ctx, &e) != SPEX_OK) goto fail;
+    for (int p = 0; p < L; p += cp.n_batch_max) {
+        int n = L - p < cp.n_batch_max ? L - p : cp.n_batch_max;
+        spex_batch_token *bt = malloc(sizeof *bt * (size_t)n);
+        if (!bt) {
+            spex_error_set(&e, SPEX_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (int j = 0; j < n; j++)
+            bt[j] = (spex_batch_token){.token = pids[p + j], .pos = p + j, .seq = 0, .logits = p + j == L - 1};
+        spex_batch b = {bt, n};
+        spex_status st = spex_forward(ctx, &b, &e);
+        free(bt);
+        if (st != SPEX_OK) goto fail;
+    }
+    for (int k = 1; k <= K; k++) {
+        /* the prompt's own tokens again: ordinary ids, as a draft would be */
+        for (int j = 0; j < k; j++)
+            toks[j] = (spex_batch_token){.token = pids[j % L], .pos = L + j, .seq = 0, .logits = true};
+        spex_batch b = {toks, k};
+        double best = 1e30;
+        for (long rep = 0; rep <= r->o.reps; rep++) {
+            double t0 = genset_now_s();
+            if (spex_forward(ctx, &b, &e) != SPEX_OK) goto fail;
+            double dt = genset_now_s() - t0;
+            if (rep > 0 && dt < best) best = dt;
+            if (spex_kv_seq_truncate(ctx, 0, L, &e) != SPEX_OK) goto fail;
+        }
+        r->verify_s[k - 1] = best;
+    }
+    r->verify_prefix = L;
+    ok = true;
+    goto done;
+fail:
+    fprintf(stderr, "error: verify(k): %s\n", e.msg);
+done:
+    spex_context_free(ctx);
+    return ok;
+}
+
+/* ---- output ------------------------------------------------------------------------------ */
+
+static double row_tps(const genset_row *w) {
+    return w->t_decode > 0 ? (double)w->n_gen / w->t_decode : 0;
+}
+
+static void print_results(const bs_run *r) {
+    const bs_opts *o = &r->o;
+    printf("| Method | Draft quant | Block | Temp | Decode TPS | Decode speedup | Acceptance (mean length) | Normal "
+           "stops |\n");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int ti = 0; ti < o->n_temps; ti++) {
+        char tl[32];
+        temp_label(o->temps[ti], tl, sizeof tl);
+        const double tps0 = row_tps(&r->meth[0].rows[ti]);
+        for (int mi = 0; mi < r->n_meth; mi++) {
+            const bs_method *me = &r->meth[mi];
+            const genset_row *w = &me->rows[ti];
+            char block[16] = "-", acc[32] = "-";
+            if (me->kind != BS_AR) {
+                snprintf(block, sizeof block, "%d", me->n_max + 1);
+                if (w->steps) snprintf(acc, sizeof acc, "%.2f", 1.0 + (double)w->accepted / (double)w->steps);
+            }
+            printf("| %s | %s | %s | %s | %.1f | %.2fx | %s | %d/%d |\n", me->name, me->quant, block, tl, row_tps(w),
+                   tps0 > 0 ? row_tps(w) / tps0 : 0, acc, w->normal_stops, w->n_runs);
+        }
+    }
+    printf("\ncost per step (prompt excluded; other = sampling, acceptance, feature injection, bookkeeping):\n\n");
+    printf("| Method | Draft quant | Temp | Steps | Draft ms | Verify ms | Other ms | Step ms | Draft %% | Verify %% | "
+           "Other %% |\n");
+    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int ti = 0; ti < o->n_temps; ti++) {
+        char tl[32];
+        temp_label(o->temps[ti], tl, sizeof tl);
+        for (int mi = 0; mi < r->n_meth; mi++) {
+            const bs_method *me = &r->meth[mi];
+            const genset_row *w = &me->rows[ti];
+            const double n = w->steps ? (double)w->steps : 1, tot = w->t_draft + w->t_verify + w->t_other;
+            const double pc = tot > 0 ? 100.0 / tot : 0;
+            printf("| %s | %s | %s | %llu | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.0f%% | %.0f%% |\n", me->name,
+                   me->quant, tl, (unsigned long long)w->steps, 1e3 * w->t_draft / n, 1e3 * w->t_verify / n,
+                   1e3 * w->t_other / n, 1e3 * tot / n, w->t_draft * pc, w->t_verify * pc, w->t_other * pc);
+        }
+    }
+    printf("\nverify(k)/decode(1): the target alone, one forward of k tokens with logits on every row after a %d-token "
+           "prompt, best of %ld:\n\n",
+           r->verify_prefix, o->reps);
+    printf("| k | best ms | ratio to k=1 | ms per token |\n");
+    printf("| ---: | ---: | ---: | ---: |\n");
+    for (int k = 1; k <= o->k_max; k++) {
+        const double s = r->verify_s[k - 1];
+        printf("| %d | %.3f | %.2f | %.3f |\n", k, s * 1e3, s / r->verify_s[0], s * 1e3 / k);
+    }
+    printf("\nload average at the end: %.2f\n", load_avg());
+    if (!r->greedy_checked) printf("\ngreedy output identical: not checked (no speculative row at T = 0)\n");
+    else {
+        printf("\ngreedy output identical: %s", r->greedy_ok ? "yes" : "no");
+        for (int mi = 1; mi < r->n_meth; mi++)
+            printf("%s%s %s %d/%d", mi == 1 ? " (" : ", ", r->meth[mi].name, r->meth[mi].quant,
+                   r->meth[mi].identical, r->n_prompts);
+        printf(")\n");
+    }
+}
+
+static bool write_json(const bs_run *r) {
+    const bs_opts *o = &r->o;
+    cJSON *j = cJSON_CreateObject();
+    cJSON_AddStringToObject(j, "target", o->target);
+    cJSON_AddStringToObject(j, "prompts", o->prompts);
+    cJSON_AddNumberToObject(j, "n_prompts", r->n_prompts);
+    cJSON_AddNumberToObject(j, "n_predict", (double)o->n_predict);
+    cJSON_AddNumberToObject(j, "threads", (double)o->n_threads);
+    cJSON_AddStringToObject(j, "isa", spex_isa_name(spex_cpu_isa()));
+    cJSON_AddNumberToObject(j, "load_average_end", load_avg());
+    cJSON *ms = cJSON_AddArrayToObject(j, "methods");
+    for (int mi = 0; mi < r->n_meth; mi++) {
+        const bs_method *me = &r->meth[mi];
+        cJSON *jm = cJSON_CreateObject();
+        cJSON_AddStringToObject(jm, "method", me->name);
+        cJSON_AddStringToObject(jm, "draft_quant", me->quant);
+        if (me->src) cJSON_AddStringToObject(jm, "drafter", me->src);
+        cJSON_AddNumberToObject(jm, "block", me->kind == BS_AR ? 1 : me->n_max + 1);
+        cJSON_AddNumberToObject(jm, "n_max", me->n_max);
+        if (me->kind != BS_AR) cJSON_AddNumberToObject(jm, "greedy_identical_prompts", me->identical);
+        cJSON *rows = cJSON_AddArrayToObject(jm, "rows");
+        for (int ti = 0; ti < o->n_temps; ti++) {
+            const genset_row *w = &me->rows[ti];
+            const double tps0 = row_tps(&r->meth[0].rows[ti]), n = w->steps ? (double)w->steps : 1;
+            cJSON *jr = cJSON_CreateObject();
+            cJSON_AddNumberToObject(jr, "temp", o->temps[ti]);
+            cJSON_AddNumberToObject(jr, "decode_tps", row_tps(w));
+            cJSON_AddNumberToObject(jr, "decode_speedup", tps0 > 0 ? row_tps(w) / tps0 : 0);
+            cJSON_AddNumberToObject(jr, "mean_len", w->steps ? 1.0 + (double)w->accepted / (double)w->steps : 0);
+            cJSON_AddNumberToObject(jr, "acceptance", w->drafted ? (double)w->accepted / (double)w->drafted : 0);
+            cJSON_AddNumberToObject(jr, "normal_stops", w->normal_stops);
+            cJSON_AddNumberToObject(jr, "runs", w->n_runs);
+            cJSON_AddNumberToObject(jr, "tokens", (double)w->n_gen);
+            cJSON_AddNumberToObject(jr, "decode_s", w->t_decode);
+            cJSON_AddNumberToObject(jr, "steps", (double)w->steps);
+            cJSON_AddNumberToObject(jr, "drafted", (double)w->drafted);
+            cJSON_AddNumberToObject(jr, "accepted", (double)w->accepted);
+            cJSON_AddNumberToObject(jr, "draft_ms_per_step", 1e3 * w->t_draft / n);
+            cJSON_AddNumberToObject(jr, "verify_ms_per_step", 1e3 * w->t_verify / n);
+            cJSON_AddNumberToObject(jr, "other_ms_per_step", 1e3 * w->t_other / n);
+            cJSON_AddItemToArray(rows, jr);
+        }
+        cJSON_AddItemToArray(ms, jm);
+    }
+    cJSON *jv = cJSON_AddArrayToObject(j, "verify");
+    for (int k = 1; k <= o->k_max; k++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "k", k);
+        cJSON_AddNumberToObject(x, "ms", r->verify_s[k - 1] * 1e3);
+        cJSON_AddNumberToObject(x, "ratio", r->verify_s[k - 1] / r->verify_s[0]);
+        cJSON_AddItemToArray(jv, x);
+    }
+    cJSON_AddNumberToObject(j, "verify_prefix_tokens", r->verify_prefix);
+    if (r->greedy_checked) cJSON_AddBoolToObject(j, "greedy_identical", r->greedy_ok);
+    else cJSON_AddNullToObject(j, "greedy_identical");
+    char *s = cJSON_Print(j);
+    cJSON_Delete(j);
+    FILE *f = s ? fopen(o->json, "wb") : NULL;
+    bool ok = f && fputs(s, f) >= 0 && fputc('\n', f) != EOF;
+    if (f && fclose(f) != 0) ok = false;
+    free(s);
+    if (!ok) fprintf(stderr, "error: cannot write %s\n", o->json);
+    return ok;
+}
+
+/* ---- the command ------------------------------------------------------------------------- */
+
+int bench_spec(int argc, char **argv) {
+    static bs_run run; /* large (prompt tables); one per process */
+    bs_run *r = &run;
+    memset(r, 0, sizeof *r);
+    int prc = parse_flags(argc, argv, &r->o);
+    if (prc) return prc < 0 ? 0 : prc;
+    const bs_opts *o = &r->o;
+    r->n_prompts = genset_load(o->prompts, r->prompts, BS_MAX_PROMPTS);
+    if (r->n_prompts < 0) return 1;
+
+    int rc = 1;
+    spex_error e = {0};
+    if (spex_model_load(o->target, NULL, &r->m, &e) != SPEX_OK ||
+        spex_tokenizer_load_gguf(spex_model_gguf(r->m), &r->tok, &e) != SPEX_OK ||
+        spex_pool_create((int)o->n_threads, &r->pool, &e) != SPEX_OK)
+        goto fail;
+    r->hp = spex_model_get_hparams(r->m);
+    spex_chat_template tmpl = genset_template(r->m, r->tok);
+    {
+        int32_t *buf = malloc(sizeof(int32_t) * BS_MAX_PROMPT_TOKENS);
+        if (!buf) {
+            spex_error_set(&e, SPEX_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+        for (int i = 0; i < r->n_prompts; i++) {
+            int n = genset_prompt_ids(r->tok, tmpl, &r->prompts[i], buf, BS_MAX_PROMPT_TOKENS);
+            r->ids[i] = n > 0 ? malloc(sizeof(int32_t) * (size_t)n) : NULL;
+            if (!r->ids[i]) {
+                free(buf);
+                goto done;
+            }
+            memcpy(r->ids[i], buf, sizeof(int32_t) * (size_t)n);
+            r->n_ids[i] = n;
+            if (n > r->max_ids) r->max_ids = n;
+        }
+        free(buf);
+    }
+    if (methods_build(r, &e) != SPEX_OK) goto fail;
+
+    printf("spex bench spec: %d prompts from %s, up to %ld new tokens each, %ld threads, isa %s, concurrency 1, "
+           "load average %.2f\n",
+           r->n_prompts, o->prompts, o->n_predict, o->n_threads, spex_isa_name(spex_cpu_isa()), load_avg());
+    {
+        char tq[32];
+        quant_label(spex_model_gguf(r->m), tq, sizeof tq);
+        printf("target  %s (%s, %d layers, E %d, V %d, %s)\n", o->target, spex_arch_name(r->hp->arch),
+               r->hp->n_layer, r->hp->n_embd, r->hp->n_vocab, tq);
+    }
+    for (int mi = 1; mi < r->n_meth; mi++) {
+        const bs_method *me = &r->meth[mi];
+        if (me->kind == BS_DFLASH)
+            printf("drafter %s: %s %s, block %d, %d layers\n", me->src, me->name, me->quant,
+                   spex_drafter_get_hparams(me->d)->block_size, spex_drafter_get_hparams(me->d)->n_layer);
+        else printf("drafter MTP: the target's nextn block, n_max %d\n", me->n_max);
+    }
+    printf("\n");
+    fflush(stdout);
+
+    if (!run_table(r) || !run_verify(r)) goto done;
+    print_results(r);
+    if (o->json && !write_json(r)) goto done;
+    rc = r->greedy_ok ? 0 : 1;
+    goto done;
+fail:
+    fprintf(stderr, "error: %s\n", e.msg);
+done:
+    for (int mi = 0; mi < r->n_meth; mi++) {
+        bs_method *me = &r->meth[mi];
+        spex_spec_free(me->spec);
+        spex_draft_context_free(me->dc);
+        spex_mtp_free(me->mc);
+        spex_context_free(me->ctx);
+        spex_drafter_free(me->d);
+        if (r->tmpdir[0] && me->src) unlink(me->path);
+    }
+    if (r->tmpdir[0]) rmdir(r->tmpdir);
+    for (int i = 0; i < r->n_prompts; i++) free(r->ids[i]);
+    genset_free(r->prompts, r->n_prompts);
+    spex_tokenizer_free(r->tok);
+    spex_pool_free(r->pool);
+    spex_model_free(r->m);
+    return rc;
+}
