@@ -1186,8 +1186,7 @@ TEST(chat_tools_request_errors) {
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":5}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"code\"}]}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\",\"function\":{}}]}",
-        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\","
-        "\"function\":{\"name\":\"f\",\"parameters\":[]}}]}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"maybe\"}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":{\"type\":\"function\"}}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"parallel_tool_calls\":\"yes\"}",
