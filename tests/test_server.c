@@ -1217,3 +1217,30 @@ TEST(shutdown_clean) {
 }
 
 TEST_MAIN()
+
+/* A recurrent (qwen35) target: a prompt diverging from the slot's cached one after 40 bytes
+ * reuses those 40 positions — the state ring no longer holds them, so the slot is rewound
+ * from a checkpoint or by replay (docs/speculative.md) — and the text equals a fresh server's. */
+TEST(qwen35_prefix_reuse_by_rewind) {
+    const char *t = "tests/data/qwen35/tiny-qwen35.gguf", *d = "tests/data/qwen35/tiny-qwen35.dflash2.gguf";
+    if (access(t, R_OK) || access(d, R_OK)) SKIP("tests/data/qwen35 fixtures missing");
+    const char *p1 = "A shared beginning of forty bytes, wow: and then one way";
+    const char *p2 = "A shared beginning of forty bytes, wow: but another way round";
+    const char *a[] = {"-m", t, "-md", d, "-np", "1", "-c", "512", "-t", "2", "--ctx-checkpoints", "4",
+                       "--checkpoint-min-step", "8", NULL};
+    server s, f;
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    gen_result r1, r2;
+    bool ok = gen(s.port, false, p1, 12, false, NULL, &r1) && gen(s.port, false, p2, 12, false, NULL, &r2);
+    bool clean = false;
+    CHECK_EQ_INT(server_stop(&s, &clean), 0);
+    CHECK(ok && clean && r1.status == 200 && r2.status == 200);
+    CHECK_MSG(server_start(&f, a), "the fresh server did not start");
+    gen_result fr;
+    ok = gen(f.port, false, p2, 12, false, NULL, &fr);
+    CHECK_EQ_INT(server_stop(&f, &clean), 0);
+    CHECK(ok && fr.status == 200);
+    printf("  second prompt: cache_n %ld, prompt_n %ld of %ld tokens\n", r2.cache_n, r2.prompt_n, r2.prompt_tokens);
+    CHECK_EQ_INT(r2.cache_n, 40);   /* byte tokenizer: one token per byte */
+    CHECK_MSG(!strcmp(r2.text, fr.text), "reused '%s' vs fresh '%s'", r2.text, fr.text);
+}
