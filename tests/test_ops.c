@@ -357,6 +357,50 @@ TEST(ops_topk) {
     }
 }
 
+/* ---- F32 -> F16 ------------------------------------------------------------------------------- */
+
+/* Every ISA's conversion gives spex_f32_to_fp16's bits (NaN: some NaN) on every F16 value, the
+ * midpoints between neighbours (ties to even), values just above and below them, overflow and
+ * underflow edges, and random floats; unaligned starts and tails, nothing written past n. */
+TEST(ops_cvt_f32_f16) {
+    enum { N = 3 * 65536 + 2000 };
+    static float f[N + 8];
+    static uint16_t h[N + 8];
+    int64_t n = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        const float a = spex_fp16_to_f32((uint16_t)i), b = spex_fp16_to_f32((uint16_t)(i + 1));
+        f[n++] = a;
+        if (a == a && b == b && !isinf(a) && !isinf(b) && (i & 0x7fffu) != 0x7fffu) {
+            const float m = (float)(((double)a + (double)b) / 2);  /* the tie, exact in float */
+            f[n++] = m;
+            f[n++] = nextafterf(m, (i & 0x8000u) ? -INFINITY : INFINITY);
+        }
+    }
+    uint64_t s = 0x9E3779B97F4A7C15ull;
+    while (n < N) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        uint32_t bits = (uint32_t)(s >> 32);
+        float x;
+        memcpy(&x, &bits, 4);
+        f[n++] = x;
+    }
+    FOR_EACH_ISA(k) {
+        for (int off = 0; off < 3; off++) {
+            const int64_t m = n - 2 * off - 3;
+            h[off + m] = 0x1234;
+            k->cvt_f32_f16(f + off, h + off, m);
+            CHECK_MSG(h[off + m] == 0x1234, "%s cvt wrote past n", ISA(k));
+            for (int64_t i = off; i < off + m; i++) {
+                const uint16_t want = spex_f32_to_fp16(f[i]);
+                const bool nan = (want & 0x7c00u) == 0x7c00u && (want & 0x3ffu);
+                const bool got_nan = (h[i] & 0x7c00u) == 0x7c00u && (h[i] & 0x3ffu);
+                CHECK_MSG(h[i] == want || (nan && got_nan), "%s cvt %a: 0x%04x vs 0x%04x", ISA(k), (double)f[i], h[i],
+                          want);
+            }
+        }
+    }
+}
+
 /* ---- F16 -> F32 ------------------------------------------------------------------------------- */
 
 TEST(ops_cvt_f16_exhaustive) {

@@ -82,6 +82,9 @@ typedef struct spex_ops_kernels {
     float (*max)(const float *x, int64_t n);
     float (*exp_sum)(float *x, int64_t n, float m);
     void (*cvt_f16_f32)(const uint16_t *src, float *dst, int64_t n);
+    /* F32 -> F16 rounded to nearest even, the bits of spex_f32_to_fp16 (NaN stays a NaN): the
+     * F16 KV-cache store of every new K/V row. */
+    void (*cvt_f32_f16)(const float *src, uint16_t *dst, int64_t n);
     /* s[r*lds + t] = dot(q[r*ldq .. +d], k[t*ldk .. +d]) for r < n_q, t < n_k. */
     void (*attn_scores)(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
                         int d, float *s, int64_t lds);

@@ -114,6 +114,10 @@ static void store_kv(spex_draft_context *c, int l, int32_t seq, int32_t pos, con
     if (t == SPEX_TYPE_F32) {
         memcpy(kd, k, sizeof(float) * (size_t)kvd);
         memcpy(vd, v, sizeof(float) * (size_t)kvd);
+    } else if (t == SPEX_TYPE_F16) {
+        const spex_ops_kernels *ok = spex_ops_get();
+        ok->cvt_f32_f16(k, kd, kvd);
+        ok->cvt_f32_f16(v, vd, kvd);
     } else {
         spex_quantize_row_ref(t, k, kd, kvd);
         spex_quantize_row_ref(t, v, vd, kvd);

@@ -142,6 +142,10 @@ void spex_fwd_store_kv(spex_context *c, int l, int64_t r, int32_t seq) {
     if (t == SPEX_TYPE_F32) {
         memcpy(kd, c->b.k + r * kvd, sizeof(float) * (size_t)kvd);
         memcpy(vd, c->b.v + r * kvd, sizeof(float) * (size_t)kvd);
+    } else if (t == SPEX_TYPE_F16) {
+        const spex_ops_kernels *k = spex_ops_get();
+        k->cvt_f32_f16(c->b.k + r * kvd, kd, kvd);
+        k->cvt_f32_f16(c->b.v + r * kvd, vd, kvd);
     } else {
         spex_quantize_row_ref(t, c->b.k + r * kvd, kd, kvd);
         spex_quantize_row_ref(t, c->b.v + r * kvd, vd, kvd);

@@ -170,6 +170,10 @@ static void cvt_f16_f32_ref(const uint16_t *src, float *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = spex_fp16_to_f32(src[i]);
 }
 
+static void cvt_f32_f16_ref(const float *src, uint16_t *dst, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = spex_f32_to_fp16(src[i]);
+}
+
 static void attn_scores_ref(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
                             int d, float *s, int64_t lds) {
     for (int r = 0; r < n_q; r++)
@@ -205,6 +209,7 @@ void spex_ops_register_scalar(spex_ops_kernels *k) {
     k->max = max_ref;
     k->exp_sum = exp_sum_ref;
     k->cvt_f16_f32 = cvt_f16_f32_ref;
+    k->cvt_f32_f16 = cvt_f32_f16_ref;
     k->attn_scores = attn_scores_ref;
     k->attn_accum = attn_accum_ref;
 }

@@ -18,6 +18,7 @@
  * bit for bit (NaN inputs aside).
  */
 #include "cpu/ops.h"
+#include "core/fp16.h"
 
 #include <immintrin.h>
 #include <math.h>
@@ -277,6 +278,16 @@ static int topk_avx2(const float *x, int64_t n, int k, int32_t *idx, float *val)
 
 /* ---- attention blocks ---------------------------------------------------------------------- */
 
+/* F16C's vcvtps2ph, round to nearest even (see the AVX-512 twin); the tail element by element
+ * through the scalar conversion. */
+static void cvt_f32_f16_avx2(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) dst[i] = spex_f32_to_fp16(src[i]);
+}
+
 static void cvt_f16_f32_avx2(const uint16_t *src, float *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 8 <= n; i += 8)
@@ -387,6 +398,7 @@ void spex_ops_register_avx2(spex_ops_kernels *k) {
     k->max = max_avx2;
     k->exp_sum = exp_sum_avx2;
     k->cvt_f16_f32 = cvt_f16_f32_avx2;
+    k->cvt_f32_f16 = cvt_f32_f16_avx2;
     k->attn_scores = attn_scores_avx2;
     k->attn_accum = attn_accum_avx2;
 }

@@ -240,6 +240,20 @@ static int topk_avx512(const float *x, int64_t n, int k, int32_t *idx, float *va
 
 /* ---- attention blocks ---------------------------------------------------------------------- */
 
+/* vcvtps2ph with round-to-nearest-even: IEEE conversion, the same bits as spex_f32_to_fp16
+ * (overflow to inf, subnormals exact) except the payload of a NaN. */
+static void cvt_f32_f16_avx512(const float *src, uint16_t *dst, int64_t n) {
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(dst + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    if (i < n) {
+        const __mmask16 mk = tail16(n - i);
+        __m256i h = _mm512_cvtps_ph(_mm512_maskz_loadu_ps(mk, src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        _mm256_mask_storeu_epi16(dst + i, mk, h);
+    }
+}
+
 static void cvt_f16_f32_avx512(const uint16_t *src, float *dst, int64_t n) {
     int64_t i = 0;
     for (; i + 16 <= n; i += 16)
@@ -350,6 +364,7 @@ void spex_ops_register_avx512(spex_ops_kernels *k) {
     k->max = max_avx512;
     k->exp_sum = exp_sum_avx512;
     k->cvt_f16_f32 = cvt_f16_f32_avx512;
+    k->cvt_f32_f16 = cvt_f32_f16_avx512;
     k->attn_scores = attn_scores_avx512;
     k->attn_accum = attn_accum_avx512;
 }
