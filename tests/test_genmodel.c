@@ -13,6 +13,12 @@
  * special GDN tensors hold the values of targets.md §11.4 in F32; the mix matches the
  * quantizer's (the generated Q4_K_M and Q8_0 files have the same tensor types and bytes as the
  * F32 file run through spex_quantize_file); a forward pass gives sane logits close to F32.
+ * DFlash2 drafters (`gen-model --drafter-for TARGET`, targets.md §11.3): for the tiny qwen3 and
+ * qwen35 targets the drafter loads against its target with spex_drafter_load (every pair check
+ * of dflash2.md §5), with the §11.3 hyper-parameters, the quantizer's Q4_K_M mix and near-identity
+ * conv bases; one spex_draft_forward block gives finite logits, K candidates per slot and a
+ * greedy walk; the generated Q4_K_M file equals the F32 one run through spex_quantize_file; and
+ * `spex run -md` at temperature 0 prints exactly the target-alone text.
  * SKIPs when the spex binary is absent (built by `make tests`).
  */
 #include "spex.h"
@@ -51,6 +57,16 @@ static bool gen_shape(const char *shape, const char *type, int seed, int threads
     char cmd[PATH_MAX + 256];
     snprintf(cmd, sizeof cmd, "'%s' gen-model --shape %s --type %s --seed %d -t %d -o '%s' > /dev/null", bin, shape,
              type, seed, threads, out);
+    return system(cmd) == 0;
+}
+
+/* Runs `spex gen-model --drafter-for target --type type --seed seed -o out`; true on success. */
+static bool gen_drafter(const char *target, const char *type, int seed, const char *out) {
+    const char *bin = test_spex_bin();
+    if (!bin || !target || !out) return false;
+    char cmd[3 * PATH_MAX];
+    snprintf(cmd, sizeof cmd, "'%s' gen-model --drafter-for '%s' --type %s --seed %d -t 2 -o '%s' > /dev/null", bin,
+             target, type, seed, out);
     return system(cmd) == 0;
 }
 
@@ -312,6 +328,225 @@ TEST(genmodel_qwen35_forward_sane_and_types_agree) {
     printf("  qwen35-tiny: logit sd %.4f, f32 vs q8_0 correlation %.6f, vs q4_K_M %.5f\n", sd, c8, c4);
     CHECK_MSG(c8 > 0.999, "f32 vs q8_0 logits correlate only %.5f", c8);
     CHECK_MSG(c4 > 0.9 && c4 < c8, "f32 vs q4_K_M logits correlate %.5f (q8_0: %.5f)", c4, c8);
+}
+
+/* ---- DFlash2 drafters ------------------------------------------------------------------ */
+
+static const char *const g_tiny_targets[2] = {"tiny", "qwen35-tiny"};
+
+/* A loaded pair: the target, its drafter, a target context with the drafter's taps and a draft
+ * context on the same pool. */
+typedef struct pair {
+    spex_model *m;
+    spex_drafter *d;
+    spex_context *c;
+    spex_draft_context *dc;
+} pair;
+
+static void pair_free(pair *p) {
+    spex_draft_context_free(p->dc);
+    spex_context_free(p->c);
+    spex_drafter_free(p->d);
+    spex_model_free(p->m);
+}
+
+static spex_status pair_load(const char *tpath, const char *dpath, pair *p, spex_error *e) {
+    memset(p, 0, sizeof *p);
+    spex_status s = spex_model_load(tpath, NULL, &p->m, e);
+    if (s == SPEX_OK) s = spex_drafter_load(dpath, p->m, NULL, &p->d, e);
+    if (s != SPEX_OK) return s;
+    const spex_drafter_hparams *dh = spex_drafter_get_hparams(p->d);
+    spex_context_params cp = spex_context_default_params();
+    cp.n_ctx_per_seq = 64;
+    cp.n_batch_max = N_TOK;
+    cp.n_outputs_max = N_TOK;
+    cp.n_threads = 2;
+    cp.kv_type = SPEX_TYPE_F32;
+    cp.tap_layers = dh->target_layers;
+    cp.n_taps = dh->n_taps;
+    if ((s = spex_context_init(p->m, &cp, &p->c, e)) != SPEX_OK) return s;
+    spex_draft_context_params dp = spex_draft_context_default_params();
+    dp.n_ctx_per_seq = 64;
+    dp.kv_type = SPEX_TYPE_F32;
+    dp.pool = spex_context_pool(p->c);
+    return spex_draft_context_init(p->d, &dp, &p->dc, e);
+}
+
+TEST(genmodel_drafter_loads_against_its_target_and_drafts) {
+    if (!test_spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    for (int k = 0; k < 2; k++) {
+        char tp[160], dp[160];
+        snprintf(tp, sizeof tp, "%s", tmp_file("dt-target.gguf"));
+        snprintf(dp, sizeof dp, "%s", tmp_file("dt-drafter.gguf"));
+        CHECK(gen_shape(g_tiny_targets[k], "q8_0", 11, 2, tp));
+        CHECK(gen_drafter(tp, "q4_K_M", 11, dp));
+        pair p;
+        spex_error e = {0};
+        CHECK_OK(pair_load(tp, dp, &p, &e));
+        /* targets.md §11.3 from the tiny target: D = E 256, F 512, heads 16/8 x 128, taps 1..N */
+        const spex_drafter_hparams *dh = spex_drafter_get_hparams(p.d);
+        const int n_taps = spex_model_get_hparams(p.m)->n_layer;   /* 2 (qwen3) or 4 (qwen35) trunk layers */
+        int ok = dh->variant == SPEX_DFLASH2 && dh->n_layer == 5 && dh->n_embd == 256 && dh->n_ff == 512 &&
+                 dh->n_head == 16 && dh->n_head_kv == 8 && dh->head_dim == 128 && dh->n_rot == 128 &&
+                 dh->block_size == 8 && dh->conv_kernel == 2 && dh->conv_group == 16 && dh->selector_rank == 256 &&
+                 dh->selector_top_k == 16 && dh->mask_token == V_TINY - 1 && dh->n_vocab == V_TINY && !dh->causal &&
+                 dh->swa_window == 0 && dh->n_taps == n_taps;
+        for (int i = 0; ok && i < n_taps; i++) ok = dh->target_layers[i] == i + 1;
+        /* the Q4_K_M mix over dflash.block_count 5 (quantize_file.c): Q6_K attn_v / ffn_down in
+         * layers 2 and 4, Q4_K elsewhere, F32 norms and 3-D conv bases near identity */
+        const spex_gguf *g = spex_drafter_gguf(p.d);
+        struct { const char *name; spex_type type; } want[] = {
+            {"fc.weight", SPEX_TYPE_Q4_K},         {"selector_hidden.weight", SPEX_TYPE_Q4_K},
+            {"selector_predecessor.weight", SPEX_TYPE_Q4_K}, {"blk.0.attn_v.weight", SPEX_TYPE_Q4_K},
+            {"blk.2.attn_v.weight", SPEX_TYPE_Q6_K}, {"blk.4.ffn_down.weight", SPEX_TYPE_Q6_K},
+            {"blk.3.ffn_down.weight", SPEX_TYPE_Q4_K}, {"blk.1.attn_conv_proj.weight", SPEX_TYPE_Q4_K},
+            {"blk.4.ffn_conv_base", SPEX_TYPE_F32}, {"blk.4.attn_q_norm.weight", SPEX_TYPE_F32},
+        };
+        for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+            const spex_tensor_info *t = spex_gguf_find_tensor(g, want[i].name);
+            if (!t || t->type != want[i].type) {
+                printf("  %s: %s\n", want[i].name, t ? spex_type_get_info((int)t->type)->name : "missing");
+                ok = 0;
+            }
+        }
+        ok = ok && spex_gguf_n_tensors(g) == 15 * 5 + 6 && !spex_gguf_find_tensor(g, "token_embd.weight") &&
+             !spex_gguf_find_tensor(g, "output.weight");
+        const spex_tensor_info *cb = spex_gguf_find_tensor(g, "blk.0.attn_conv_base");
+        ok = ok && cb && cb->n_dims == 3 && cb->ne[0] == 256 && cb->ne[1] == 2 && cb->ne[2] == 2;
+        double dev = 0;
+        for (int64_t i = 0; ok && i < 256 * 2 * 2; i++) {   /* base[s][t][c] at c + 256·(t + 2·s) */
+            double x = ((const float *)cb->data)[i], want1 = (i / 256) % 2 == 0 ? 1.0 : 0.0;
+            if (fabs(x - want1) > dev) dev = fabs(x - want1);
+        }
+        CHECK_MSG(ok, "%s drafter: wrong hyper-parameters, taps or tensor types", g_tiny_targets[k]);
+        CHECK_MSG(dev > 0 && dev < 0.05, "conv base: max deviation %g from the identity (tap 0 = 1)", dev);
+
+        /* one block: prompt through the target with taps, injection, a 7-slot draft */
+        spex_batch_token bt[N_TOK];
+        int32_t seqv[N_TOK], posv[N_TOK];
+        for (int i = 0; i < N_TOK; i++) {
+            bt[i] = (spex_batch_token){.token = (i * 37 + 5) % V_TINY, .pos = i, .logits = i == N_TOK - 1};
+            seqv[i] = 0;
+            posv[i] = i;
+        }
+        CHECK_OK(spex_forward(p.c, &(spex_batch){bt, N_TOK}, &e));
+        CHECK_OK(spex_draft_inject(p.dc, spex_taps(p.c), (int64_t)dh->n_taps * dh->n_embd, seqv, posv, N_TOK, &e));
+        spex_draft_block blk = {.seq = 0, .anchor = 42, .n = 7};
+        CHECK_OK(spex_draft_forward(p.dc, &blk, 1, &e));
+        int finite = 1, cands = 1;
+        double sd = 0;
+        for (int s = 1; s <= 7; s++) {
+            const float *z = spex_draft_logits(p.dc, 0, s);
+            const int32_t *ids;
+            const float *U;
+            finite &= z != NULL;
+            for (int v = 0; finite && v < V_TINY; v++) {
+                finite &= isfinite(z[v]);
+                sd += (double)z[v] * z[v];
+            }
+            cands &= spex_draft_candidates(p.dc, 0, s, &ids, &U) == 16;
+            for (int j = 0; cands && j < 16; j++) cands &= ids[j] >= 0 && ids[j] < V_TINY && isfinite(U[j]);
+        }
+        sd = sqrt(sd / (7.0 * V_TINY));
+        spex_draft walk;
+        CHECK_OK(spex_draft_walk(p.dc, 0, 0.0f, 0.0f, NULL, &walk, &e));
+        printf("  %s: taps [1..%d], draft logit rms %.3f, greedy walk of %d tokens\n", g_tiny_targets[k], n_taps, sd,
+               walk.n);
+        pair_free(&p);
+        CHECK(finite && cands);
+        CHECK_MSG(sd > 0.01 && sd < 10, "draft logits rms %g: degenerate or exploding", sd);
+        CHECK(walk.n == 7);
+    }
+}
+
+/* The drafter's mix is the quantizer's: `--type q4_K_M` equals f32 + spex_quantize_file. */
+TEST(genmodel_drafter_mix_equals_quantizer) {
+    if (!test_spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    char tp[160], f32[160], direct[160], via[160];
+    snprintf(tp, sizeof tp, "%s", tmp_file("dq-target.gguf"));
+    snprintf(f32, sizeof f32, "%s", tmp_file("dq-f32.gguf"));
+    snprintf(direct, sizeof direct, "%s", tmp_file("dq-direct.gguf"));
+    snprintf(via, sizeof via, "%s", tmp_file("dq-via.gguf"));
+    CHECK(gen_shape("qwen35-tiny", "q4_K_M", 2, 2, tp));
+    CHECK(gen_drafter(tp, "f32", 2, f32) && gen_drafter(tp, "q4_K_M", 2, direct));
+    spex_quantize_params qp = spex_quantize_default_params();
+    qp.ftype = SPEX_FTYPE_Q4_K_M;
+    qp.n_threads = 2;
+    CHECK_OK(spex_quantize_file(f32, via, &qp, NULL));
+    spex_gguf *a = NULL, *b = NULL;
+    CHECK_OK(spex_gguf_open(direct, &a, NULL));
+    CHECK_OK(spex_gguf_open(via, &b, NULL));
+    int bad = spex_gguf_n_tensors(a) == spex_gguf_n_tensors(b) ? 0 : 1;
+    for (int64_t i = 0; !bad && i < spex_gguf_n_tensors(a); i++) {
+        const spex_tensor_info *ta = spex_gguf_tensor(a, i), *tb = spex_gguf_find_tensor(b, ta->name);
+        if (!tb || ta->type != tb->type || ta->nbytes != tb->nbytes || memcmp(ta->data, tb->data, ta->nbytes)) {
+            printf("  %s: generated %s, quantized %s%s\n", ta->name, spex_type_get_info((int)ta->type)->name,
+                   tb ? spex_type_get_info((int)tb->type)->name : "-",
+                   tb && ta->type == tb->type ? " (bytes differ)" : "");
+            bad++;
+        }
+    }
+    spex_gguf_close(a);
+    spex_gguf_close(b);
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* Speculative greedy decoding with the random drafter prints the target-alone text (nothing is
+ * accepted, so every token comes from a verify row; the text must still be the same). */
+TEST(genmodel_drafter_spec_run_same_text) {
+    const char *bin = test_spex_bin();
+    if (!bin) SKIP("no spex binary next to the test folder (build it with make tests)");
+    /* own copies: tmp_file's buffers are reused after four calls */
+    char tp[160], dp[160], o[2][160], ep[160];
+    snprintf(tp, sizeof tp, "%s", tmp_file("sr-target.gguf"));
+    snprintf(dp, sizeof dp, "%s", tmp_file("sr-drafter.gguf"));
+    snprintf(o[0], sizeof o[0], "%s", tmp_file("sr-ar.txt"));
+    snprintf(o[1], sizeof o[1], "%s", tmp_file("sr-spec.txt"));
+    snprintf(ep, sizeof ep, "%s", tmp_file("sr-err.txt"));
+    for (int k = 0; k < 2; k++) {
+        CHECK(gen_shape(g_tiny_targets[k], "q8_0", 4, 2, tp));
+        CHECK(gen_drafter(tp, "q8_0", 4, dp));
+        char *out[2] = {0}, *err = NULL;
+        size_t n_out[2] = {0}, n_err = 0;
+        for (int spec = 0; spec < 2; spec++) {
+            char cmd[PATH_MAX + 1024];
+            snprintf(cmd, sizeof cmd, "'%s' run -m '%s'%s%s%s -p 'Hello world, this is' -n 16 --temp 0 -t 2 > '%s' 2> '%s'",
+                     bin, tp, spec ? " -md '" : "", spec ? dp : "", spec ? "'" : "", o[spec], ep);
+            CHECK_MSG(system(cmd) == 0, "failed: %s", cmd);
+            out[spec] = test_slurp(o[spec], &n_out[spec]);
+            if (spec) err = test_slurp(ep, &n_err);
+        }
+        bool same = out[0] && out[1] && n_out[0] > 0 && n_out[0] == n_out[1] && !memcmp(out[0], out[1], n_out[0]);
+        bool drafted = err && strstr(err, "speculative: dflash2") && strstr(err, "draft acceptance rate");
+        const char *acc = err ? strstr(err, "draft acceptance rate") : NULL;
+        printf("  %s: %zu bytes of text, %s; %.*s\n", g_tiny_targets[k], n_out[0], same ? "same" : "DIFFERENT",
+               acc ? (int)strcspn(acc, "\n") : 0, acc ? acc : "");
+        free(out[0]);
+        free(out[1]);
+        free(err);
+        CHECK(same);
+        CHECK_MSG(drafted, "spex run -md did not run the dflash2 path");
+    }
+}
+
+TEST(genmodel_drafter_rejects_bad_arguments) {
+    const char *bin = test_spex_bin();
+    if (!bin) SKIP("no spex binary next to the test folder (build it with make tests)");
+    char tp[160], dp[160], a[5][400];
+    snprintf(tp, sizeof tp, "%s", tmp_file("rb-target.gguf"));
+    snprintf(dp, sizeof dp, "%s", tmp_file("rb-drafter.gguf"));
+    CHECK(gen_shape("tiny", "f16", 1, 2, tp) && gen_drafter(tp, "f16", 1, dp));
+    snprintf(a[0], sizeof a[0], "--drafter-for '%s' --shape tiny --type f16", tp);   /* both modes */
+    snprintf(a[1], sizeof a[1], "--drafter-for '%s' --type f16 --vocab 600", tp);    /* the target's V */
+    snprintf(a[2], sizeof a[2], "--drafter-for '%s' --type q3_K", tp);
+    snprintf(a[3], sizeof a[3], "--drafter-for '%s' --type f16", dp);                /* not a target */
+    snprintf(a[4], sizeof a[4], "--drafter-for /nonexistent/t.gguf --type f16");
+    for (int i = 0; i < 5; i++) {
+        char cmd[PATH_MAX + 800];
+        snprintf(cmd, sizeof cmd, "'%s' gen-model %s -o '%s' 2>/dev/null", bin, a[i], tmp_file("bad.gguf"));
+        CHECK_MSG(system(cmd) != 0, "accepted: %s", a[i]);
+        CHECK_MSG(access(tmp_file("bad.gguf"), F_OK) != 0, "wrote a file for: %s", a[i]);
+    }
 }
 
 TEST_MAIN()
