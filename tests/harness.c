@@ -5,9 +5,14 @@
  */
 #include "test.h"
 
+#include <fcntl.h>
 #include <ftw.h>
+#include <spawn.h>
 #include <stdint.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #define MAX_CASES 512
 static test_case cases[MAX_CASES];
@@ -120,4 +125,48 @@ char *test_slurp(const char *path, size_t *len) {
     fclose(f);
     if (b) b[n > 0 ? n : 0] = 0, *len = (size_t)(n > 0 ? n : 0);
     return b;
+}
+
+bool test_spex_exec(const char *const *args, test_proc *r) {
+    memset(r, 0, sizeof *r);
+    r->rc = -1;
+    const char *bin = test_spex_bin();
+    if (!bin) return false;
+    char out_path[512], err_path[512];
+    snprintf(out_path, sizeof out_path, "%s", test_tmp_path("exec_stdout"));
+    snprintf(err_path, sizeof err_path, "%s", test_tmp_path("exec_stderr"));
+    const char *argv[64];
+    int n = 0;
+    argv[n++] = bin;
+    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    pid_t pid;
+    fflush(stdout);
+    int e = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    bool ok = e == 0;
+    if (ok) {
+        int st;
+        if (waitpid(pid, &st, 0) != pid) ok = false;
+        else r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
+    }
+    r->out = test_slurp(out_path, &r->out_len);
+    r->err = test_slurp(err_path, &r->err_len);
+    unlink(out_path);
+    unlink(err_path);
+    return ok && r->out && r->err;
+}
+
+void test_proc_free(test_proc *r) {
+    free(r->out);
+    free(r->err);
+    r->out = r->err = NULL;
+}
+
+bool test_sanitizer_clean(const char *err) {
+    return !strstr(err, "Sanitizer") && !strstr(err, "runtime error") && !strstr(err, "LeakSanitizer");
 }

@@ -10,6 +10,7 @@
 #define SPEX_TEST_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,19 @@ const char *test_tmp_path(const char *name);
 const char *test_spex_bin(void);
 /* A whole file, malloc'd with a NUL appended; *len its size. NULL if unreadable. */
 char *test_slurp(const char *path, size_t *len);
+/* One run of the spex binary: exit status (128 + signal if killed) and the captured stdout and
+ * stderr, NUL-terminated and malloc'd. */
+typedef struct test_proc {
+    int rc;
+    char *out, *err;
+    size_t out_len, err_len;
+} test_proc;
+/* Runs `spex ARGS...` (args NULL-terminated, without argv[0]) and waits for it; false if it could
+ * not be started or its output not read (r->rc is then -1 or the status). */
+bool test_spex_exec(const char *const *args, test_proc *r);
+void test_proc_free(test_proc *r);
+/* No AddressSanitizer / UBSan / LeakSanitizer report in a captured stderr. */
+bool test_sanitizer_clean(const char *err);
 
 #define TEST(name)                                                                  \
     static void test_##name(void);                                                  \

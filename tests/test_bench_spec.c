@@ -17,64 +17,29 @@
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
-#include <fcntl.h>
-#include <spawn.h>
 #include <stdbool.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
 
 #define DEF_TARGET "models/target.gguf"
 #define DEF_DRAFTER "models/drafter.gguf"
 #define Q35 "tests/data/qwen35/tiny-qwen35.gguf"
 #define Q35_DRAFT "tests/data/qwen35/tiny-qwen35.dflash2.gguf"
 
-typedef struct bs_result {
-    int rc;
-    char *out, *err;
-} bs_result;
+typedef test_proc bs_result;
 
 /* Runs `spex bench spec ARGS...`; false if it could not be started. */
 static bool run_bench_spec(const char *const *args, bs_result *r) {
-    memset(r, 0, sizeof *r);
-    r->rc = -1;
-    const char *bin = test_spex_bin();
-    if (!bin) return false;
-    char out_path[512], err_path[512];
-    snprintf(out_path, sizeof out_path, "%s", test_tmp_path("bs_stdout"));
-    snprintf(err_path, sizeof err_path, "%s", test_tmp_path("bs_stderr"));
-    const char *argv[64];
+    const char *a[64];
     int n = 0;
-    argv[n++] = bin;
-    argv[n++] = "bench";
-    argv[n++] = "spec";
-    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, out_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    posix_spawn_file_actions_addopen(&fa, 2, err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    pid_t pid;
-    fflush(stdout);
-    int e = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    bool ok = e == 0;
-    if (ok) {
-        int st;
-        if (waitpid(pid, &st, 0) != pid) ok = false;
-        else r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    }
-    size_t len_;
-    r->out = test_slurp(out_path, &len_);
-    r->err = test_slurp(err_path, &len_);
-    return ok && r->out && r->err;
+    a[n++] = "bench";
+    a[n++] = "spec";
+    for (int i = 0; args[i] && n < 63; i++) a[n++] = args[i];
+    a[n] = NULL;
+    return test_spex_exec(a, r);
 }
 
-static void bs_free(bs_result *r) {
-    free(r->out);
-    free(r->err);
-}
+static void bs_free(bs_result *r) { test_proc_free(r); }
 
 static bool sanitizer_clean(const char *err) {
     return !strstr(err, "Sanitizer") && !strstr(err, "runtime error");

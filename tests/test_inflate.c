@@ -22,12 +22,9 @@
 #include "test.h"
 #include "gguf_fixtures.h"
 
-#include <spawn.h>
 #include <stdbool.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
 
 #define TARGET "models/target.gguf"
 #define DRAFTER "models/drafter.gguf"
@@ -39,53 +36,12 @@ extern char **environ;
 /* Running the binary                                                        */
 /* ======================================================================== */
 
-typedef struct run_result {
-    int rc;
-    char *out, *err;
-    size_t out_len, err_len;
-} run_result;
+typedef test_proc run_result;
 
 /* Runs `spex ARGS...` (args NULL-terminated, without argv[0]); false if it could not start. */
-static bool run_spex(const char *const *args, run_result *r) {
-    memset(r, 0, sizeof *r);
-    r->rc = -1;
-    const char *bin = test_spex_bin();
-    if (!bin) return false;
-    char out_path[] = "/tmp/spex_test_inflate_out_XXXXXX", err_path[] = "/tmp/spex_test_inflate_err_XXXXXX";
-    int fo = mkstemp(out_path), fe = mkstemp(err_path);
-    if (fo < 0 || fe < 0) return false;
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = bin;
-    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fo, 1);
-    posix_spawn_file_actions_adddup2(&fa, fe, 2);
-    pid_t pid;
-    fflush(stdout);
-    int e = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fo);
-    close(fe);
-    bool ok = e == 0;
-    if (ok) {
-        int st;
-        if (waitpid(pid, &st, 0) != pid) ok = false;
-        else r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    }
-    r->out = test_slurp(out_path, &r->out_len);
-    r->err = test_slurp(err_path, &r->err_len);
-    unlink(out_path);
-    unlink(err_path);
-    return ok && r->out && r->err;
-}
+static bool run_spex(const char *const *args, run_result *r) { return test_spex_exec(args, r); }
 
-static void run_free(run_result *r) {
-    free(r->out);
-    free(r->err);
-}
+static void run_free(run_result *r) { test_proc_free(r); }
 
 /* stderr is exactly one line "error: ...\n" (no sanitizer report either). */
 static bool one_error_line(const char *err) {

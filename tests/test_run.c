@@ -15,14 +15,10 @@
 #include "spex.h"
 #include "test.h"
 
-#include <fcntl.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-extern char **environ;
 
 #define TINY_QWEN3 "tests/data/models/tiny-qwen3.gguf"
 #define TINY_DRAFT2 "tests/data/dflash/tiny-qwen3.dflash2.gguf"
@@ -32,60 +28,23 @@ extern char **environ;
 /* Running the binary                                                        */
 /* ======================================================================== */
 
-typedef struct run_result {
-    int rc;              /* exit status; 128 + signal if killed                  */
-    char *out, *err;     /* NUL-terminated captures (malloc'd)                   */
-    size_t out_len, err_len;
-} run_result;
+typedef test_proc run_result;
 
 
 
-/* Runs spex with args (NULL-terminated, without argv[0]); false if it could not be started. */
+/* Runs `spex run ARGS...` (args NULL-terminated); false if it could not be started. */
 static bool run_spex(const char *const *args, run_result *r) {
-    memset(r, 0, sizeof *r);
-    r->rc = -1;
-    const char *bin = test_spex_bin();
-    if (!bin) return false;
-    char out_path[] = "/tmp/spex_test_run_out_XXXXXX", err_path[] = "/tmp/spex_test_run_err_XXXXXX";
-    int fo = mkstemp(out_path), fe = mkstemp(err_path);
-    if (fo < 0 || fe < 0) return false;
-    const char *argv[64];
+    const char *a[64];
     int n = 0;
-    argv[n++] = bin;
-    argv[n++] = "run";
-    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fo, 1);
-    posix_spawn_file_actions_adddup2(&fa, fe, 2);
-    pid_t pid;
-    fflush(stdout);
-    int e = posix_spawn(&pid, bin, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fo);
-    close(fe);
-    bool ok = e == 0;
-    if (ok) {
-        int st;
-        if (waitpid(pid, &st, 0) != pid) ok = false;
-        else r->rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-    }
-    r->out = test_slurp(out_path, &r->out_len);
-    r->err = test_slurp(err_path, &r->err_len);
-    unlink(out_path);
-    unlink(err_path);
-    return ok && r->out && r->err;
+    a[n++] = "run";
+    for (int i = 0; args[i] && n < 63; i++) a[n++] = args[i];
+    a[n] = NULL;
+    return test_spex_exec(a, r);
 }
 
-static void run_free(run_result *r) {
-    free(r->out);
-    free(r->err);
-}
+static void run_free(run_result *r) { test_proc_free(r); }
 
-static bool sanitizer_clean(const char *err) {
-    return !strstr(err, "Sanitizer") && !strstr(err, "runtime error") && !strstr(err, "LeakSanitizer");
-}
+static bool sanitizer_clean(const char *err) { return test_sanitizer_clean(err); }
 
 /* stderr is exactly one line "error: ...\n". */
 static bool one_error_line(const char *err) {
