@@ -159,29 +159,30 @@ int32_t spex_fwd_seq_of_row(const spex_context *c, int64_t r) {
     return s;
 }
 
+void spex_fwd_qk_rope_store(spex_context *c, const fwd_phase *ph, int64_t r, int32_t seq) {
+    const spex_model_hparams *hp = &c->model->hp;
+    const model_layer *L = &c->model->layers[ph->layer];
+    const int hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
+    const spex_ops_kernels *k = ph->ops;
+    float *q = c->b.q + r * (int64_t)H * hd, *kr = c->b.k + r * (int64_t)Hkv * hd;
+    if (hp->qk_norm) {
+        spex_rmsnorm_rows(k, q, hd, L->q_norm, q, hd, H, hd, hp->rms_eps);
+        spex_rmsnorm_rows(k, kr, hd, L->k_norm, kr, hd, Hkv, hd, hp->rms_eps);
+    }
+    const float *cs = c->b.rope + r * hp->n_rot;
+    k->rope(q, H, hd, hp->n_rot, (spex_rope_mode)hp->rope_mode, cs);
+    k->rope(kr, Hkv, hd, hp->n_rot, (spex_rope_mode)hp->rope_mode, cs);
+    spex_fwd_store_kv(c, ph->layer, r, seq);
+}
+
 /* QK-norm, RoPE, cache store; barrier; attention of each sequence's rows over its region. */
 static void pre_attention(spex_context *c, const fwd_phase *ph, int ith, int nth) {
-    const spex_model *m = c->model;
-    const spex_model_hparams *hp = &m->hp;
-    const model_layer *L = &m->layers[ph->layer];
-    const int l = ph->layer, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
-    const int64_t qd = (int64_t)H * hd, kvd = (int64_t)Hkv * hd;
-    const spex_ops_kernels *k = ph->ops;
-
     int64_t r0, r1;
     row_split(c->n_tokens, ith, nth, &r0, &r1);
     int32_t seq = r0 < r1 ? spex_fwd_seq_of_row(c, r0) : 0;
     for (int64_t r = r0; r < r1; r++) {
         while (c->seq_start[seq + 1] <= r) seq++;
-        float *q = c->b.q + r * qd, *kr = c->b.k + r * kvd;
-        if (hp->qk_norm) {
-            spex_rmsnorm_rows(k, q, hd, L->q_norm, q, hd, H, hd, hp->rms_eps);
-            spex_rmsnorm_rows(k, kr, hd, L->k_norm, kr, hd, Hkv, hd, hp->rms_eps);
-        }
-        const float *cs = c->b.rope + r * hp->n_rot;
-        k->rope(q, H, hd, hp->n_rot, (spex_rope_mode)hp->rope_mode, cs);
-        k->rope(kr, Hkv, hd, hp->n_rot, (spex_rope_mode)hp->rope_mode, cs);
-        spex_fwd_store_kv(c, l, r, seq);
+        spex_fwd_qk_rope_store(c, ph, r, seq);
     }
     if (nth > 1) spex_pool_barrier(c->pool);
     spex_fwd_attend(c, ph, ith, nth);

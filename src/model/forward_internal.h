@@ -36,6 +36,9 @@ void spex_fwd_tap_row(spex_context *c, int slot, int64_t r);
 void spex_fwd_pre_attn_norm(spex_context *c, const fwd_phase *ph, int ith, int nth);
 /* Stores row r's k and v (b.k, b.v) at (layer, seq, pos) of the KV cache. */
 void spex_fwd_store_kv(spex_context *c, int l, int64_t r, int32_t seq);
+/* Row r of sequence seq: per-head QK-norm (when the model has it) of b.q and b.k, RoPE at the
+ * row's position, and the K/V store of layer ph->layer. */
+void spex_fwd_qk_rope_store(spex_context *c, const fwd_phase *ph, int64_t r, int32_t seq);
 /* The sequence of sorted row r. */
 int32_t spex_fwd_seq_of_row(const spex_context *c, int64_t r);
 /* Attention of every sequence's rows (b.q) over its cache region of layer ph->layer into

@@ -44,27 +44,20 @@ static inline float softplusf_(float x) { return x > 20.0f ? x : log1pf(expf(x))
  * sigmoid output gate on this thread's rows. */
 static void pre_gated_attention(spex_context *c, const fwd_phase *ph, int ith, int nth) {
     const spex_model_hparams *hp = &c->model->hp;
-    const model_layer *L = &c->model->layers[ph->layer];
-    const int hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
-    const int64_t qd = (int64_t)H * hd, kvd = (int64_t)Hkv * hd;
-    const spex_ops_kernels *k = ph->ops;
+    const int hd = hp->head_dim, H = hp->n_head;
+    const int64_t qd = (int64_t)H * hd;
     int64_t r0, r1;
     row_split(c->n_tokens, ith, nth, &r0, &r1);
     int32_t seq = r0 < r1 ? spex_fwd_seq_of_row(c, r0) : 0;
     for (int64_t r = r0; r < r1; r++) {
         while (c->seq_start[seq + 1] <= r) seq++;
         const float *qg = c->b.qg + r * 2 * qd;
-        float *q = c->b.q + r * qd, *gate = c->b.agate + r * qd, *kr = c->b.k + r * kvd;
+        float *q = c->b.q + r * qd, *gate = c->b.agate + r * qd;
         for (int h = 0; h < H; h++) {
             memcpy(q + (int64_t)h * hd, qg + (int64_t)h * 2 * hd, sizeof(float) * (size_t)hd);
             memcpy(gate + (int64_t)h * hd, qg + (int64_t)h * 2 * hd + hd, sizeof(float) * (size_t)hd);
         }
-        spex_rmsnorm_rows(k, q, hd, L->q_norm, q, hd, H, hd, hp->rms_eps);
-        spex_rmsnorm_rows(k, kr, hd, L->k_norm, kr, hd, Hkv, hd, hp->rms_eps);
-        const float *cs = c->b.rope + r * hp->n_rot;
-        k->rope(q, H, hd, hp->n_rot, (spex_rope_mode)hp->rope_mode, cs);
-        k->rope(kr, Hkv, hd, hp->n_rot, (spex_rope_mode)hp->rope_mode, cs);
-        spex_fwd_store_kv(c, ph->layer, r, seq);
+        spex_fwd_qk_rope_store(c, ph, r, seq);
     }
     if (nth > 1) spex_pool_barrier(c->pool);
     spex_fwd_attend(c, ph, ith, nth);
