@@ -121,7 +121,7 @@ $(FUZZ_OUT)/fuzz_toolcall: fuzz/fuzz_toolcall.c src/server/toolcall.c $(FUZZ_LIB
 
 # fuzz_dflash loads drafters against a real target, so it needs the whole library: built
 # once with coverage (objects with their ISA flags, like the release build) into a static lib.
-FUZZ_OBJ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -pthread -fsanitize=fuzzer-no-link,address,undefined
+FUZZ_OBJ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -pthread -fsanitize=fuzzer-no-link,address,undefined -MMD -MP
 FUZZ_FULL_OBJ := $(LIB_SRC:%.c=$(FUZZ_OUT)/obj/%.o)
 $(FUZZ_OUT)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -134,6 +134,10 @@ $(FUZZ_OUT)/libspex.a: $(FUZZ_FULL_OBJ)
 $(FUZZ_OUT)/fuzz_dflash: fuzz/fuzz_dflash.c $(FUZZ_OUT)/libspex.a
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_OUT)/libspex.a -lpcre2-8 -lcjson -lm
+# fuzz_model loads targets and runs their forward: the whole library as well.
+$(FUZZ_OUT)/fuzz_model: fuzz/fuzz_model.c $(FUZZ_OUT)/libspex.a
+	@mkdir -p $(FUZZ_OUT)
+	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_OUT)/libspex.a -lpcre2-8 -lcjson -lmicrohttpd -lm
 
 # Runs each fuzz target for FUZZ_SECONDS on its seed corpus (fuzz/corpus/<name>/).
 FUZZ_SECONDS ?= 30
@@ -156,3 +160,4 @@ clean:
 	rm -rf build build-debug build-asan build-fuzz build-clang build-werror-gcc build-werror-clang build-arm64
 
 -include $(shell find $(OUT) -name '*.d' 2>/dev/null)
+-include $(shell find $(FUZZ_OUT)/obj -name '*.d' 2>/dev/null)

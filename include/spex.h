@@ -518,6 +518,9 @@ uint64_t spex_model_recurrent_state_bytes(const spex_model *m);
  * params may be NULL (defaults). On failure *out is NULL. */
 spex_status spex_model_load(const char *path, const spex_model_params *params, spex_model **out,
                             spex_error *err);
+/* The same from an open GGUF (spex_gguf_open_memory: fuzzing, embedded files); the model takes
+ * ownership of g (also on failure: g is closed). */
+spex_status spex_model_load_gguf(spex_gguf *g, const spex_model_params *params, spex_model **out, spex_error *err);
 void spex_model_free(spex_model *m);
 
 const spex_model_hparams *spex_model_get_hparams(const spex_model *m);

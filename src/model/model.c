@@ -363,12 +363,27 @@ spex_status spex_model_load(const char *path, const spex_model_params *params, s
     if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_model_load: out is NULL");
     *out = NULL;
     if (!path) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_model_load: path is NULL");
-    spex_model *m = calloc(1, sizeof *m);
-    if (!m) return spex_error_set(err, SPEX_ERR_NOMEM, "%s: out of memory", path);
-    m->params = params ? *params : spex_model_default_params();
+    spex_gguf *g = NULL;
+    spex_status s = spex_gguf_open(path, &g, err);
+    if (s != SPEX_OK) return s;
+    return spex_model_load_gguf(g, params, out, err);
+}
 
-    spex_status s = spex_gguf_open(path, &m->gguf, err);
-    if (s != SPEX_OK) goto fail;
+spex_status spex_model_load_gguf(spex_gguf *g, const spex_model_params *params, spex_model **out, spex_error *err) {
+    if (!out || !g) {
+        spex_gguf_close(g);
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_model_load_gguf: NULL %s", out ? "gguf" : "out");
+    }
+    *out = NULL;
+    const char *path = spex_gguf_path(g);
+    spex_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        spex_gguf_close(g);
+        return spex_error_set(err, SPEX_ERR_NOMEM, "%s: out of memory", path);
+    }
+    m->params = params ? *params : spex_model_default_params();
+    m->gguf = g;
+    spex_status s;
 
     spex_str an;
     if ((s = spex_gguf_get_str(m->gguf, "general.architecture", &an, err))) goto fail;
