@@ -1244,3 +1244,33 @@ TEST(qwen35_prefix_reuse_by_rewind) {
     CHECK_EQ_INT(r2.cache_n, 40);   /* byte tokenizer: one token per byte */
     CHECK_MSG(!strcmp(r2.text, fr.text), "reused '%s' vs fresh '%s'", r2.text, fr.text);
 }
+
+/* --spec-type draft-mtp on a qwen35 target with an MTP block: greedy texts equal a server
+ * without speculation, draft counts in timings, and draft-mtp with -md is refused. */
+TEST(qwen35_draft_mtp) {
+    const char *t = "tests/data/qwen35/tiny-qwen35.gguf";
+    if (access(t, R_OK)) SKIP("tests/data/qwen35 fixtures missing");
+    const char *am[] = {"-m", t, "--spec-type", "draft-mtp", "-np", "2", "-c", "512", "-t", "2", NULL};
+    const char *an[] = {"-m", t, "-np", "2", "-c", "512", "-t", "2", NULL};
+    const char *prompts[2] = {"The MTP block drafts three tokens", "and the target verifies them"};
+    gen_result gm[2], gn[2];
+    server s;
+    CHECK_MSG(server_start(&s, am), "the draft-mtp server did not start");
+    bool ok = gen(s.port, false, prompts[0], 20, false, NULL, &gm[0]) && gen(s.port, false, prompts[1], 20, true, NULL, &gm[1]);
+    bool clean = false;
+    CHECK_EQ_INT(server_stop(&s, &clean), 0);
+    CHECK(ok && clean && gm[0].status == 200 && gm[1].status == 200);
+    CHECK_MSG(server_start(&s, an), "the plain server did not start");
+    ok = gen(s.port, false, prompts[0], 20, false, NULL, &gn[0]) && gen(s.port, false, prompts[1], 20, true, NULL, &gn[1]);
+    CHECK_EQ_INT(server_stop(&s, &clean), 0);
+    CHECK(ok);
+    for (int i = 0; i < 2; i++) CHECK_MSG(!strcmp(gm[i].text, gn[i].text), "prompt %d: '%s' vs '%s'", i, gm[i].text, gn[i].text);
+    CHECK(gm[0].has_draft);
+    /* -md together with draft-mtp: a clear start-up error */
+    const char *bad[] = {"serve", "-m", t, "--spec-type", "draft-mtp", "-md", "tests/data/qwen35/tiny-qwen35.dflash2.gguf",
+                         NULL};
+    test_proc r;
+    CHECK(test_spex_exec(bad, &r));
+    CHECK(r.rc == 2 && strstr(r.err, "draft-mtp"));
+    test_proc_free(&r);
+}

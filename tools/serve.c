@@ -32,7 +32,8 @@ static void usage(FILE *f) {
             "  --reasoning-format F        none, deepseek (auto), deepseek-legacy   -rea on|off|auto\n"
             "  --temp --top-k --top-p --min-p --seed --repeat-penalty --repeat-last-n --presence-penalty\n"
             "  --frequency-penalty --samplers LIST      sampling defaults (llama.cpp's)\n"
-            "  -md, --model-draft FILE     DFlash drafter                       --spec-type none|draft-dflash\n"
+            "  -md, --model-draft FILE     DFlash drafter              --spec-type none|draft-dflash|draft-mtp\n"
+            "                              (draft-mtp: a qwen35 target's own MTP block drafts; no -md; n-max 3)\n"
             "  --spec-draft-n-max N  --spec-draft-n-min N  --spec-draft-p-min P  --spec-draft-sampling greedy|probabilistic\n"
             "  -ctkd/-ctvd f16|f32|q8_0    draft KV type                        --spec-draft-override-kv KEY=TYPE:VALUE\n"
             "  --spec-adaptive on|off      adaptive draft length (on)           --spec-min-gain X (1.05)\n"
@@ -220,8 +221,9 @@ int cmd_serve(int argc, char **argv) {
         } else if (is(a, "--spec-type", NULL)) {
             if (!v) goto need;
             if (!strcmp(v, "none")) spec_none = true;
+            else if (!strcmp(v, "draft-mtp") || !strcmp(v, "mtp")) c.mtp = true;
             else if (strcmp(v, "draft-dflash") && strcmp(v, "dflash") && strcmp(v, "auto")) {
-                fprintf(stderr, "error: --spec-type '%s' is not supported (none, draft-dflash)\n", v);
+                fprintf(stderr, "error: --spec-type '%s' is not supported (none, draft-dflash, draft-mtp)\n", v);
                 return 2;
             } else if (strcmp(v, "auto")) {
                 spec_dflash = true;   /* -md may come later: checked after the loop */
@@ -304,7 +306,11 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "error: --spec-type draft-dflash needs a drafter (-md FILE)\n");
         return 2;
     }
-    if (spec_none) c.draft = NULL;
+    if (spec_none) c.draft = NULL, c.mtp = false;
+    if (c.mtp && c.draft) {
+        fprintf(stderr, "error: --spec-type draft-mtp drafts with the target's MTP block: drop -md\n");
+        return 2;
+    }
     c.sp.repeat_last_n = repeat_last_n < 0 ? -1 : (int32_t)repeat_last_n;
     spex_sampler_params probe = c.sp;
     if (probe.repeat_last_n < 0) probe.repeat_last_n = 0;

@@ -42,6 +42,7 @@ typedef struct srv_server {
     spex_drafter *drafter;
     spex_context *ctx;
     spex_draft_context *dc;
+    spex_mtp_context *mtp;
     spex_spec *spec;
     srv_engine *engine;
     spex_chat_template tmpl;
@@ -802,7 +803,7 @@ static srv_gen_defaults gen_defaults(const srv_server *S) {
     const srv_config *cfg = S->cfg;
     return (srv_gen_defaults){.sp = cfg->sp, .n_predict = cfg->n_predict, .n_max = S->n_max,
                               .n_min = cfg->n_draft_min, .p_min = cfg->p_draft_min,
-                              .spec_type = S->drafter ? "draft-dflash" : "none"};
+                              .spec_type = S->drafter ? "draft-dflash" : S->mtp ? "draft-mtp" : "none"};
 }
 
 static enum MHD_Result do_props(srv_server *S, struct MHD_Connection *c, bool post, const srv_conn *cc) {
@@ -821,7 +822,8 @@ static enum MHD_Result do_props(srv_server *S, struct MHD_Connection *c, bool po
     srv_props_info pi = {.d = gen_defaults(S), .n_slots = cfg->n_slots, .n_ctx_slot = S->n_ctx_slot,
                          .model_path = cfg->model, .model_alias = S->model_id, .gguf = spex_model_gguf(S->model),
                          .tmpl = S->tmpl, .tmpl_from_flag = cfg->chat_template != NULL,
-                         .spec_variant = dh ? (dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash") : NULL,
+                         .spec_variant = dh ? (dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash")
+                                            : S->mtp ? "mtp" : NULL,
                          .build_info = SRV_FINGERPRINT, .endpoint_slots = cfg->slots, .endpoint_props = cfg->props,
                          .endpoint_metrics = cfg->metrics};
     return send_text(c, 200, "application/json; charset=utf-8", srv_props_json(&pi));
@@ -982,6 +984,10 @@ static int load(srv_server *S) {
             fprintf(stderr, "warning: requested draft size %d exceeds the trained block size %d, clamping to %d\n",
                     cfg->n_draft_max, dh->block_size, dh->block_size - 1);
         if (S->n_max > SPEX_DRAFT_MAX_N) S->n_max = SPEX_DRAFT_MAX_N;
+    } else if (cfg->mtp) {
+        /* llama-server's draft-mtp default n_max is 3 */
+        S->n_max = cfg->n_draft_max > 0 ? cfg->n_draft_max : 3;
+        if (S->n_max > SPEX_DRAFT_MAX_N) S->n_max = SPEX_DRAFT_MAX_N;
     }
     int32_t np = cfg->n_slots;
     const spex_model_hparams *hp = spex_model_get_hparams(S->model);
@@ -1001,9 +1007,11 @@ static int load(srv_server *S) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         cp.n_threads = (int32_t)(cpus > 0 ? cpus : 1);
     }
+    const int32_t tap_n = hp->n_layer;   /* MTP: the target's last hidden state */
     if (dh) cp.tap_layers = dh->target_layers, cp.n_taps = dh->n_taps;
+    if (cfg->mtp) cp.tap_layers = &tap_n, cp.n_taps = 1;
     /* recurrent targets (qwen35): state copies to roll back rejected drafts */
-    if (dh && hp->n_recurrent > 0) cp.n_rs_seq = S->n_max;
+    if ((dh || cfg->mtp) && hp->n_recurrent > 0) cp.n_rs_seq = S->n_max;
     cp.n_ctx_checkpoints = cfg->n_ctx_checkpoints;
     cp.checkpoint_min_step = cfg->checkpoint_min_step > 0 ? cfg->checkpoint_min_step : 8192;
     if (spex_context_init(S->model, &cp, &S->ctx, &err) != SPEX_OK) {
@@ -1030,13 +1038,26 @@ static int load(srv_server *S) {
                 (double)spex_drafter_weight_bytes(S->drafter) / 1048576.0, (double)dm.kv / 1048576.0,
                 (double)dm.compute / 1048576.0);
     }
+    if (cfg->mtp) {
+        spex_mtp_params mtpp = spex_mtp_default_params();
+        mtpp.n_seq_max = np;
+        mtpp.n_ctx_per_seq = S->n_ctx_slot;
+        mtpp.n_batch_max = spex_context_get_params(S->ctx)->n_batch_max;
+        mtpp.kv_type = cfg->draft_kv;
+        mtpp.pool = spex_context_pool(S->ctx);
+        if (spex_mtp_init(S->model, &mtpp, &S->mtp, &err) != SPEX_OK) {
+            fprintf(stderr, "error: %s\n", err.msg);
+            return 1;
+        }
+    }
     spex_spec_params spp = spex_spec_default_params();
     spp.n_max = S->n_max;
     spp.n_min = cfg->n_draft_min;
     spp.p_min = cfg->p_draft_min;
     spp.sampled_walk = !cfg->draft_greedy;
     spp.log = log_line;
-    if (spex_spec_init(S->ctx, S->dc, &spp, &S->spec, &err) != SPEX_OK) {
+    if ((S->mtp ? spex_spec_init_mtp(S->ctx, S->mtp, &spp, &S->spec, &err)
+                : spex_spec_init(S->ctx, S->dc, &spp, &S->spec, &err)) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
@@ -1047,9 +1068,14 @@ static int load(srv_server *S) {
                 cfg->draft, dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash", dh->block_size, S->n_max,
                 cfg->n_draft_min, (double)cfg->p_draft_min, cfg->draft_greedy ? "greedy" : "probabilistic",
                 spex_type_get_info(cfg->draft_kv)->name, cfg->adaptive ? "on" : "off", (double)cfg->min_gain);
+    if (S->mtp)
+        fprintf(stderr, "speculative: type draft-mtp (the target's MTP block), n_max %d, n_min %d, p_min %g, draft KV %s, "
+                        "adaptive %s (min gain %.2f)\n",
+                S->n_max, cfg->n_draft_min, (double)cfg->p_draft_min, spex_type_get_info(cfg->draft_kv)->name,
+                cfg->adaptive ? "on" : "off", (double)cfg->min_gain);
     srv_engine_params ep = {.n_slots = np, .n_ctx_slot = S->n_ctx_slot, .queue_max = cfg->queue_max,
                             .adaptive = cfg->adaptive, .min_gain = cfg->min_gain, .step_delay_ms = cfg->step_delay_ms};
-    if (srv_engine_start(&ep, S->spec, S->tok, dh ? S->n_max : 0, &S->engine, &err) != SPEX_OK) {
+    if (srv_engine_start(&ep, S->spec, S->tok, dh || S->mtp ? S->n_max : 0, &S->engine, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
@@ -1109,6 +1135,7 @@ int srv_main(const srv_config *cfg) {
     srv_engine_free(S.engine);
     spex_spec_free(S.spec);
     spex_draft_context_free(S.dc);
+    spex_mtp_free(S.mtp);
     spex_context_free(S.ctx);
     spex_drafter_free(S.drafter);
     spex_tokenizer_free(S.tok);

@@ -273,6 +273,7 @@ struct cJSON *srv_params_json(const srv_gen_defaults *d, const srv_task *t);
 
 typedef struct srv_config {
     const char *model, *draft, *alias, *host;
+    bool mtp;                 /* --spec-type draft-mtp: the target's own MTP block drafts (qwen35) */
     int port;
     const char *api_keys;     /* comma list or NULL                                    */
     int32_t n_ctx;            /* total over all slots (0: 4096 per slot)               */
