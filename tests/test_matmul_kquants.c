@@ -12,9 +12,10 @@
  *  - the scalar reference against the f32 activations the Q8_K rows came from:
  *        |ref - sum_e w_e * x_e| <= sum_e |w_e| * 0.5001 * dx(e) + the bound above
  *    (Q8_K rounds each activation to the nearest multiple of its block's dx);
- *  - every SIMD kernel against the scalar one at n in {256, 512, 768, 2816, 4096}, tiles of
- *    nw in {1,2,3,5,15,16,17,33} × nx in {1,2,3,7,8,9,16} out of 37 × 16 (the AVX-512 Q4_K
- *    and Q6_K kernels work on blocks of 16 weight rows: full blocks and tails), and at n = 17152 (rows longer than the
+ *  - every SIMD kernel against the scalar one at n in {256, 512, 768, 1024, 1280, 2816, 4096},
+ *    tiles of nw in {1,2,3,5,15,16,17,33} × nx in 1..16 out of 37 × 16 (the AVX-512 Q4_K
+ *    and Q5_K kernels work on blocks of 16 weight rows: full blocks and tails; the Q6_K
+ *    one on groups of up to 8 activation rows, 16 when n <= 1024), and at n = 17152 (rows longer than the
  *    kernels' spans) for 1..3 activation rows: |simd - ref| <= (nb + 16) * 2^-22 * M,
  *    outputs outside the tile untouched, and each output bit-identical whatever the tile
  *    shape (the driver relies on that) and between the VNNI and non-VNNI AVX-512 kernels;
@@ -256,7 +257,9 @@ static void check_simd_size(const kq_type *t, int ti, const kq_isa *isas, int n_
     for (int j = 0; j < MAX_NX; j++)
         for (int i = 0; i < MAX_NW; i++) M[j][i] = pair_mag(t, w + (size_t)i * ws, (const block_q8_K *)(xq + (size_t)j * xs), n);
 
-    static const int nws[] = {1, 2, 3, 5, 15, 16, 17, 33}, nxs[] = {1, 2, 3, 7, 8, 9, 16};
+    /* every activation row count: the Q6_K AVX-512 kernel groups 1..8 rows, or up to 16
+     * when whole rows fit its slots (n <= 1024), so each count is its own code path */
+    static const int nws[] = {1, 2, 3, 5, 15, 16, 17, 33}, nxs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     for (int k = 0; k < n_isas && !*failed; k++) {
         const spex_dot_fn dot = isas[k].dot[ti];
         dot(n, w, ws, MAX_NW, xq, xs, MAX_NX, yfull, ldy);
@@ -273,7 +276,7 @@ static void check_simd_size(const kq_type *t, int ti, const kq_isa *isas, int n_
                 }
             }
         for (int a = 0; a < 8; a++)
-            for (int c = 0; c < 7; c++) {
+            for (int c = 0; c < 16; c++) {
                 const int nw = nws[a], nx = nxs[c];
                 const int i0 = MAX_NW - nw, j0 = MAX_NX - nx; /* a tile not at the origin */
                 for (size_t e = 0; e < ldy * MAX_NX; e++) y[e] = NAN;
@@ -318,10 +321,10 @@ TEST(simd_matches_ref_all_tiles) {
     const int n_isas = simd_isas(isas);
     if (n_isas == 0) SKIP("no AVX2 or AVX-512 on this CPU: only the scalar kernels exist");
     uint64_t rng = 7;
-    const int64_t sizes[] = {256, 512, 768, 256 * 11, 4096};
+    const int64_t sizes[] = {256, 512, 768, 1024, 1280, 256 * 11, 4096};
     int failed = 0;
     for (int ti = 0; ti < N_TYPES; ti++)
-        for (int si = 0; si < 5; si++) {
+        for (int si = 0; si < 7; si++) {
             check_simd_size(&TYPES[ti], ti, isas, n_isas, sizes[si], &rng, &failed);
             CHECK_MSG(!failed, "see the line above");
         }

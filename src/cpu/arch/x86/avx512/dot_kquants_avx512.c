@@ -15,7 +15,8 @@
  * fewer for 4- and 5-bit codes, not for Q6_K (docs/performance.md, "Matmul kernels").
  *
  * Q6_K. Dimension legend: n elements per row, nb = n/256 super-blocks; tile of nw weight
- * rows × nx activation rows; G <= 8 activation rows share one unpacked weight super-block
+ * rows × nx activation rows; G <= 8 activation rows (16 when whole rows fit the slots)
+ * share one unpacked weight super-block
  * (their accumulators live in registers); SPEX_KQ_CHUNK super-blocks are summed in lanes
  * before a horizontal sum goes to y; "slots" are prepared activation super-blocks on the
  * stack.
@@ -30,7 +31,8 @@
  *     T_k dword (4L + i) = N_i dword (4L + k)          (L = 128-bit lane, k = 0..3)
  * so lane 4L+i of every T_k covers elements 64i + 16L + 4k + 0..3: always sub-block 4i+L.
  * Activations are reordered once per tile into stack slots (shared by all nw weight rows);
- * weights are gathered straight into that order with vpermt2d (shared by all nx rows).
+ * weights are unpacked in the natural order and given the same transpose (shared by all
+ * nx rows).
  * Per (weight row, activation row, super-block): 4 vpdpbusd, a convert and 2 sixteen-lane
  * float operations. The offset 32 shares the sub-block's scale, so -32*bsums[s] simply
  * starts that lane's integer sum (codes are used unsigned, 0..63, as vpdpbusd needs).
@@ -49,6 +51,7 @@
 #include "tensor/blocks.h"
 
 #define KQ_G 8      /* activation rows per register group                      */
+#define KQ_G6 16    /* Q6_K: the same when whole rows of 16 fit the slots (n <= 1024) */
 #define KQ_SLOTS 64 /* prepared activation super-blocks on the stack (20 KiB)  */
 
 /* One activation super-block in the permuted order, plus what the sums need (its dx is
@@ -151,23 +154,27 @@ typedef struct {
     __m512 sc;
 } kq_wreg6;
 
-/* Q6_K: lane 4L+i of w[k] = nibble i%2 of ql dword 16(i/2) + 4L + k, with bits
- * 4(i%2) + 2(L/2) .. +1 of qh dword 8(i/2) + 4(L%2) + k as bits 4..5. */
+/* Q6_K: the natural 64-element vectors N_0..N_3 built in place, then the same transpose as
+ * the activations (kq_prep_q). Half h = 0, 1 (elements 128h..) has ql bytes 64h + r
+ * (r < 64): the low nibble is element 128h + r (N_2h), the high one 128h + 64 + r (N_2h+1);
+ * qh byte 32h + r%32 holds their bits 4..5 at bits 2(r/32) (N_2h) and 4 + 2(r/32)
+ * (N_2h+1). With qh's 32 bytes in both halves of H and the upper half shifted right by 2,
+ * bits 0..1 (moved up by 4) and 4..5 of every byte are the two vectors' fifth and sixth
+ * bits. Shifts, logic and unpacks only: the previous gather by vpermt2d/vpermd put 8
+ * instructions per super-block on the vpdpbusd pipes. */
 KQ_INLINE void kq_unpack_q6_K(const block_q6_K *b, kq_wreg6 *r) {
-    const __m512i lidx = _mm512_setr_epi32(0, 0, 16, 16, 4, 4, 20, 20, 8, 8, 24, 24, 12, 12, 28, 28);
-    const __m512i sh = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
-    const __m512i hidx = _mm512_setr_epi32(0, 0, 8, 8, 4, 4, 12, 12, 0, 0, 8, 8, 4, 4, 12, 12);
-    const __m512i rot = _mm512_setr_epi32(4, 0, 4, 0, 4, 0, 4, 0, 2, 30, 2, 30, 2, 30, 2, 30);
     const __m512i m4 = _mm512_set1_epi8(0x0f), b45 = _mm512_set1_epi8(0x30);
-    const __m512i a = _mm512_loadu_si512(b->ql), c = _mm512_loadu_si512(b->ql + 64);
-    const __m512i qh = _mm512_loadu_si512(b->qh);
-    for (int k = 0; k < 4; k++) {
-        const __m512i kk = _mm512_set1_epi32(k);
-        const __m512i g = _mm512_permutex2var_epi32(a, _mm512_add_epi32(lidx, kk), c);
-        const __m512i lo = _mm512_and_si512(_mm512_srlv_epi32(g, sh), m4);
-        const __m512i h = _mm512_rolv_epi32(_mm512_permutexvar_epi32(_mm512_add_epi32(hidx, kk), qh), rot);
-        r->w[k] = _mm512_ternarylogic_epi32(lo, h, b45, 0xf8); /* lo | (h & b45) */
+    const __m512i sh = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    for (int h = 0; h < 2; h++) {
+        const __m512i a = _mm512_loadu_si512(b->ql + 64 * h);
+        const __m512i hb = _mm512_srlv_epi16(
+            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h))), sh);
+        const __m512i lo = _mm512_and_si512(a, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(a, 4), m4);
+        r->w[2 * h] = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi16(hb, 4), b45, 0xf8);
+        r->w[2 * h + 1] = _mm512_ternarylogic_epi32(hi, hb, b45, 0xf8); /* hi | (hb & b45) */
     }
+    kq_transpose(&r->w[0], &r->w[1], &r->w[2], &r->w[3]);
     const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales));
     r->sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(KQ_IDX_T, sc)),
                           _mm512_set1_ps(_cvtsh_ss(b->d)));
@@ -182,77 +189,121 @@ KQ_INLINE void kq_unpack_q6_K(const block_q6_K *b, kq_wreg6 *r) {
  * weight blocks to prefetch meanwhile (0: none). */
 KQ_INLINE void kq_chunk_q6_K(const block_q6_K *wb, const kq_xprep *xp, const float *xd, int xstride, int nbc,
                              uintptr_t pf, const int g, const int vnni, float *sums) {
-    __m512 acc[KQ_G];
-    _Pragma("GCC unroll 8") for (int j = 0; j < g; j++) acc[j] = _mm512_setzero_ps();
+    __m512 acc[KQ_G6];
+    _Pragma("GCC unroll 16") for (int j = 0; j < g; j++) acc[j] = _mm512_setzero_ps();
+    /* From 3 rows the next super-block is unpacked before this one's vpdpbusd (its loads go
+     * out a super-block earlier: 8 rows from DRAM went from 7.6 to 9.8 GB/s on one thread);
+     * on for 1 row, the model's decode measured 4 % slower, so 1-2 rows keep the plain order. */
+    const int ahead = g >= 3;
+    kq_wreg6 rn;
+    if (ahead) kq_unpack_q6_K(wb, &rn);
     for (int b = 0; b < nbc; b++) {
         kq_wreg6 r;
         kq_prefetch(pf ? pf + (uintptr_t)b * sizeof(block_q6_K) : 0, sizeof(block_q6_K));
-        kq_unpack_q6_K(wb + b, &r);
-        _Pragma("GCC unroll 8") for (int j = 0; j < g; j++) {
+        if (!ahead) {
+            kq_unpack_q6_K(wb + b, &r);
+        } else {
+            r = rn;
+            if (b + 1 < nbc) {
+                kq_unpack_q6_K(wb + b + 1, &rn);
+                /* Ties this super-block's codes to the next one's, so gcc keeps the unpack
+                 * ahead of the vpdpbusd below rather than sinking it after them (emits nothing). */
+                __asm__("" : "+v"(r.w[0]), "+v"(r.w[1]), "+v"(r.w[2]), "+v"(r.w[3])
+                        : "v"(rn.w[0]), "v"(rn.w[1]), "v"(rn.w[2]), "v"(rn.w[3]), "v"(rn.sc));
+            }
+        }
+        _Pragma("GCC unroll 16") for (int j = 0; j < g; j++) {
             const kq_xprep *p = xp + (size_t)j * (size_t)xstride + b;
             const float dx = xd[(size_t)j * (size_t)xstride + b];
             const __m512i s16 = kq_dot(r.w, p->q, _mm512_load_si512(p->b.i), vnni);
             acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s16), _mm512_mul_ps(r.sc, _mm512_set1_ps(dx)), acc[j]);
         }
     }
-    _Pragma("GCC unroll 8") for (int j = 0; j < g; j++) sums[j] = kq_hsum16(acc[j]);
+    _Pragma("GCC unroll 16") for (int j = 0; j < g; j++) sums[j] = kq_hsum16(acc[j]);
 }
 
-/* The tile loop. Activation rows go in groups of G <= 8; a span of super-blocks (as many
- * as the stack slots hold for G rows, a multiple of SPEX_KQ_CHUNK) is prepared per group,
- * then every weight row runs over the span chunk by chunk. Chunk boundaries are multiples
- * of SPEX_KQ_CHUNK from the row start whatever the tile, and y receives the chunk sums in
- * order, so each output's arithmetic is independent of nw, nx and the split. */
-#define KQ_TILE_FN(name, wblock, prep, chunk, vnni)                                          \
-    void name(int64_t n, const void *w, size_t w_stride, int nw, const void *x,              \
-              size_t x_stride, int nx, float *y, size_t ldy) {                               \
-        const int64_t nb = n / QK_K;                                                         \
-        const int G = nx < KQ_G ? nx : KQ_G;                                                 \
-        const int span = KQ_SLOTS / G / SPEX_KQ_CHUNK * SPEX_KQ_CHUNK;                       \
-        kq_xbuf xb;                                                                          \
-        for (int64_t b0 = 0; b0 < nb; b0 += span) {                                          \
-            const int nbs = (int)(nb - b0 < span ? nb - b0 : span);                          \
-            for (int j0 = 0; j0 < nx; j0 += G) {                                             \
-                const int g = nx - j0 < G ? nx - j0 : G;                                     \
-                for (int j = 0; j < g; j++) {                                                \
-                    const block_q8_K *xr =                                                   \
-                        (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + j) * x_stride) + b0; \
-                    for (int b = 0; b < nbs; b++) prep(xr + b, &xb.s[j * nbs + b], &xb.d[j * nbs + b]); \
-                }                                                                            \
-                for (int i = 0; i < nw; i++) {                                               \
-                    const wblock *wr =                                                       \
-                        (const wblock *)((const uint8_t *)w + (size_t)i * w_stride) + b0;    \
-                    float *yo = y + (size_t)j0 * ldy + (size_t)i;                            \
-                    for (int c0 = 0; c0 < nbs; c0 += SPEX_KQ_CHUNK) {                        \
-                        const int nbc = nbs - c0 < SPEX_KQ_CHUNK ? nbs - c0 : SPEX_KQ_CHUNK; \
-                        const uintptr_t pf = span < nb || G >= 3 ? kq_visit_ahead((uintptr_t)wr, w_stride, \
-                                                            i, nw, c0, nbs, sizeof(wblock)) : 0; \
-                        float sums[KQ_G];                                                    \
-                        const kq_xprep *xp = xb.s + c0;                                      \
-                        const float *xd = xb.d + c0;                                         \
-                        switch (g) {                                                         \
-                        case 1: chunk(wr + c0, xp, xd, nbs, nbc, pf, 1, vnni, sums); break;      \
-                        case 2: chunk(wr + c0, xp, xd, nbs, nbc, pf, 2, vnni, sums); break;      \
-                        case 3: chunk(wr + c0, xp, xd, nbs, nbc, pf, 3, vnni, sums); break;      \
-                        case 4: chunk(wr + c0, xp, xd, nbs, nbc, pf, 4, vnni, sums); break;      \
-                        case 5: chunk(wr + c0, xp, xd, nbs, nbc, pf, 5, vnni, sums); break;      \
-                        case 6: chunk(wr + c0, xp, xd, nbs, nbc, pf, 6, vnni, sums); break;      \
-                        case 7: chunk(wr + c0, xp, xd, nbs, nbc, pf, 7, vnni, sums); break;      \
-                        default: chunk(wr + c0, xp, xd, nbs, nbc, pf, 8, vnni, sums); break;     \
-                        }                                                                    \
-                        if (b0 + c0 == 0) {                                                  \
-                            for (int j = 0; j < g; j++) yo[(size_t)j * ldy] = sums[j];       \
-                        } else {                                                             \
-                            for (int j = 0; j < g; j++) yo[(size_t)j * ldy] += sums[j];      \
-                        }                                                                    \
-                    }                                                                        \
-                }                                                                            \
-            }                                                                                \
-        }                                                                                    \
+/* The tile loop. Activation rows go in groups of G <= 8 (16 when the group's whole rows
+ * fit the slots, n <= 1024: the LM head of small models, where the unpack shared by 16
+ * rows instead of 8 + 8 saves 4-15 %); a span of super-blocks (the whole row, or as many
+ * as the stack slots hold for G rows, a multiple of SPEX_KQ_CHUNK) is prepared per
+ * group, then every weight row runs over the span chunk by chunk. Chunk boundaries are
+ * multiples of SPEX_KQ_CHUNK from the row start whatever the tile, and y receives the
+ * chunk sums in order, so each output's arithmetic is independent of nw, nx, G and the
+ * split. */
+/* y[j*ldy] = or += sums[j] (the first chunk of a row stores). */
+KQ_INLINE void kq_put(float *yo, size_t ldy, const float *sums, int g, int first) {
+    for (int j = 0; j < g; j++) {
+        if (first) yo[(size_t)j * ldy] = sums[j];
+        else yo[(size_t)j * ldy] += sums[j];
+    }
+}
+
+/* g as a constant (1..16), so the row loops unroll and the accumulators stay in registers. */
+#define KQ_CASES(call)                                                                      \
+    switch (g) {                                                                            \
+    case 1: call(1); break;                                                                 \
+    case 2: call(2); break;                                                                 \
+    case 3: call(3); break;                                                                 \
+    case 4: call(4); break;                                                                 \
+    case 5: call(5); break;                                                                 \
+    case 6: call(6); break;                                                                 \
+    case 7: call(7); break;                                                                 \
+    case 8: call(8); break;                                                                 \
+    case 9: call(9); break;                                                                 \
+    case 10: call(10); break;                                                               \
+    case 11: call(11); break;                                                               \
+    case 12: call(12); break;                                                               \
+    case 13: call(13); break;                                                               \
+    case 14: call(14); break;                                                               \
+    case 15: call(15); break;                                                               \
+    default: call(16); break;                                                               \
     }
 
-KQ_TILE_FN(spex_dot_q6_K_avx512, block_q6_K, kq_prep_q6, kq_chunk_q6_K, 0)
-KQ_TILE_FN(spex_dot_q6_K_avx512_vnni, block_q6_K, kq_prep_q6, kq_chunk_q6_K, 1)
+KQ_INLINE void kq_tile_q6_K(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                            int nx, float *y, size_t ldy, const int vnni) {
+    const int64_t nb = n / QK_K;
+    /* 16 rows share one unpacked super-block when their whole rows fit the slots (n <=
+     * 1024: the LM head of small models), else 8 over spans of the row. */
+    const int G = nx <= KQ_G ? nx : (nx < KQ_G6 ? nx : KQ_G6) * nb <= KQ_SLOTS ? (nx < KQ_G6 ? nx : KQ_G6) : KQ_G;
+    const int span = G * nb <= KQ_SLOTS ? (int)nb : KQ_SLOTS / G / SPEX_KQ_CHUNK * SPEX_KQ_CHUNK;
+    kq_xbuf xb;
+    for (int64_t b0 = 0; b0 < nb; b0 += span) {
+        const int nbs = (int)(nb - b0 < span ? nb - b0 : span);
+        for (int j0 = 0; j0 < nx; j0 += G) {
+            const int g = nx - j0 < G ? nx - j0 : G;
+            for (int j = 0; j < g; j++) {
+                const block_q8_K *xr = (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + j) * x_stride) + b0;
+                for (int b = 0; b < nbs; b++) kq_prep_q6(xr + b, &xb.s[j * nbs + b], &xb.d[j * nbs + b]);
+            }
+            for (int i = 0; i < nw; i++) {
+                const block_q6_K *wr = (const block_q6_K *)((const uint8_t *)w + (size_t)i * w_stride) + b0;
+                float *yo = y + (size_t)j0 * ldy + (size_t)i;
+                for (int c0 = 0; c0 < nbs; c0 += SPEX_KQ_CHUNK) {
+                    const int nbc = nbs - c0 < SPEX_KQ_CHUNK ? nbs - c0 : SPEX_KQ_CHUNK;
+                    const uintptr_t pf = span < nb || G >= 3 ? kq_visit_ahead((uintptr_t)wr, w_stride, i, nw, c0, nbs,
+                                                                             sizeof(block_q6_K)) : 0;
+                    float sums[KQ_G6];
+                    const kq_xprep *xp = xb.s + c0;
+                    const float *xd = xb.d + c0;
+#define KQ_C1(G_) kq_chunk_q6_K(wr + c0, xp, xd, nbs, nbc, pf, G_, vnni, sums)
+                    KQ_CASES(KQ_C1)
+#undef KQ_C1
+                    kq_put(yo, ldy, sums, g, b0 + c0 == 0);
+                }
+            }
+        }
+    }
+}
+
+void spex_dot_q6_K_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx,
+                          float *y, size_t ldy) {
+    kq_tile_q6_K(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0);
+}
+
+void spex_dot_q6_K_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                               int nx, float *y, size_t ldy) {
+    kq_tile_q6_K(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1);
+}
 
 /* ======================================================================== */
 /* Q4_K and Q5_K, weight rows in lanes                                       */
