@@ -586,6 +586,10 @@ TEST(qwen35_mtp_and_dflash2_equal_target_only) {
             printf("  case %d: rc %d, output differs from the target alone\n%s\n", k, b.rc, b.err);
             ok = false;
         }
+        if (ok && k == 1 && !strstr(b.err, "recurrent state: 0.01 MiB per copy, 6 copies per sequence (1 + n_rs_seq 5)")) {
+            printf("  case %d: no recurrent-state memory line:\n%s\n", k, b.err);
+            ok = false;
+        }
         if (ok && (!strstr(b.err, "mean acceptance length = ") || !strstr(b.err, k < 2 ? "speculative: mtp" : "speculative: dflash2"))) {
             printf("  case %d: no statistics:\n%s\n", k, b.err);
             ok = false;

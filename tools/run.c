@@ -519,6 +519,7 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
+    run_print_recurrent(m, ctx);
     n_ctx = spex_context_get_params(ctx)->n_ctx_per_seq;
     int32_t n_batch = spex_context_get_params(ctx)->n_batch_max;
     if (n_prompt > n_ctx) {

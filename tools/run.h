@@ -8,6 +8,7 @@
 #include "spex.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <string.h>
 
 #define RUN_MAX_OVERRIDES 16
@@ -43,6 +44,16 @@ typedef struct run_opts {
 static inline bool run_spec_is_mtp(const run_opts *o) {
     return o->spec_type && (!strcmp(o->spec_type, "mtp") || !strcmp(o->spec_type, "draft-mtp"));
 }
+/* For targets with recurrent layers (qwen35): one stderr line with the recurrent-state memory
+ * of the context: one state copy, the copies kept (1 + n_rs_seq) and the total (targets.md §9). */
+static inline void run_print_recurrent(const spex_model *m, const spex_context *ctx) {
+    const uint64_t one = spex_model_recurrent_state_bytes(m);
+    if (!one) return;
+    fprintf(stderr, "recurrent state: %.2f MiB per copy, %d copies per sequence (1 + n_rs_seq %d), %.2f MiB in all\n",
+            (double)one / 1048576.0, 1 + spex_context_get_params(ctx)->n_rs_seq, spex_context_get_params(ctx)->n_rs_seq,
+            (double)spex_context_memory(ctx).recurrent / 1048576.0);
+}
+
 int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const int32_t *ids,
                     int n_prompt);
 

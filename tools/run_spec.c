@@ -81,6 +81,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
+    run_print_recurrent(m, ctx);
     int32_t n_ctx = spex_context_get_params(ctx)->n_ctx_per_seq;
     if (n_prompt >= n_ctx) {
         fprintf(stderr, "error: the prompt is %d tokens, too long for the context of %d (raise -c)\n", n_prompt,
