@@ -53,6 +53,9 @@ TEST(error_context) {
     CHECK(e.status == SPEX_ERR_FORMAT);
     CHECK(strstr(e.msg, "n_tensors") != NULL);
     CHECK(spex_error_set(NULL, SPEX_ERR_IO, "x") == SPEX_ERR_IO);
+    /* quoted file contents cannot break the one-line contract */
+    spex_error_set(&e, SPEX_ERR_UNSUPPORTED, "architecture '%s'", "a\nb\rc\x01" "d\x7f");
+    CHECK_MSG(!strcmp(e.msg, "architecture 'a?b?c?d?'"), "got '%s'", e.msg);
 }
 
 TEST(isa_choice_and_override) {

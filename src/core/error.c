@@ -2,7 +2,8 @@
  * error.c — status names and the per-call error context (spex_error).
  *
  * The library reports every failure by returning a spex_status and, when the caller
- * passed a spex_error, a one-line message. There is no global error string.
+ * passed a spex_error, a one-line message (control bytes replaced by '?'). There is no
+ * global error string.
  */
 #include "spex.h"
 
@@ -32,6 +33,10 @@ spex_status spex_error_set(spex_error *err, spex_status status, const char *fmt,
         va_start(ap, fmt);
         vsnprintf(err->msg, sizeof err->msg, fmt, ap);
         va_end(ap);
+        /* One line whatever the input: messages quote file contents (architecture names, keys,
+         * tokens) that may hold control bytes; they become '?'. */
+        for (char *p = err->msg; *p; p++)
+            if ((unsigned char)*p < 0x20 || *p == 0x7f) *p = '?';
     }
     return status;
 }

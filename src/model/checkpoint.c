@@ -19,6 +19,7 @@
  */
 #include "model/model.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static float *ck_S(const spex_context *c, int32_t seq, int32_t slot, int32_t ri) {
@@ -147,9 +148,11 @@ spex_status spex_kv_seq_rewind(spex_context *ctx, int32_t seq, int32_t new_len, 
         spex_batch b = {.tokens = ctx->rp_batch, .n_tokens = k};
         spex_status s = spex_forward(ctx, &b, err);
         if (s != SPEX_OK) {
-            /* Leave a consistent, shorter sequence: what was replayed so far. */
-            return spex_error_set(err, s, "kv rewind: sequence %d: replay at position %d failed: %s", seq, p,
-                                  err ? err->msg : "?");
+            /* The sequence stays consistent, shorter: what was replayed so far. (The cause is
+             * copied out first: err->msg is both the source and the destination.) */
+            char why[sizeof err->msg];
+            snprintf(why, sizeof why, "%s", err ? err->msg : "?");
+            return spex_error_set(err, s, "kv rewind: sequence %d: replay at position %d failed: %s", seq, p, why);
         }
         p += k;
     }
