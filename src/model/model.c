@@ -95,6 +95,11 @@ spex_status spex_model_read_dense_hparams(key_reader *r, spex_model_hparams *hp,
         (s = spex_model_read_dim(r, "attention.head_count", -1, &hp->n_head, err)) ||
         (s = spex_model_read_dim(r, "attention.head_count_kv", hp->n_head, &hp->n_head_kv, err)))
         return s;
+    /* Every layer needs several tensors: a block count beyond the tensor count is a hostile or
+     * broken file, refused before anything is sized by it. */
+    if ((int64_t)hp->n_layer > spex_gguf_n_tensors(r->g))
+        return spex_error_set(err, SPEX_ERR_FORMAT, "%s: %s.block_count %d exceeds the file's %lld tensors", path,
+                              r->arch, hp->n_layer, (long long)spex_gguf_n_tensors(r->g));
     if (hp->n_head_kv > hp->n_head || hp->n_head % hp->n_head_kv != 0)
         return spex_error_set(err, SPEX_ERR_FORMAT,
                               "%s: %s.attention.head_count %d is not a multiple of head_count_kv %d", path,
