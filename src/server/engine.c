@@ -221,9 +221,7 @@ static void task_finish(srv_engine *e, srv_task *t, const char *finish, int err_
     if (err_msg) snprintf(t->err_msg, sizeof t->err_msg, "%s", err_msg);
     t->tm.predicted_n = t->n_gen;
     if (t->t_prefilled > 0) t->tm.predicted_ms = ((t->t_last > t->t_prefilled ? t->t_last : t->t_prefilled) - t->t_prefilled) * 1e3;
-    t->done = true;
     srv_timings tm = t->tm;
-    pthread_cond_broadcast(&t->cv);
     pthread_mutex_unlock(&t->mu);
     if (tm.draft_n > 0)   /* §15: community scripts split this line on whitespace */
         fprintf(stderr, "slot %d: draft acceptance rate = %0.5f (%5lld accepted / %5lld generated), mean len = %.2f\n",
@@ -238,12 +236,18 @@ static void task_finish(srv_engine *e, srv_task *t, const char *finish, int err_
     if (t->t_prefilled > 0) {
         e->m.predicted_tokens += (double)t->n_gen;
         e->m.i_predicted_tokens += (double)t->n_gen;
-        e->m.predicted_seconds += t->tm.predicted_ms * 1e-3;
-        e->m.i_predicted_seconds += t->tm.predicted_ms * 1e-3;
+        e->m.predicted_seconds += tm.predicted_ms * 1e-3;
+        e->m.i_predicted_seconds += tm.predicted_ms * 1e-3;
     }
     e->m.requests_total++;
     if (err_code == 499) e->m.requests_cancelled++;
     pthread_mutex_unlock(&e->mu);
+    /* Done only now: a client that reads /metrics right after its response sees this request
+     * counted (the counters above are updated first). */
+    pthread_mutex_lock(&t->mu);
+    t->done = true;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
     t->slot = -1;
     srv_task_release(t);   /* the engine's reference */
 }
