@@ -216,20 +216,14 @@ spex_status spex_mtp_draft(spex_mtp_context *mc, const spex_mtp_block *blocks, i
             const int32_t sq = blocks[b].seq;
             const int32_t tok = step == 0 ? blocks[b].anchor : out[b].ids[step - 1];
             mc->bt[n] = (spex_batch_token){.token = tok, .pos = spex_kv_seq_len(mc->ctx, sq), .seq = sq, .logits = true};
-            /* step 0: the target's hidden (normed in mtp_run); later: h_nextn of the last step */
-            memcpy(mc->cat + (int64_t)n * 2 * E, step == 0 ? blocks[b].h : mc->h_step + (int64_t)b * E,
+            /* the hidden rows go straight to x (mtp_run's input, free until its matmul) */
+            memcpy(mc->x + (int64_t)n * E, step == 0 ? blocks[b].h : mc->h_step + (int64_t)b * E,
                    sizeof(float) * (size_t)E);
             mc->dseq[n++] = b;
         }
         if (n == 0) break;
-        /* mtp_run builds cat in place; move the hidden rows to x first (x is free here). */
-        for (int32_t i = 0; i < n; i++) memcpy(mc->x + (int64_t)i * E, mc->cat + (int64_t)i * 2 * E, sizeof(float) * (size_t)E);
-        if (step == 0) {
-            s = mtp_run(mc, mc->x, true, n, err);
-        } else {
-            /* chained hidden rows are already h_nextn: normed by hnorm only */
-            s = mtp_run(mc, mc->x, false, n, err);
-        }
+        /* step 0: the target's tap, normed by output_norm in mtp_run; later: h_nextn, already normed */
+        s = mtp_run(mc, mc->x, step == 0, n, err);
         if (s != SPEX_OK) break;
         for (int32_t i = 0; i < n; i++) {
             const int32_t b = mc->dseq[i];
