@@ -594,6 +594,9 @@ TEST(request_errors) {
         {"/v1/completions", "{\"prompt\":[\"a\",\"b\"]}", 501},
         {"/tokenize", "{\"content\":5}", 400},
         {"/detokenize", "{\"tokens\":\"a\"}", 400},
+        {"/apply-template", "{}", 400},
+        {"/apply-template", "{\"messages\":[{\"role\":\"user\"}],\"tools\":5}", 400},
+        {"/apply-template", "{oops", 400},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         resp r;
@@ -1114,7 +1117,8 @@ static int count_tokens(int port, const char *text) {
  * request with tools (and tool-call history) is accepted and its prompt is exactly the
  * template's render with the tools block — the prompt's token count (usage.prompt_tokens)
  * equals /tokenize of the text spex_chat_apply_tools renders for the server's built-in
- * template (GET /props). tool_choice "none" renders no tools. The output side is
+ * template (GET /props), and POST /apply-template returns that text. tool_choice "none"
+ * renders no tools. The output side is
  * tests/test_toolcall.c. */
 TEST(chat_tools_rendered_in_prompt) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
@@ -1156,6 +1160,12 @@ TEST(chat_tools_rendered_in_prompt) {
         snprintf(body, sizeof body,
                  "{\"messages\":%s,\"max_tokens\":1,\"tools\":[%s],\"tool_choice\":%s,\"parallel_tool_calls\":true}",
                  history, tool, with ? "\"auto\"" : "\"none\"");
+        /* POST /apply-template renders the same body to exactly that text */
+        cJSON *at = post_json(port, "/apply-template", body, 200);
+        CHECK(at);
+        const char *prompt = jstr(at, "prompt");
+        CHECK(prompt && !strcmp(prompt, text));
+        cJSON_Delete(at);
         cJSON *o = post_json(port, "/v1/chat/completions", body, 200);
         CHECK(o);
         int got = (int)jnum(o, "usage/prompt_tokens");

@@ -202,6 +202,42 @@ static int tokenize_all(const spex_tokenizer *tok, const char *text, size_t len,
     return 0;
 }
 
+/* Renders a chat request's messages (and tools) through the model's template with the
+ * generation prompt: the prompt of /v1/chat/completions and the body of /apply-template.
+ * 0 with *text_out (malloc'd, NUL-terminated) or an HTTP status with msg. */
+static int render_chat(const srv_server *S, const srv_request *r, char **text_out, size_t *len_out, char *msg,
+                       size_t cap) {
+    spex_chat_msg *ms = calloc((size_t)r->n_msgs + 1, sizeof *ms);
+    if (!ms) return snprintf(msg, cap, "out of memory"), 500;
+    for (int i = 0; i < r->n_msgs; i++)
+        ms[i] = (spex_chat_msg){r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning, r->msgs[i].tool_calls,
+                                (size_t)r->msgs[i].n_tool_calls};
+    bool think = r->enable_thinking >= 0 ? r->enable_thinking != 0 : S->cfg->enable_thinking != 0;
+    /* tool_choice none: no tools in the prompt, no parsing; forcing is not implemented */
+    size_t n_tools = r->tool_choice == SRV_TOOL_CHOICE_NONE ? 0 : (size_t)r->n_tools;
+    const char *const *tools = (const char *const *)r->tools;
+    spex_error err = {0};
+    size_t need = 0;
+    spex_status st =
+        spex_chat_apply_tools(S->tmpl, ms, (size_t)r->n_msgs, tools, n_tools, true, think, NULL, 0, &need, &err);
+    char *text = NULL;
+    if (st == SPEX_OK || st == SPEX_ERR_RANGE) {
+        text = malloc(need + 1);
+        if (!text) st = SPEX_ERR_NOMEM;
+        else
+            st = spex_chat_apply_tools(S->tmpl, ms, (size_t)r->n_msgs, tools, n_tools, true, think, text, need + 1,
+                                       &need, &err);
+    }
+    free(ms);
+    if (st != SPEX_OK) {
+        free(text);
+        return snprintf(msg, cap, "chat template: %.400s", err.msg), st == SPEX_ERR_NOMEM ? 500 : 400;
+    }
+    *text_out = text;
+    *len_out = need;
+    return 0;
+}
+
 /* Fills job->task from job->req; 0 or an HTTP status with msg (n_prompt for 400 context). */
 static int prepare(srv_server *S, srv_job *job, char *msg, size_t cap, int *n_prompt_out) {
     const srv_config *cfg = S->cfg;
@@ -212,33 +248,11 @@ static int prepare(srv_server *S, srv_job *job, char *msg, size_t cap, int *n_pr
     t->ep = r->ep;
     int rc = 0;
     if (r->ep == SRV_EP_CHAT) {
-        spex_chat_msg *ms = calloc((size_t)r->n_msgs, sizeof *ms);
-        if (!ms) return snprintf(msg, cap, "out of memory"), 500;
-        for (int i = 0; i < r->n_msgs; i++)
-            ms[i] = (spex_chat_msg){r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning, r->msgs[i].tool_calls,
-                                    (size_t)r->msgs[i].n_tool_calls};
-        bool think = r->enable_thinking >= 0 ? r->enable_thinking != 0 : cfg->enable_thinking != 0;
-        /* tool_choice none: no tools in the prompt, no parsing; forcing is not implemented */
-        size_t n_tools = r->tool_choice == SRV_TOOL_CHOICE_NONE ? 0 : (size_t)r->n_tools;
-        const char *const *tools = (const char *const *)r->tools;
-        job->tools = n_tools > 0 && S->tmpl != SPEX_CHAT_NONE;
-        spex_error err = {0};
-        size_t need = 0;
-        spex_status st =
-            spex_chat_apply_tools(S->tmpl, ms, (size_t)r->n_msgs, tools, n_tools, true, think, NULL, 0, &need, &err);
+        job->tools = r->tool_choice != SRV_TOOL_CHOICE_NONE && r->n_tools > 0 && S->tmpl != SPEX_CHAT_NONE;
         char *text = NULL;
-        if (st == SPEX_OK || st == SPEX_ERR_RANGE) {
-            text = malloc(need + 1);
-            if (!text) st = SPEX_ERR_NOMEM;
-            else
-                st = spex_chat_apply_tools(S->tmpl, ms, (size_t)r->n_msgs, tools, n_tools, true, think, text, need + 1,
-                                           &need, &err);
-        }
-        free(ms);
-        if (st != SPEX_OK) {
-            free(text);
-            return snprintf(msg, cap, "chat template: %.400s", err.msg), 400;
-        }
+        size_t need = 0;
+        rc = render_chat(S, r, &text, &need, msg, cap);
+        if (rc) return rc;
         size_t e = need;
         while (e > 0 && (text[e - 1] == '\n' || text[e - 1] == ' ')) e--;
         job->think_open = e >= 7 && !memcmp(text + e - 7, "<think>", 7);
@@ -744,6 +758,24 @@ static enum MHD_Result do_tokenize(srv_server *S, struct MHD_Connection *c, cons
     return send_json(c, 200, o);
 }
 
+/* POST /apply-template {messages, tools?, chat_template_kwargs?} -> {prompt}: the text a chat
+ * completion with the same body would tokenize (llama-server's endpoint, server-api.md §12). */
+static enum MHD_Result do_apply_template(srv_server *S, struct MHD_Connection *c, const srv_conn *cc) {
+    srv_request r;
+    srv_request_init(&r, SRV_EP_CHAT);
+    char msg[512];
+    char *text = NULL;
+    size_t n = 0;
+    int code = srv_request_parse(&r, cc->body ? cc->body : "", cc->len, msg, sizeof msg);
+    if (!code) code = render_chat(S, &r, &text, &n, msg, sizeof msg);
+    srv_request_free(&r);
+    if (code) return send_error(c, (unsigned)code, "%s", msg);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "prompt", str_n(text, n));
+    free(text);
+    return send_json(c, 200, o);
+}
+
 static enum MHD_Result do_detokenize(srv_server *S, struct MHD_Connection *c, const srv_conn *cc) {
     srv_request r;
     srv_request_init(&r, SRV_EP_COMPLETION);
@@ -852,7 +884,7 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     } known[] = {{"/v1/models", false}, {"/models", false}, {"/metrics", false}, {"/v1/chat/completions", true},
                  {"/chat/completions", true}, {"/v1/completions", true}, {"/completions", true},
                  {"/completion", true}, {"/tokenize", true}, {"/detokenize", true}, {"/props", false},
-                 {"/slots", false}};
+                 {"/slots", false}, {"/apply-template", true}};
     int k = -1;
     for (int i = 0; i < (int)(sizeof known / sizeof *known); i++)
         if (!strcmp(url, known[i].path)) k = i;
@@ -874,6 +906,7 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     if (k == 8) return do_tokenize(S, c, cc);
     if (k == 9) return do_detokenize(S, c, cc);
     if (k == 10) return do_props(S, c, post, cc);
+    if (k == 12) return do_apply_template(S, c, cc);
     return do_slots(S, c);
 }
 

@@ -169,6 +169,9 @@ def main():
     # while another process holds a core ran 5-10x slower than 1 thread (measured)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--smoke", action="store_true", help="1-minute speed measurement, no checkpoint")
+    ap.add_argument("--resume", default=None,
+                    help="continue from this checkpoint (weights, optimizer and step): a new warmup + "
+                         "cosine schedule with --lr as its peak runs from the resumed step")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -194,17 +197,27 @@ def main():
     no_decay = [p for n, p in m.named_parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.wd},
                              {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95), foreach=True)
+    step0 = 0
+    if args.resume:
+        ck = torch.load(args.resume, map_location="cpu")
+        if ck["config"] != c.to_dict():
+            sys.exit(f"--resume {args.resume}: its config {ck['config']} is not this run's {c.to_dict()}")
+        m.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["opt"])
+        step0 = ck["step"]
+        log(logf, f"resumed from {args.resume} at step {step0} (held-out {ck.get('heldout')})")
     log(logf, f"config {c.to_dict()}; {m.n_params()} parameters; args {vars(args)}")
 
-    rng = np.random.RandomState(args.seed)
+    # a resumed run draws a different batch order (the seed mixed with the resumed step)
+    rng = np.random.RandomState(args.seed + 7919 * step0)
     stream = batches(len(seqs), args.batch, rng)
     start = time.time()
     last_ckpt = start
     best, since_best, seen, run_loss = float("inf"), 0, 0, None
-    step = 0
-    while step < args.steps or not args.steps:
+    step = step0
+    while step - step0 < args.steps or not args.steps:
         for g in opt.param_groups:
-            g["lr"] = lr = lr_at(step, args, time.time() - start)
+            g["lr"] = lr = lr_at(step - step0, args, time.time() - start)
         idx = next(stream)
         ids, valid = make_batch(seqs, idx, pad_id)
         loss = loss_of(m, ids, valid)
@@ -218,13 +231,13 @@ def main():
         el = time.time() - start
         if args.smoke:
             if step % 5 == 0:
-                log(None, f"step {step} loss {run_loss:.3f} {step / el:.2f} steps/s {seen / el:.0f} tok/s")
+                log(None, f"step {step} loss {run_loss:.3f} {(step - step0) / el:.2f} steps/s {seen / el:.0f} tok/s")
             if el > 60:
                 break
             continue
         if step % 20 == 0:
             log(logf, f"step {step} lr {lr:.2e} train {run_loss:.4f} gnorm {float(gn):.2f} "
-                      f"{step / el:.2f} steps/s {seen / el:.0f} tok/s")
+                      f"{(step - step0) / el:.2f} steps/s {seen / el:.0f} tok/s")
         if step % args.eval_every == 0:
             hl, ha = evaluate(m, hseqs, hplen, pad_id)
             log(logf, f"EVAL step {step} heldout {hl:.4f} heldout_assistant {ha:.4f} train {run_loss:.4f} "
