@@ -18,7 +18,7 @@ one_run() {
   local np=$1 mode=$2 extra=() log port pid r
   [ "$mode" = dflash ] && extra=(-md models/drafter.gguf)
   log=$(mktemp)
-  "$spex" serve -m models/target.gguf "${extra[@]}" -np "$np" -c $((np * 1024)) --port 0 -t 2 >"$log" 2>&1 &
+  "$spex" serve -m models/target.gguf "${extra[@]}" -np "$np" -c $((np * 1024)) --port 0 -t "${THREADS:-2}" >"$log" 2>&1 &
   pid=$!
   port=""
   for _ in $(seq 100); do

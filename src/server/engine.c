@@ -22,10 +22,15 @@
  *    decayed least squares over spex_spec_total_stats deltas;
  *  - acceptance: each slot keeps decayed counts of accepted / rejected draft positions, a
  *    geometric model p_s, so E_s(n) = Σ_{k=0..n} p_s^k tokens per step;
- *  - choice: start from n_s = 0 for all, then greedily lengthen the draft of the slot with the
- *    best marginal tokens/second while the step's tokens/second improves; if the result is not
- *    at least min_gain × the no-draft rate, nobody drafts. Probes: the first steps, and every
- *    64 steps per slot, draft at full length so p_s and the cost can recover.
+ *  - warm-up: the first 8 steps alternate full drafts and plain steps, so the verify fit sees
+ *    two row counts from the start (a fit over one row count has no slope);
+ *  - choice: start from n_s = 0 for all, then greedily move to the (slot, longer length) with
+ *    the best step tokens/second while it improves (whole-block moves: the drafter's fixed
+ *    cost makes one-position moves stop too early); if the result is not at least min_gain ×
+ *    the no-draft rate, nobody drafts. Probes: a slot that has not drafted for 64 steps (and
+ *    after the warm-up) drafts if the rule would draft it with an optimistic
+ *    acceptance at the current load, so a stale low p_s can recover; at loads where drafting
+ *    cannot pay, nobody probes.
  */
 #include "server/server.h"
 
@@ -39,6 +44,8 @@
 #include <unistd.h>
 
 #define SRV_PROBE_EVERY 64   /* steps between full-length probes of a non-drafting slot */
+#define SRV_WARMUP_STEPS 8   /* first engine steps: alternately full drafts and none (fits' spread) */
+#define SRV_PRIOR_STEPS 2.0  /* weight of the server-wide acceptance in a new request's estimate */
 #define SRV_DECAY 0.97       /* forgetting factor of the cost fits and acceptance counts */
 
 double srv_now_s(void) {
@@ -127,6 +134,7 @@ struct srv_engine {
     spex_spec_out *outs;
     uint64_t n_steps;
     srv_fit fit_v, fit_d;
+    double g_acc_s, g_acc_f;   /* acceptance counts over all requests (prior of a new one) */
     int32_t **hist;           /* [n_slots][hist_cap] tokens in each slot's cache, in order  */
     int32_t *hist_len;        /* [n_slots] (valid up to spex_spec_seq_len of the slot)      */
     int32_t hist_cap;
@@ -360,7 +368,11 @@ static void task_prefill(srv_engine *e, srv_task *t, int32_t *budget) {
     int32_t processed = t->n_ids - (int32_t)t->tm.cache_n;
     t->tm.prompt_n = processed;
     t->tm.prompt_ms = (t->t_prefilled - t->t_start) * 1e3;
-    t->p_acc_s = 1, t->p_acc_f = 1;   /* prior p = 0.5 */
+    /* prior: the server's recent acceptance (all requests), worth SRV_PRIOR_STEPS drafted
+     * steps, so a new request drafts from its first step where drafting has been paying and
+     * its own outcomes take over within a few steps; p = 0.5 before anything was drafted */
+    double gp = e->g_acc_s + e->g_acc_f > 0 ? e->g_acc_s / (e->g_acc_s + e->g_acc_f) : 0.5;
+    t->p_acc_s = SRV_PRIOR_STEPS * gp, t->p_acc_f = SRV_PRIOR_STEPS * (1 - gp);
     t->last_probe = e->n_steps;
     pthread_mutex_lock(&e->mu);
     e->m.prompt_tokens += processed;
@@ -374,18 +386,74 @@ static void task_prefill(srv_engine *e, srv_task *t, int32_t *budget) {
     task_emit(e, t, &first, 1);
 }
 
-/* Expected tokens of a step drafting n with per-position acceptance p. */
-static double expect_tokens(double p, int n) {
+double srv_expect_tokens(double p, int n) {
     double s = 0, pk = 1;
     for (int k = 0; k <= n; k++) s += pk, pk *= p;
     return s;
 }
 
+static double cost_of(const srv_step_cost *c, int rows, int drows) {
+    return c->v0 + c->v1 * rows + (drows > 0 ? c->d0 + c->d1 * drows : 0);
+}
+
+/* Each move lengthens one slot's draft to ANY longer length, not just by one: the drafter's
+ * per-step cost d0 and the block's extra row make the first drafted position expensive, so
+ * one-position moves would stop at 0 where a whole block pays (the fit has d1 = 0 when every
+ * drafted step has the same rows). */
+static double greedy_drafts(const srv_step_cost *c, bool d0_sunk, int n, const double *p, const int *cap,
+                            const bool *fixed, int *nd, int *rows_io, int *drows_io) {
+    /* d0_sunk: the drafter's fixed cost counts as paid in every configuration */
+    srv_step_cost cc = *c;
+    if (d0_sunk) cc.v0 += cc.d0, cc.d0 = 0;
+    int rows = *rows_io, drows = *drows_io;
+    double tok = 0;
+    for (int i = 0; i < n; i++) tok += srv_expect_tokens(p[i], nd[i]);
+    for (;;) {
+        double best = tok / cost_of(&cc, rows, drows);
+        int bi = -1, bn = 0;
+        for (int i = 0; i < n; i++) {
+            if (fixed[i]) continue;
+            double e0 = srv_expect_tokens(p[i], nd[i]);
+            for (int m = nd[i] + 1; m <= cap[i]; m++) {
+                int add = m - nd[i];
+                double r = (tok + srv_expect_tokens(p[i], m) - e0) / cost_of(&cc, rows + add, drows + add + (nd[i] ? 0 : 1));
+                if (r > best * 1.0001) best = r, bi = i, bn = m;
+            }
+        }
+        if (bi < 0) break;
+        int add = bn - nd[bi];
+        tok += srv_expect_tokens(p[bi], bn) - srv_expect_tokens(p[bi], nd[bi]);
+        drows += add + (nd[bi] ? 0 : 1);
+        rows += add;
+        nd[bi] = bn;
+    }
+    *rows_io = rows, *drows_io = drows;
+    return tok;
+}
+
+/* Two greedy searches, the better one wins: one with the true cost, and one where the
+ * drafter's fixed cost d0 is taken as paid — several slots can make drafting pay together
+ * when no single slot's block pays d0 alone, which the first search cannot see. */
+double srv_best_drafts(const srv_step_cost *c, int n, const double *p, const int *cap, const bool *fixed, int *nd,
+                       int *rows_io, int *drows_io) {
+    int nd2[64], rows2 = *rows_io, drows2 = *drows_io;
+    for (int i = 0; i < n && i < 64; i++) nd2[i] = nd[i];
+    double tok = greedy_drafts(c, false, n, p, cap, fixed, nd, rows_io, drows_io);
+    if (n > 64 || c->d0 <= 0) return tok;
+    double tok2 = greedy_drafts(c, true, n, p, cap, fixed, nd2, &rows2, &drows2);
+    if (tok2 / cost_of(c, rows2, drows2) > tok / cost_of(c, *rows_io, *drows_io)) {
+        for (int i = 0; i < n; i++) nd[i] = nd2[i];
+        *rows_io = rows2, *drows_io = drows2;
+        tok = tok2;
+    }
+    return tok;
+}
+
 /* max_emit for each stepping task (§14.2 rule 5; the header comment says how). */
 static void choose_drafts(srv_engine *e, int n) {
-    int nd[64];
-    int cap[64];
-    bool probe[64];
+    int nd[64], cap[64];
+    bool due[64], fixed[64];
+    double p[64];
     for (int i = 0; i < n; i++) {
         srv_task *t = e->step_tasks[i];
         long rem = t->n_predict >= 0 ? t->n_predict - t->n_gen : SPEX_DRAFT_MAX_N + 1;
@@ -394,57 +462,57 @@ static void choose_drafts(srv_engine *e, int n) {
         if (rem - 1 < c) c = (int)(rem - 1 > 0 ? rem - 1 : 0);
         cap[i] = c;
         nd[i] = 0;
-        probe[i] = c > 0 && (!e->p.adaptive || e->n_steps < 4 || e->n_steps - t->last_probe >= SRV_PROBE_EVERY);
-        if (probe[i]) nd[i] = c, t->last_probe = e->n_steps;
+        fixed[i] = false;
+        p[i] = t->p_acc_s / (t->p_acc_s + t->p_acc_f);
+        due[i] = c > 0 && e->n_steps - t->last_probe >= SRV_PROBE_EVERY;
     }
-    if (e->p.adaptive && n <= 64) {
-        double v0, v1, d0, d1;
-        fit_get(&e->fit_v, &v0, &v1);
-        fit_get(&e->fit_d, &d0, &d1);
-        if (v0 + v1 <= 0) v0 = 1e-3;
-        int rows = 0, drows = 0;
-        double tok = 0;
-        for (int i = 0; i < n; i++) {
-            double p = e->step_tasks[i]->p_acc_s / (e->step_tasks[i]->p_acc_s + e->step_tasks[i]->p_acc_f);
-            rows += nd[i] + 1;
-            if (nd[i]) drows += nd[i] + 1;
-            tok += expect_tokens(p, nd[i]);
-        }
-#define COST(r, dr) (v0 + v1 * (r) + ((dr) > 0 ? d0 + d1 * (dr) : 0))
-        double base_rate = (double)n / COST(n, 0);
-        for (;;) {
-            double best = tok / COST(rows, drows);
-            int bi = -1;
-            for (int i = 0; i < n; i++) {
-                if (probe[i] || nd[i] >= cap[i]) continue;
-                srv_task *t = e->step_tasks[i];
-                double p = t->p_acc_s / (t->p_acc_s + t->p_acc_f);
-                double dt = expect_tokens(p, nd[i] + 1) - expect_tokens(p, nd[i]);
-                int ddr = nd[i] ? 1 : 2;
-                double r = (tok + dt) / COST(rows + 1, drows + ddr);
-                if (r > best * 1.0001) best = r, bi = i;
-            }
-            if (bi < 0) break;
-            srv_task *t = e->step_tasks[bi];
-            double p = t->p_acc_s / (t->p_acc_s + t->p_acc_f);
-            tok += expect_tokens(p, nd[bi] + 1) - expect_tokens(p, nd[bi]);
-            drows += nd[bi] ? 1 : 2;
-            rows++;
-            nd[bi]++;
-        }
-        bool any_probe = false;
-        for (int i = 0; i < n; i++) any_probe |= probe[i];
-        if (!any_probe && tok / COST(rows, drows) < base_rate * e->p.min_gain) {
+    if (!e->p.adaptive || n > 64) {
+        if (!e->p.adaptive)
+            for (int i = 0; i < n; i++) nd[i] = cap[i];
+    } else if (e->n_steps < SRV_WARMUP_STEPS) {
+        /* warm-up: full drafts and plain steps alternate, so both fits see two row counts */
+        if (e->n_steps % 2 == 0)
+            for (int i = 0; i < n; i++) nd[i] = cap[i];
+    } else {
+        srv_step_cost c;
+        fit_get(&e->fit_v, &c.v0, &c.v1);
+        fit_get(&e->fit_d, &c.d0, &c.d1);
+        if (c.v0 + c.v1 <= 0) c.v0 = 1e-3;
+        int rows = n, drows = 0;
+        double tok = srv_best_drafts(&c, n, p, cap, fixed, nd, &rows, &drows);
+        double base_rate = (double)n / cost_of(&c, n, 0);
+        if (tok / cost_of(&c, rows, drows) < base_rate * e->p.min_gain) {
             for (int i = 0; i < n; i++) nd[i] = 0;
+            rows = n, drows = 0;
         }
-#undef COST
-    } else if (!e->p.adaptive) {
-        for (int i = 0; i < n; i++) nd[i] = cap[i];
+        /* Probes. A slot that drafts refreshes its acceptance estimate by drafting; one that
+         * has not drafted for SRV_PROBE_EVERY steps may be kept off by a stale, low p_s. It
+         * is probed only if the rule would draft it with an optimistic p (the best of its own
+         * and the other slots' estimates, at least 0.8) at the current load, and then at the
+         * length the rule picks for that p: at a load where drafting cannot pay (many slots
+         * on a small target), nobody probes and the step costs what a plain step does. */
+        double p_hi = 0.8;
+        for (int i = 0; i < n; i++)
+            if (p[i] > p_hi) p_hi = p[i];
+        for (int i = 0; i < n; i++) {
+            if (!due[i] || nd[i] > 0) continue;
+            int tnd[64], trows = rows, tdrows = drows;
+            double tp[64];
+            for (int j = 0; j < n; j++) tnd[j] = nd[j], tp[j] = p[j], fixed[j] = j != i;
+            tp[i] = p_hi;
+            double ttok = srv_best_drafts(&c, n, tp, cap, fixed, tnd, &trows, &tdrows);
+            fixed[i] = false;
+            if (tnd[i] > 0 && ttok / cost_of(&c, trows, tdrows) >= base_rate * e->p.min_gain) {
+                nd[i] = tnd[i];
+                rows = trows, drows = tdrows;
+            }
+        }
     }
     bool any = false;
     for (int i = 0; i < n; i++) {
         e->max_emit[i] = nd[i] + 1;
         any |= nd[i] > 0;
+        if (nd[i] > 0) e->step_tasks[i]->last_probe = e->n_steps;   /* its estimate is fresh again */
     }
     if (e->has_draft && !any) e->m.spec_disabled_steps++;
 }
@@ -519,6 +587,8 @@ static void engine_step(srv_engine *e) {
             t->tm.draft_rounds++;
             t->p_acc_s = t->p_acc_s * SRV_DECAY + acc;
             t->p_acc_f = t->p_acc_f * SRV_DECAY + (acc < o->n_drafted ? 1 : 0);
+            e->g_acc_s = e->g_acc_s * SRV_DECAY + acc;
+            e->g_acc_f = e->g_acc_f * SRV_DECAY + (acc < o->n_drafted ? 1 : 0);
         }
         hist_add(e, t->slot, o->tokens, o->n);
         if (task_emit(e, t, o->tokens, o->n)) e->step_tasks[i] = NULL;   /* finished: maybe freed */

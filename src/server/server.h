@@ -310,4 +310,21 @@ int srv_main(const srv_config *cfg);
 
 double srv_now_s(void);
 
+/* The adaptive draft length's model (engine.c; docs/server.md "Speculation under
+ * concurrency"). A step's cost in seconds: verify v0 + v1·rows (rows = Σ(n_s + 1)), plus the
+ * drafter's d0 + d1·drows when any slot drafts (drows = Σ over drafting slots of n_s + 1). */
+typedef struct {
+    double v0, v1, d0, d1;
+} srv_step_cost;
+
+/* Expected tokens of a step that drafts n with per-position acceptance p: Σ_{k=0..n} p^k. */
+double srv_expect_tokens(double p, int n);
+
+/* Greedy search (two of them, engine.c) for the draft lengths nd[0..n) (starting from the given ones, each ≤ cap[i];
+ * fixed[i] keeps slot i's) that maximise the step's expected tokens per second under c and
+ * acceptances p[]. *rows and *drows hold the starting lengths' rows and are updated; returns
+ * the step's expected tokens. */
+double srv_best_drafts(const srv_step_cost *c, int n, const double *p, const int *cap, const bool *fixed, int *nd,
+                       int *rows, int *drows);
+
 #endif

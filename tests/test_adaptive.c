@@ -1,0 +1,138 @@
+/*
+ * test_adaptive.c — the draft-length search of `spex serve`'s adaptive rule
+ * (srv_best_drafts, src/server/engine.c).
+ *
+ * What it checks: the expected-tokens formula; that a drafter whose cost is fixed per step
+ * (d1 = 0, what the online fit learns when every drafted step has the same rows) still gets
+ * whole blocks drafted where one-position moves would stop at nothing; that expensive verify
+ * rows turn drafting off; that fixed slots and caps are respected; and, against a brute
+ * force over all length combinations, that the greedy result is optimal for one slot and
+ * within 1 % of the optimum for two or three slots over random cost models.
+ * What it is not: a test of the online fits or of the server's measured throughput
+ * (bench/server_concurrency.sh).
+ */
+#include "server/server.h"
+#include "test.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static double rate_of(const srv_step_cost *c, int n, const double *p, const int *nd) {
+    double tok = 0;
+    int rows = 0, drows = 0;
+    for (int i = 0; i < n; i++) {
+        tok += srv_expect_tokens(p[i], nd[i]);
+        rows += nd[i] + 1;
+        if (nd[i]) drows += nd[i] + 1;
+    }
+    return tok / (c->v0 + c->v1 * rows + (drows ? c->d0 + c->d1 * drows : 0));
+}
+
+/* The search from all-zero lengths; returns its rate and checks rows/drows bookkeeping. */
+static double search(const srv_step_cost *c, int n, const double *p, const int *cap, const bool *fixed, int *nd,
+                     bool *books_ok) {
+    int rows = n, drows = 0;
+    for (int i = 0; i < n; i++) {
+        rows += nd[i];
+        if (nd[i]) drows += nd[i] + 1;
+    }
+    double tok = srv_best_drafts(c, n, p, cap, fixed, nd, &rows, &drows);
+    int r2 = 0, d2 = 0;
+    double t2 = 0;
+    for (int i = 0; i < n; i++) {
+        r2 += nd[i] + 1;
+        if (nd[i]) d2 += nd[i] + 1;
+        t2 += srv_expect_tokens(p[i], nd[i]);
+    }
+    *books_ok = r2 == rows && d2 == drows && fabs(t2 - tok) < 1e-9;
+    return rate_of(c, n, p, nd);
+}
+
+TEST(expected_tokens) {
+    CHECK_NEAR(srv_expect_tokens(0.0, 7), 1.0, 1e-12);
+    CHECK_NEAR(srv_expect_tokens(1.0, 7), 8.0, 1e-12);
+    CHECK_NEAR(srv_expect_tokens(0.5, 2), 1.75, 1e-12);
+    CHECK_NEAR(srv_expect_tokens(0.9, 0), 1.0, 1e-12);
+}
+
+TEST(fixed_drafter_cost_gets_whole_blocks) {
+    /* v 1 + 0.1·rows, drafter 1.5 per step whatever its rows, p 0.9, cap 7:
+     * no draft 1/1.1 = 0.91 tok/s; one position (1.9)/(2.7) = 0.70 (a one-position search
+     * stops here); seven 5.70/(3.3) = 1.73 */
+    srv_step_cost c = {1.0, 0.1, 1.5, 0.0};
+    double p[1] = {0.9};
+    int cap[1] = {7}, nd[1] = {0};
+    bool fixed[1] = {false}, ok;
+    double r = search(&c, 1, p, cap, fixed, nd, &ok);
+    CHECK(ok);
+    CHECK_EQ_INT(nd[0], 7);
+    CHECK(r > 1.7);
+}
+
+TEST(expensive_rows_turn_drafting_off) {
+    srv_step_cost c = {1.0, 1.0, 0.5, 0.05};
+    double p[4] = {0.6, 0.7, 0.5, 0.65};
+    int cap[4] = {7, 7, 7, 7}, nd[4] = {0};
+    bool fixed[4] = {false}, ok;
+    search(&c, 4, p, cap, fixed, nd, &ok);
+    CHECK(ok);
+    for (int i = 0; i < 4; i++) CHECK_EQ_INT(nd[i], 0);
+}
+
+TEST(caps_and_fixed_slots) {
+    srv_step_cost c = {5.0, 0.01, 0.2, 0.01};   /* cheap rows: everyone wants full drafts */
+    double p[3] = {0.95, 0.95, 0.95};
+    int cap[3] = {7, 3, 7}, nd[3] = {0, 0, 2};
+    bool fixed[3] = {false, false, true}, ok;
+    search(&c, 3, p, cap, fixed, nd, &ok);
+    CHECK(ok);
+    CHECK_EQ_INT(nd[0], 7);
+    CHECK_EQ_INT(nd[1], 3);
+    CHECK_EQ_INT(nd[2], 2);
+}
+
+/* Best rate over all length combinations of n ≤ 3 slots with caps ≤ 7. */
+static double brute(const srv_step_cost *c, int n, const double *p, const int *cap) {
+    int nd[3] = {0, 0, 0};
+    double best = 0;
+    for (;;) {
+        double r = rate_of(c, n, p, nd);
+        if (r > best) best = r;
+        int i = 0;
+        while (i < n && nd[i] == cap[i]) nd[i++] = 0;
+        if (i == n) break;
+        nd[i]++;
+    }
+    return best;
+}
+
+TEST(greedy_against_brute_force) {
+    srand(12345);
+    double worst = 1.0;
+    int exact1 = 0, cases = 0;
+    for (int k = 0; k < 3000; k++) {
+        int n = 1 + k % 3;
+        srv_step_cost c = {0.2 + 2.0 * rand() / RAND_MAX, 0.5 * rand() / RAND_MAX, 2.0 * rand() / RAND_MAX,
+                           0.2 * rand() / RAND_MAX};
+        if (k % 4 == 0) c.d1 = 0;
+        double p[3];
+        int cap[3], nd[3] = {0, 0, 0};
+        bool fixed[3] = {false, false, false}, ok;
+        for (int i = 0; i < n; i++) p[i] = (double)rand() / RAND_MAX, cap[i] = 1 + rand() % 7;
+        double got = search(&c, n, p, cap, fixed, nd, &ok);
+        CHECK(ok);
+        for (int i = 0; i < n; i++) CHECK(nd[i] >= 0 && nd[i] <= cap[i]);
+        double want = brute(&c, n, p, cap);
+        CHECK(got <= want * (1 + 1e-12));
+        if (n == 1) {
+            CHECK_MSG(got >= want * (1 - 1e-9), "one slot: greedy %.6f, optimum %.6f", got, want);
+            exact1 += got >= want * (1 - 1e-9);
+        }
+        if (got / want < worst) worst = got / want;
+        cases++;
+    }
+    printf("  %d cases: worst greedy / optimum %.4f; one slot optimal in %d of %d\n", cases, worst, exact1, 1000);
+    CHECK(worst >= 0.99);
+}
+
+TEST_MAIN()
