@@ -8,10 +8,14 @@
  * dynamically. What it is not: a general task queue (no futures, no nesting: a task must not
  * call spex_pool_run, and only one thread at a time may call spex_pool_run on a pool).
  *
- * Waking and waiting. A decode step issues hundreds of pool runs a few microseconds apart, so
- * a futex round-trip per run would dominate small kernels; an idle pool, on the other hand,
- * must not burn cores. Both sides therefore spin for a bounded time (SPIN_NS, checking the
- * clock every few hundred pauses) and then block on a futex (a mutex/condvar pair off Linux).
+ * Waking and waiting. A decode step issues hundreds of pool runs and barriers a few
+ * microseconds apart, so a futex round-trip per wait would dominate small kernels; an idle
+ * pool, on the other hand, must not burn cores, and on a shared machine a spinning waiter
+ * keeps the core that the thread it waits for needs. Every wait (a worker's for the next
+ * run, the caller's for the workers, the barrier) therefore spins for an adaptive budget of
+ * at most 50 µs (tl_spin_ns, checking the clock every few hundred pauses) and then blocks on
+ * a futex (a mutex/condvar pair off Linux); docs/performance.md "The thread pool on a shared
+ * machine" has the measurements.
  * The system call to wake sleepers is made only when a sleeper has announced itself:
  *
  *   waker:   store(word)         ; if load(n_sleepers) > 0: wake(word)
@@ -40,7 +44,7 @@
  *
  * The barrier is sense-reversing in its generation-counter form: each thread reads the
  * barrier generation, then increments the arrival count; the last to arrive resets the count
- * and advances the generation, which releases the others (they spin, then yield). A
+ * and advances the generation, which releases the others (they spin, then sleep). A
  * generation counter needs no per-thread sense flag, which lets the barrier take only the
  * pool as argument.
  */
@@ -49,7 +53,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,10 +65,13 @@
 #endif
 
 #define SPEX_POOL_MAX_THREADS 1024
-/* How long a thread spins before it blocks. Long enough to cover the serial glue between two
- * kernels of one token step; short enough that an idle pool goes quiet almost at once. */
-#define SPIN_NS 200000LL
+/* The most a thread spins before it blocks. Long enough to cover the serial glue between two
+ * runs of one token step; short enough that an idle pool goes quiet almost at once. */
+#define SPIN_NS 50000LL
 #define CACHE_LINE 64
+/* How long a thread spins at a barrier before it blocks: barrier waits of an unloaded machine
+ * (the imbalance of dynamically chunked work) are a few microseconds. */
+#define BAR_SPIN_NS 50000LL
 
 typedef struct pool_worker {
     struct spex_pool *pool;
@@ -92,7 +98,8 @@ struct spex_pool {
     _Atomic uint32_t caller_sleeping;                  /* caller blocked on pending     */
     _Alignas(CACHE_LINE) _Atomic int64_t chunk;        /* next chunk index              */
     _Alignas(CACHE_LINE) _Atomic uint32_t bar_count;   /* arrivals at the barrier       */
-    _Alignas(CACHE_LINE) _Atomic uint32_t bar_gen;     /* barrier generation            */
+    _Alignas(CACHE_LINE) _Atomic uint32_t bar_gen;     /* barrier generation (futex word) */
+    _Atomic uint32_t bar_sleepers;                     /* threads blocked on bar_gen      */
 
 #if !defined(__linux__)
     pthread_mutex_t mu;
@@ -159,15 +166,35 @@ static void word_wake(spex_pool *pool, _Atomic uint32_t *word) {
 }
 #endif
 
-/* Blocks until *word != old: spin first, then announce in *sleepers and sleep. */
-static uint32_t wait_while_equal(spex_pool *pool, _Atomic uint32_t *word, uint32_t old,
-                                 _Atomic uint32_t *sleepers) {
-    uint32_t v = spin_while_equal(word, old, pool->spin_ns);
-    if (v != old) return v;
+/* This thread's current spin budget (ns), adapted per wait: a wait that ended while
+ * spinning doubles it (up to the caller's limit), a wait that had to sleep divides it by 8
+ * (down to SPIN_MIN_NS). On an idle machine waits end within the spin and the budget stays
+ * at its limit; on a shared one, where the thread being waited for is often descheduled for
+ * milliseconds, every wait would otherwise burn its whole budget before sleeping (hundreds
+ * of barriers per token: 50 µs each is 8 ms a token). */
+static _Thread_local long long tl_spin_ns = -1;
+#define SPIN_MIN_NS 1000LL
+
+/* Blocks until *word != old: spin (adaptive budget, at most spin_ns) first, then announce
+ * in *sleepers and sleep. */
+static uint32_t wait_while_equal_ns(spex_pool *pool, _Atomic uint32_t *word, uint32_t old,
+                                    _Atomic uint32_t *sleepers, long long spin_ns) {
+    if (tl_spin_ns < 0 || tl_spin_ns > spin_ns) tl_spin_ns = spin_ns;
+    uint32_t v = spin_while_equal(word, old, tl_spin_ns);
+    if (v != old) {
+        if (spin_ns > 0) tl_spin_ns = tl_spin_ns * 2 < spin_ns ? tl_spin_ns * 2 : spin_ns;
+        return v;
+    }
+    if (spin_ns > 0) tl_spin_ns = tl_spin_ns / 8 > SPIN_MIN_NS ? tl_spin_ns / 8 : SPIN_MIN_NS;
     atomic_fetch_add(sleepers, 1);
     while ((v = atomic_load(word)) == old) word_wait(pool, word, old);
     atomic_fetch_sub(sleepers, 1);
     return v;
+}
+
+static uint32_t wait_while_equal(spex_pool *pool, _Atomic uint32_t *word, uint32_t old,
+                                 _Atomic uint32_t *sleepers) {
+    return wait_while_equal_ns(pool, word, old, sleepers, pool->spin_ns);
 }
 
 /* ---- workers -------------------------------------------------------------------------- */
@@ -225,6 +252,7 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
     atomic_init(&pool->chunk, 0);
     atomic_init(&pool->bar_count, 0);
     atomic_init(&pool->bar_gen, 0);
+    atomic_init(&pool->bar_sleepers, 0);
 #if !defined(__linux__)
     pthread_mutex_init(&pool->mu, NULL);
     pthread_cond_init(&pool->cv, NULL);
@@ -281,10 +309,12 @@ void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx) {
 
     task(ctx, 0, pool->nth);
 
-    /* Wait for the workers: spin while they are likely to finish soon, then sleep. */
+    /* Wait for the workers: spin while they are likely to finish soon (the adaptive budget
+     * of wait_while_equal_ns), then sleep. */
     uint32_t v = atomic_load_explicit(&pool->pending, memory_order_acquire);
     if (v != 0 && pool->spin_ns > 0) {
-        long long deadline = now_ns() + pool->spin_ns;
+        if (tl_spin_ns < 0 || tl_spin_ns > BAR_SPIN_NS) tl_spin_ns = BAR_SPIN_NS;
+        long long deadline = now_ns() + tl_spin_ns;
         for (;;) {
             for (int i = 0; i < 128 && v != 0; i++) {
                 cpu_relax();
@@ -292,6 +322,8 @@ void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx) {
             }
             if (v == 0 || now_ns() >= deadline) break;
         }
+        if (v == 0) tl_spin_ns = tl_spin_ns * 2 < BAR_SPIN_NS ? tl_spin_ns * 2 : BAR_SPIN_NS;
+        else tl_spin_ns = tl_spin_ns / 8 > SPIN_MIN_NS ? tl_spin_ns / 8 : SPIN_MIN_NS;
     }
     if (v != 0) {
         atomic_store(&pool->caller_sleeping, 1);
@@ -305,16 +337,19 @@ void spex_pool_barrier(spex_pool *pool) {
     if (pool->nth == 1) return;
     uint32_t g = atomic_load_explicit(&pool->bar_gen, memory_order_acquire);
     if (atomic_fetch_add_explicit(&pool->bar_count, 1, memory_order_acq_rel) == (uint32_t)pool->nth - 1) {
-        /* Last to arrive: nobody touches bar_count again until bar_gen moves. */
+        /* Last to arrive: nobody touches bar_count again until bar_gen moves. seq_cst on
+         * bar_gen and bar_sleepers: the Dekker pattern of the header comment. */
         atomic_store_explicit(&pool->bar_count, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&pool->bar_gen, 1, memory_order_acq_rel);
+        atomic_fetch_add(&pool->bar_gen, 1);
+        if (atomic_load(&pool->bar_sleepers) > 0) word_wake(pool, &pool->bar_gen);
         return;
     }
-    for (int spins = 0;; spins++) {
-        if (atomic_load_explicit(&pool->bar_gen, memory_order_acquire) != g) return;
-        if (spins < 4096 && pool->spin_ns > 0) cpu_relax();
-        else sched_yield();
-    }
+    /* Spin briefly, then sleep. Sleeping matters when the machine is shared: a thread that
+     * spins (or sched_yields, which returns at once when it is alone on its core) keeps its
+     * core busy, so the thread everybody waits for stays queued behind another process on
+     * the other core; a blocked thread leaves its core idle and the scheduler pulls the late
+     * thread onto it (2.1x the decode rate at -t 2 with one core busy elsewhere). */
+    wait_while_equal_ns(pool, &pool->bar_gen, g, &pool->bar_sleepers, pool->spin_ns > 0 ? BAR_SPIN_NS : 0);
 }
 
 int64_t spex_pool_next_chunk(spex_pool *pool) {
