@@ -49,12 +49,20 @@ static void bm_probe_task(void *ctx, int ith, int nth) {
     if (ith < 64) p->sink[ith] = s;
 }
 
-/* Bytes of weights one decode step streams. */
+/* Bytes of weights one decode step streams: every tensor but the embedding's unused rows and
+ * the MTP blocks (blk.N.* with N >= the trunk's layer count: a plain decode step does not run
+ * them). */
 static uint64_t decode_bytes(const spex_model *m) {
     const spex_gguf *g = spex_model_gguf(m);
     const spex_tensor_info *embd = spex_model_token_embd(m), *head = spex_model_lm_head(m);
+    const int32_t n_layer = spex_model_get_hparams(m)->n_layer;
     uint64_t sum = 0;
-    for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) sum += spex_gguf_tensor(g, i)->nbytes;
+    for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) {
+        const spex_tensor_info *t = spex_gguf_tensor(g, i);
+        int blk = -1;
+        if (sscanf(t->name, "blk.%d.", &blk) == 1 && blk >= n_layer) continue;
+        sum += t->nbytes;
+    }
     if (head != embd) sum -= embd->nbytes - embd->nbytes / (uint64_t)embd->ne[1];
     return sum;
 }
