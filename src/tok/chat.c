@@ -41,8 +41,9 @@
  *  the last query always get the think block; a tool run's header needs a previous message
  *  (loop.previtem); no messages, no user query or a system message after the first are errors
  *  (the template raises); the generation prompt opens the think block: "<think>\n" when
- *  thinking, "<think>\n\n</think>\n\n" when not. Tools (the Qwen3.6 text of the same family;
- *  the 3.5 release file was not at hand): "<|im_start|>system\n# Tools\n\nYou have access to
+ *  thinking, "<think>\n\n</think>\n\n" when not. Tools (first written from the Qwen3.6 text of
+ *  the same family; since checked line by line against a public copy of the Qwen3.5 default
+ *  template, which has the same literals): "<|im_start|>system\n# Tools\n\nYou have access to
  *  the following functions:\n\n<tools>" + "\n" + tojson(tool) per tool + "\n</tools>" + the
  *  "If you choose to call a function ..." instructions + ("\n\n" + trimmed first system
  *  content, if non-empty) + "<|im_end|>\n". Tool calls use the XML form: "<tool_call>\n
