@@ -357,6 +357,63 @@ TEST(ops_topk) {
     }
 }
 
+/* Top-K in pieces (spex_ops_topk_empty / scan / merge, the drafter head's fused top-K): the
+ * row cut into chunks of 16..256 elements dealt to T heaps in increasing order, the heaps
+ * merged, equals the sorted reference — unless fewer than k elements exceed -inf, where merge
+ * must say so (the caller then falls back to one topk). */
+TEST(ops_topk_pieces) {
+    enum { N = 20000, T = 3 };
+    static float x[N];
+    static kv_pair sorted[N];
+    const int64_t ns[] = {1, 17, 257, 4099, N};
+    const int ks[] = {1, 5, 16, 64};
+    for (int ni = 0; ni < (int)(sizeof ns / sizeof ns[0]); ni++) {
+        const int64_t n = ns[ni];
+        for (int variant = 0; variant < 4; variant++) {
+            fill(x, n, -10.0f, 10.0f);
+            if (variant == 1)
+                for (int64_t i = 0; i < n; i++) x[i] = (float)(rnd_u32() % 7);
+            if (variant == 2)
+                for (int64_t i = 0; i < n; i++) x[i] = (float)i * 0.5f;
+            if (variant == 3)
+                for (int64_t i = 0; i < n; i++) x[i] = (i % 97 == 5) ? (float)(i % 13) : (i == 7 ? NAN : -INFINITY);
+            int64_t n_real = 0;
+            for (int64_t i = 0; i < n; i++) {
+                sorted[i] = (kv_pair){x[i], (int32_t)i};
+                n_real += x[i] > -INFINITY;
+            }
+            qsort(sorted, (size_t)n, sizeof sorted[0], pair_cmp);
+            for (int ki = 0; ki < (int)(sizeof ks / sizeof ks[0]); ki++) {
+                const int k = ks[ki];
+                int32_t hidx[T][64], oidx[64];
+                float hval[T][64], oval[64];
+                for (int t = 0; t < T; t++) spex_ops_topk_empty(hidx[t], hval[t], k);
+                for (int64_t o = 0; o < n;) {
+                    const int64_t len = 16 * (1 + (int64_t)(rnd_u32() % 16));
+                    const int64_t m = n - o < len ? n - o : len;
+                    const int t = (int)(rnd_u32() % T);
+                    spex_ops_topk_scan(x + o, m, (int32_t)o, k, hidx[t], hval[t]);
+                    o += m;
+                }
+                int32_t in_i[T * 64];
+                float in_v[T * 64];
+                for (int t = 0; t < T; t++) {
+                    memcpy(in_i + t * k, hidx[t], sizeof(int32_t) * (size_t)k);
+                    memcpy(in_v + t * k, hval[t], sizeof(float) * (size_t)k);
+                }
+                const int got = spex_ops_topk_merge(in_i, in_v, T * k, k, oidx, oval);
+                const int want = n_real < k ? (int)n_real : k;
+                CHECK_MSG(got == want, "pieces n=%lld k=%d v=%d: merge gave %d of %d", (long long)n, k, variant, got,
+                          want);
+                for (int j = 0; j < got; j++)
+                    CHECK_MSG(oidx[j] == sorted[j].i && same_bits(oval[j], x[oidx[j]]),
+                              "pieces n=%lld k=%d v=%d j=%d: idx %d vs %d", (long long)n, k, variant, j, oidx[j],
+                              sorted[j].i);
+            }
+        }
+    }
+}
+
 /* ---- F32 -> F16 ------------------------------------------------------------------------------- */
 
 /* Every ISA's conversion gives spex_f32_to_fp16's bits (NaN: some NaN) on every F16 value, the

@@ -239,6 +239,7 @@ void spex_matmul_task(const spex_matmul_args *a, int ith, int nth) {
         const int64_t no = a->n_out - o0 < p.crows ? a->n_out - o0 : p.crows;
         dot(a->n, W + (size_t)o0 * wrow, wrow, (int)no, xq + (size_t)r0 * xs, xs, (int)nr,
             a->Y + r0 * a->ldy + o0, (size_t)a->ldy);
+        if (a->on_chunk) a->on_chunk(a->chunk_ctx, ith, r0, nr, o0, no);
         c = a->pool ? spex_pool_next_chunk(a->pool) : c + nth;
     }
 }

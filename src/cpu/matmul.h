@@ -105,6 +105,12 @@ typedef struct spex_matmul_args {
     float *Y;             /* [n_rows][ldy], written, never read                          */
     int64_t ldy;
     void *ws;             /* workspace, spex_matmul_ws_size bytes                        */
+    /* Optional: called by the thread that computed a chunk, right after it, with the chunk's
+     * activation rows [r0, r0 + nr) and outputs [o0, o0 + no) — still in that thread's cache,
+     * so a consumer (the drafter head's top-K) reads them without a second pass over Y. A
+     * thread's chunks come in increasing order of (r0, o0). */
+    void (*on_chunk)(void *ctx, int ith, int64_t r0, int64_t nr, int64_t o0, int64_t no);
+    void *chunk_ctx;
 } spex_matmul_args;
 
 /* Workspace bytes for the converted activations (0 for float weights, which read X

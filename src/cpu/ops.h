@@ -115,6 +115,18 @@ int spex_ops_topk_begin(const float *x, int64_t n, int k, int32_t *idx, float *v
 void spex_ops_topk_push(int32_t *idx, float *val, int k, float v, int32_t i);
 int spex_ops_topk_finish(int32_t *idx, float *val, int k);
 
+/* Top-K in pieces (the drafter head's fused top-K): a heap of k entries starts as
+ * spex_ops_topk_empty (placeholders: value -inf, index INT32_MAX, below every real element
+ * that can enter), takes consecutive pieces x[0 .. n) with indices i0 .. i0 + n - 1 through
+ * spex_ops_topk_scan (indices increasing over the calls; elements enter as with
+ * spex_ops_topk_push), and several heaps are merged by spex_ops_topk_merge into the best k
+ * of their n_in entries, best first, ties by lower index — exactly what one topk over the
+ * concatenation gives when no placeholder survives (merge returns how many real entries it
+ * wrote; fewer than k means the input had fewer than k elements above -inf). */
+void spex_ops_topk_empty(int32_t *idx, float *val, int k);
+void spex_ops_topk_scan(const float *x, int64_t n, int32_t i0, int k, int32_t *idx, float *val);
+int spex_ops_topk_merge(const int32_t *idx_in, const float *val_in, int n_in, int k, int32_t *idx, float *val);
+
 /* ======================================================================== */
 /* Helpers on top of the table                                               */
 /* ======================================================================== */

@@ -46,7 +46,7 @@ void spex_draft_context_free(spex_draft_context *dc) {
     free(dc->v_cache);
     void *bufs[] = {dc->seq_len, dc->kv_f32, dc->x, dc->xn, dc->xc, dc->tmp, dc->q, dc->k, dc->v, dc->att,
                     dc->gate, dc->up, dc->rope, dc->da, dc->df, dc->hout, dc->logits, dc->gatev, dc->cand,
-                    dc->cand_u, dc->mm_ws, dc->attn_ws, dc->iy, dc->ic, dc->ik, dc->iv, dc->row_pos,
+                    dc->cand_u, dc->tk_idx, dc->tk_val, dc->mm_ws, dc->attn_ws, dc->iy, dc->ic, dc->ik, dc->iv, dc->row_pos,
                     dc->row_seq, dc->row_j, dc->row_tok, dc->row_slot, dc->seq_next, dc->seq_used, dc->blocks,
                     dc->blk_row0, dc->blk_slot0, dc->dbg_out, dc->dbg_da, dc->dbg_df};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
@@ -157,6 +157,8 @@ spex_status spex_draft_context_init(const spex_drafter *d, const spex_draft_cont
     c->gatev = spex_ctx_buf_alloc(ns * R * 4, &compute);
     c->cand = spex_ctx_buf_alloc(ns * (uint64_t)c->K * 4, &compute);
     c->cand_u = spex_ctx_buf_alloc(ns * (uint64_t)c->K * 4, &compute);
+    c->tk_idx = spex_ctx_buf_alloc((uint64_t)c->nth * ns * (uint64_t)c->K * 4, &compute);
+    c->tk_val = spex_ctx_buf_alloc((uint64_t)c->nth * ns * (uint64_t)c->K * 4, &compute);
     c->mm_ws = spex_ctx_buf_alloc(spex_dflash_mm_ws_size(d, c->nr_max, c->ns_max, p.n_inject_max), &compute);
     c->attn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * c->attn_ws_floats * 4, &compute);
     c->iy = spex_ctx_buf_alloc(ni * D * 4, &compute);
@@ -175,7 +177,7 @@ spex_status spex_draft_context_init(const spex_drafter *d, const spex_draft_cont
     c->blk_slot0 = spex_ctx_buf_alloc((NB + 1) * 4, &small);
     if (!c->k_cache || !c->v_cache || !c->seq_len || (p.kv_type == SPEX_TYPE_Q8_0 && !c->kv_f32) || !c->x ||
         !c->xn || !c->xc || !c->tmp || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope ||
-        !c->da || !c->df || !c->hout || !c->logits || !c->gatev || !c->cand || !c->cand_u || !c->mm_ws ||
+        !c->da || !c->df || !c->hout || !c->logits || !c->gatev || !c->cand || !c->cand_u || !c->mm_ws || !c->tk_idx || !c->tk_val ||
         !c->attn_ws || !c->iy || !c->ic || !c->ik || !c->iv || !c->row_pos || !c->row_seq || !c->row_j ||
         !c->row_tok || !c->row_slot || !c->seq_next || !c->seq_used || !c->blocks || !c->blk_row0 ||
         !c->blk_slot0) {

@@ -38,6 +38,10 @@
 #include <math.h>
 #include <string.h>
 
+/* Heap entries one slot's merge reads from the threads' heaps (threads × K); beyond it the
+ * slot takes the unfused topk over its row. */
+#define DRAFT_TOPK_MERGE_MAX 1024
+
 /* ======================================================================== */
 /* Phases                                                                    */
 /* ======================================================================== */
@@ -49,8 +53,11 @@ struct draft_phase {
     int layer;
     const spex_ops_kernels *ops;
     bool has_mm;
+    bool head;   /* the output head: the top-K is fused into the matmul's chunks (head_chunk) */
     spex_matmul_args mm;
 };
+
+static void head_chunk(void *ctx, int ith, int64_t r0, int64_t nr, int64_t o0, int64_t no);
 
 static void phase_task(void *arg, int ith, int nth) {
     spex_draft_context *c = arg;
@@ -73,6 +80,7 @@ static void run_phase(spex_draft_context *c, draft_phase *ph, pre_fn pre, int la
         ph->mm = (spex_matmul_args){
             .pool = c->pool, .wtype = w->type, .W = w->data, .n_out = w->n_out, .n = w->n_in,
             .X = X, .ldx = ldx, .n_rows = n_rows, .Y = Y, .ldy = w->n_out, .ws = c->mm_ws,
+            .on_chunk = ph->head ? head_chunk : NULL, .chunk_ctx = c,
         };
     }
     c->phase = ph;
@@ -344,24 +352,58 @@ static void pre_output(spex_draft_context *c, const draft_phase *ph, int ith, in
         const int32_t sl = c->row_slot[r];
         if (sl >= 0) ph->ops->rmsnorm(x, d->output_norm, c->hout + (int64_t)sl * D, D, d->hp.rms_eps);
     }
+    /* this thread's top-K heaps, filled by head_chunk during the head's matmul */
+    const size_t nk = (size_t)c->n_slots * (size_t)c->K, off = (size_t)ith * (size_t)c->ns_max * (size_t)c->K;
+    spex_ops_topk_empty(c->tk_idx + off, c->tk_val + off, (int)nk);
 }
 
-/* Logit transforms (§11.3), then the slot's top-K sorted by value descending, ties by lower
- * id (§12.3: the ops table's topk has exactly that order). */
-static void pre_select(spex_draft_context *c, const draft_phase *ph, int ith, int nth) {
+/* The logit transforms of §11.3 on z[0 .. n). */
+static void logit_transforms(const spex_drafter_hparams *hp, const spex_ops_kernels *ops, float *z, int64_t n) {
+    if (hp->logit_scale != 0.0f && hp->logit_scale != 1.0f) ops->scale(z, hp->logit_scale, z, n);
+    if (hp->softcap > 0.0f) {
+        const float cap = hp->softcap, inv = 1.0f / hp->softcap;
+        for (int64_t i = 0; i < n; i++) z[i] = cap * tanhf(z[i] * inv);
+    }
+}
+
+/* A chunk of the head's output (slot rows [r0, r0 + nr), vocabulary [o0, o0 + no)), still in
+ * this thread's cache: transforms in place, then into this thread's heap of each slot. The
+ * full-vocabulary rows are never scanned again (issue 8: fused head + top-K). */
+static void head_chunk(void *ctx, int ith, int64_t r0, int64_t nr, int64_t o0, int64_t no) {
+    spex_draft_context *c = ctx;
     const spex_drafter_hparams *hp = &c->d->hp;
     const int64_t V = hp->n_vocab;
     const int K = c->K;
+    for (int64_t r = r0; r < r0 + nr; r++) {
+        float *z = c->logits + r * V + o0;
+        logit_transforms(hp, c->phase->ops, z, no);
+        const size_t off = ((size_t)ith * (size_t)c->ns_max + (size_t)r) * (size_t)K;
+        spex_ops_topk_scan(z, no, (int32_t)o0, K, c->tk_idx + off, c->tk_val + off);
+    }
+}
+
+/* The slot's top-K, sorted by value descending, ties by lower id (§12.3: the ops table's
+ * topk has exactly that order): the merge of every thread's heap (head_chunk). A heap merge
+ * with fewer than K real entries (fewer than K logits above -inf) falls back to one topk
+ * over the transformed row, which is then complete. */
+static void pre_select(spex_draft_context *c, const draft_phase *ph, int ith, int nth) {
+    const int64_t V = c->d->hp.n_vocab;
+    const int K = c->K;
     int64_t s0, s1;
     row_split(c->n_slots, ith, nth, &s0, &s1);
+    int32_t idx_in[DRAFT_TOPK_MERGE_MAX];
+    float val_in[DRAFT_TOPK_MERGE_MAX];
     for (int64_t s = s0; s < s1; s++) {
-        float *z = c->logits + s * V;
-        if (hp->logit_scale != 0.0f && hp->logit_scale != 1.0f) ph->ops->scale(z, hp->logit_scale, z, V);
-        if (hp->softcap > 0.0f) {
-            const float cap = hp->softcap, inv = 1.0f / hp->softcap;
-            for (int64_t i = 0; i < V; i++) z[i] = cap * tanhf(z[i] * inv);
+        int n_in = 0;
+        for (int t = 0; t < c->nth && n_in + K <= DRAFT_TOPK_MERGE_MAX; t++) {
+            const size_t off = ((size_t)t * (size_t)c->ns_max + (size_t)s) * (size_t)K;
+            memcpy(idx_in + n_in, c->tk_idx + off, sizeof(int32_t) * (size_t)K);
+            memcpy(val_in + n_in, c->tk_val + off, sizeof(float) * (size_t)K);
+            n_in += K;
         }
-        ph->ops->topk(z, V, K, c->cand + s * K, c->cand_u + s * K);
+        int got = n_in == c->nth * K ? spex_ops_topk_merge(idx_in, val_in, n_in, K, c->cand + s * K, c->cand_u + s * K)
+                                     : -1;
+        if (got < K) ph->ops->topk(c->logits + s * V, V, K, c->cand + s * K, c->cand_u + s * K);
     }
 }
 
@@ -405,7 +447,9 @@ void spex_dflash_forward_blocks(spex_draft_context *c) {
         run_phase(c, &ph, NULL, l, &L->w_up, ua, D, n, c->up);
         run_phase(c, &ph, pre_swiglu, l, &L->w_down, c->gate, F, n, c->tmp);
     }
+    ph.head = true;
     run_phase(c, &ph, pre_output, hp->n_layer, &d->head, c->hout, D, c->n_slots, c->logits);
+    ph.head = false;
     if (c->debug) memcpy(c->dbg_out + (size_t)(hp->n_layer - 1) * dbg_stride * D, c->x, (size_t)n * xrow);
     run_phase(c, &ph, pre_select, hp->n_layer, v2 ? &d->sel_hidden : NULL, c->hout, D, c->n_slots, c->gatev);
     c->phase = NULL;

@@ -158,6 +158,46 @@ int spex_ops_topk_finish(int32_t *idx, float *val, int k) {
     return k;
 }
 
+void spex_ops_topk_empty(int32_t *idx, float *val, int k) {
+    for (int i = 0; i < k; i++) idx[i] = INT32_MAX, val[i] = -INFINITY;
+}
+
+void spex_ops_topk_scan(const float *x, int64_t n, int32_t i0, int k, int32_t *idx, float *val) {
+    if (k <= 0) return;
+    /* Most elements do not enter: a block of 16 is tested against the root with plain
+     * compares the compiler vectorises (NaN never enters: its key is -inf), and only a block
+     * with a candidate goes through the heap. */
+    int64_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const float thr = topk_key(val[0]);
+        int any = 0;
+        for (int b = 0; b < 16; b++) any |= x[j + b] > thr;
+        if (!any) continue;
+        for (int b = 0; b < 16; b++) spex_ops_topk_push(idx, val, k, x[j + b], i0 + (int32_t)(j + b));
+    }
+    for (; j < n; j++) spex_ops_topk_push(idx, val, k, x[j], i0 + (int32_t)j);
+}
+
+int spex_ops_topk_merge(const int32_t *idx_in, const float *val_in, int n_in, int k, int32_t *idx, float *val) {
+    if (k <= 0) return 0;
+    int m = 0;   /* idx/val[0 .. m) sorted best first */
+    for (int i = 0; i < n_in; i++) {
+        const float v = val_in[i];
+        const int32_t ix = idx_in[i];
+        if (ix == INT32_MAX) continue;   /* a placeholder */
+        if (m == k && !topk_worse(val[m - 1], idx[m - 1], v, ix)) continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && topk_worse(val[j - 1], idx[j - 1], v, ix)) {
+            val[j] = val[j - 1];
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        val[j] = v;
+        idx[j] = ix;
+    }
+    return m;
+}
+
 static int topk_ref(const float *x, int64_t n, int k, int32_t *idx, float *val) {
     k = spex_ops_topk_begin(x, n, k, idx, val);
     for (int64_t i = k; i < n; i++) spex_ops_topk_push(idx, val, k, x[i], (int32_t)i);
