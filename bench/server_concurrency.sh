@@ -6,6 +6,8 @@
 # The machine is shared and one server run moves by up to 2x, so each cell is the MEDIAN of
 # REPS runs (default 3), each on a fresh server, the two modes alternating run by run so that a
 # burst of load hits both. REQS requests per client per run (default 12). Check `uptime` first.
+# TARGET / DRAFTER (default models/target.gguf, models/drafter.gguf) choose the pair, e.g. the
+# inflated one of docs/inflate.md; NPS (default "1 2 4 8") the -np values; THREADS (default 2).
 # Usage: [REPS=3] [REQS=12] bench/server_concurrency.sh [BUILD_DIR]   (needs node, tests/node/node_modules)
 set -euo pipefail
 out=${1:-build}
@@ -16,9 +18,9 @@ reqs=${REQS:-12}
 # one_run NP MODE -> "aggregate_tps per_request_tps"
 one_run() {
   local np=$1 mode=$2 extra=() log port pid r
-  [ "$mode" = dflash ] && extra=(-md models/drafter.gguf)
+  [ "$mode" = dflash ] && extra=(-md "${DRAFTER:-models/drafter.gguf}")
   log=$(mktemp)
-  "$spex" serve -m models/target.gguf "${extra[@]}" -np "$np" -c $((np * 1024)) --port 0 -t "${THREADS:-2}" >"$log" 2>&1 &
+  "$spex" serve -m "${TARGET:-models/target.gguf}" "${extra[@]}" -np "$np" -c $((np * 1024)) --port 0 -t "${THREADS:-2}" >"$log" 2>&1 &
   pid=$!
   port=""
   for _ in $(seq 100); do
@@ -38,7 +40,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2
 printf 'load average at the start: %s\n\n' "$(cut -d' ' -f1-3 /proc/loadavg)"
 printf '| -np | no speculation t/s | per request | DFlash2 t/s | per request | DFlash2 / none | runs |\n'
 printf '| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n'
-for np in 1 2 4 8; do
+for np in ${NPS:-1 2 4 8}; do
   an=(); pn=(); ad=(); pd=()
   for _ in $(seq "$reps"); do
     read -r a p <<<"$(one_run "$np" none)";   an+=("$a"); pn+=("$p")
