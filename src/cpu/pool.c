@@ -12,10 +12,10 @@
  * microseconds apart, so a futex round-trip per wait would dominate small kernels; an idle
  * pool, on the other hand, must not burn cores, and on a shared machine a spinning waiter
  * keeps the core that the thread it waits for needs. Every wait (a worker's for the next
- * run, the caller's for the workers, the barrier) therefore spins for an adaptive budget of
- * at most 50 µs (tl_spin_ns, checking the clock every few hundred pauses) and then blocks on
- * a futex (a mutex/condvar pair off Linux); docs/performance.md "The thread pool on a shared
- * machine" has the measurements.
+ * run, the caller's for the workers, the barrier) therefore spins for an adaptive budget
+ * (tl_spin_ns, checking the clock every few hundred pauses; at most SPIN_NS for a worker
+ * between runs, BAR_SPIN_NS inside a run) and then blocks on a futex (a mutex/condvar pair
+ * off Linux); docs/performance.md "The thread pool on a shared machine" has the measurements.
  * The system call to wake sleepers is made only when a sleeper has announced itself:
  *
  *   waker:   store(word)         ; if load(n_sleepers) > 0: wake(word)
@@ -67,7 +67,7 @@
 #define SPEX_POOL_MAX_THREADS 1024
 /* The most a thread spins before it blocks. Long enough to cover the serial glue between two
  * runs of one token step; short enough that an idle pool goes quiet almost at once. */
-#define SPIN_NS 50000LL
+#define SPIN_NS 200000LL
 #define CACHE_LINE 64
 /* How long a thread spins at a barrier before it blocks: barrier waits of an unloaded machine
  * (the imbalance of dynamically chunked work) are a few microseconds. */
