@@ -1121,9 +1121,10 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
                            spex_spec_out *out, spex_error *err);
 
 /* Positions the target holds for seq. The draft cache holds the same positions (Invariant A)
- * except the last spex_spec_seq_pending of them: tokens verified in steps where seq did not
- * draft, whose features wait (at most 32) and are injected in one batch before its next
- * draft, so a sequence that does not draft costs no drafter work per token. */
+ * except the last spex_spec_seq_pending of them: prompt tokens and tokens verified in steps
+ * where seq did not draft, whose features wait (up to a per-sequence capacity: 64 MiB over
+ * all sequences, at least 32 rows, at most the context) and are injected in one batch before
+ * its next draft, so a sequence that does not draft costs no drafter work per token. */
 int32_t spex_spec_seq_len(const spex_spec *s, int32_t seq);
 int32_t spex_spec_seq_pending(const spex_spec *s, int32_t seq);
 

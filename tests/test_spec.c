@@ -629,7 +629,8 @@ TEST(feed_start_prefix_reuse) {
             CHECK_OK(spex_spec_seq_feed(p.s, 0, keep, PROMPTS[2] + keep, PROMPT_LEN[2] - 1 - keep, &e));
         }
         CHECK_EQ_INT(spex_spec_seq_len(p.s, 0), PROMPT_LEN[2] - 1);
-        CHECK_EQ_INT(spex_draft_kv_seq_len(p.dc, 0), PROMPT_LEN[2] - 1);
+        /* the prompt's features wait in the pending buffer until the first draft */
+        CHECK_EQ_INT(spex_draft_kv_seq_len(p.dc, 0) + spex_spec_seq_pending(p.s, 0), PROMPT_LEN[2] - 1);
         CHECK_OK(spex_spec_seq_start(p.s, 0, PROMPTS[2][PROMPT_LEN[2] - 1], smp, &first, &e));
         int32_t got[64];
         int have = 0;
@@ -662,6 +663,7 @@ TEST(deferred_injection_equals_eager) {
     CHECK(pair_open(&a, TGT_F32, DRAFT2, 1, 7, SPEX_TYPE_F32));
     CHECK(pair_open(&b, TGT_F32, DRAFT2, 1, 7, SPEX_TYPE_F32));
     spex_spec_test_break(b.s, SPEX_SPEC_TEST_NO_DEFER);
+    CHECK_EQ_INT(spex_spec_test_pend_cap(a.s, 32), 32);   /* so the schedule below overflows it */
     spex_sampler *sa = make_sampler(greedy_params(), 256), *sb = make_sampler(greedy_params(), 256);
     CHECK(sa && sb);
     spex_error e = {0};
@@ -719,6 +721,7 @@ TEST(deferred_injection_multi_sequence) {
     for (int s = 0; s < MAX_SEQ; s++) CHECK(target_only(TGT_F32, PROMPTS[s], PROMPT_LEN[s], greedy_params(), 150, ref[s]));
     pair p;
     CHECK(pair_open(&p, TGT_F32, DRAFT2, MAX_SEQ, 7, SPEX_TYPE_F32));
+    CHECK_EQ_INT(spex_spec_test_pend_cap(p.s, 32), 32);
     spex_sampler *smp[MAX_SEQ];
     spex_error e = {0};
     int have[MAX_SEQ];

@@ -23,10 +23,11 @@
  * exactly the positions its target cache holds, less the features still pending (below); a
  * mismatch is SPEX_ERR_INTERNAL.
  *
- * Deferred injection. A sequence that does not draft in a step (the server's adaptive draft
- * length turned it off, or its budget left no room) keeps its verified row's features in a
- * small per-sequence buffer instead of injecting them; they are injected in one batch right
- * before its next draft (or when 32 are waiting). Drafting off then costs only the taps.
+ * Deferred injection. A prompt's features, and those of a step where a sequence does not
+ * draft (the server's adaptive draft length turned it off, or its budget left no room), wait
+ * in a per-sequence buffer instead of being injected; they are injected in one batch right
+ * before its next draft (or when the buffer is full: pend_cap rows). Drafting off then costs
+ * only the taps, and a request that never drafts costs no drafter work at all.
  *
  * MTP drafter (spex_spec_init_mtp; targets.md §8.2). Instead of injecting features, every
  * target batch is followed by the MTP catch-up: its rows (token at p, the target's id-N tap
@@ -58,15 +59,18 @@ typedef struct spec_seq {
     spex_rng rng_accept;        /* acceptance uniforms                               */
     spex_spec_path path;
     spex_spec_stats st;
-    float *pend;                /* [SPEC_PEND_MAX][feat_w] features not yet injected */
+    float *pend;                /* [pend_cap][feat_w] features not yet injected       */
     int32_t n_pend;             /* they belong to positions draft_len .. + n_pend - 1 */
     float *mtp_h;               /* MTP: [E] target tap N of position len - 1 (carried) */
 } spec_seq;
 
-/* Features of tokens verified without a draft wait here until the sequence's next draft (or
- * until SPEC_PEND_MAX of them are waiting), then go into the draft cache in one batch: a slot
- * the server does not let draft pays no drafter work per token. */
-#define SPEC_PEND_MAX 32
+/* Features of prompt tokens and of tokens verified without a draft wait here until the
+ * sequence's next draft (or until pend_cap of them are waiting), then go into the draft cache
+ * in one batch: a slot the server does not let draft pays no drafter work per token, and a
+ * request that never drafts pays none at all. pend_cap: SPEC_PEND_BYTES over all sequences,
+ * at least SPEC_PEND_MIN rows each, at most the context. */
+#define SPEC_PEND_MIN 32
+#define SPEC_PEND_BYTES ((size_t)64 << 20)
 
 struct spex_spec {
     spex_context *t;            /* borrowed */
@@ -77,6 +81,7 @@ struct spex_spec {
     void *fn_user;
     int32_t n_seq, n_vocab, n_batch_max, n_out_max, n_ctx, feat_w;
     int32_t dc_ctx, dc_inject_max, dc_blocks_max;
+    int32_t pend_cap;           /* pending feature rows per sequence               */
     spec_seq *seq;              /* [n_seq]                                 */
     spex_spec_stats total;
     int test_break;             /* spec_test.h modes (tests only): broken rule, eager injection */
@@ -90,8 +95,8 @@ struct spex_spec {
     spex_token_prob *dist;      /* [V]                                     */
     spex_token_prob *resid;     /* [V]                                     */
     float *feat;                /* [n_out_max][feat_w] accepted features   */
-    float *pend_all;            /* [n_seq][SPEC_PEND_MAX][feat_w]          */
-    int32_t *pend_seq, *pend_pos; /* [SPEC_PEND_MAX] flush_pending's own row ids: a flush may
+    float *pend_all;            /* [n_seq][pend_cap][feat_w]               */
+    int32_t *pend_seq, *pend_pos; /* [dc_inject_max] flush_pending's own row ids: a flush may
                                    * happen while a step is filling inj_seq / inj_pos        */
     int32_t *inj_seq, *inj_pos; /* [n_out_max]                             */
     /* MTP: catch-up rows and the draft blocks of a step */
@@ -254,9 +259,15 @@ static spex_status spec_init(spex_context *tctx, spex_draft_context *dc, spex_mt
     s->inj_seq = malloc(sizeof(int32_t) * (size_t)nb);
     s->inj_pos = malloc(sizeof(int32_t) * (size_t)nb);
     s->feat = feat_w ? malloc(sizeof(float) * (size_t)nb * (size_t)feat_w) : NULL;
-    s->pend_all = feat_w ? malloc(sizeof(float) * (size_t)s->n_seq * SPEC_PEND_MAX * (size_t)feat_w) : NULL;
-    s->pend_seq = malloc(sizeof(int32_t) * SPEC_PEND_MAX);
-    s->pend_pos = malloc(sizeof(int32_t) * SPEC_PEND_MAX);
+    if (feat_w) {
+        size_t cap = SPEC_PEND_BYTES / ((size_t)s->n_seq * (size_t)feat_w * sizeof(float));
+        if (cap < SPEC_PEND_MIN) cap = SPEC_PEND_MIN;
+        if (cap > (size_t)s->n_ctx) cap = (size_t)s->n_ctx;
+        s->pend_cap = (int32_t)cap;
+    }
+    s->pend_all = feat_w ? malloc(sizeof(float) * (size_t)s->n_seq * (size_t)s->pend_cap * (size_t)feat_w) : NULL;
+    s->pend_seq = malloc(sizeof(int32_t) * (size_t)(dc_inject > 0 ? dc_inject : 1));
+    s->pend_pos = malloc(sizeof(int32_t) * (size_t)(dc_inject > 0 ? dc_inject : 1));
     if (!s->seq || !s->batch || !s->drafts || !s->blocks || !s->nd || !s->row0 || !s->dist || !s->resid ||
         !s->inj_seq || !s->inj_pos || !s->pend_seq || !s->pend_pos || (feat_w && (!s->feat || !s->pend_all))) {
         spex_spec_free(s);
@@ -264,7 +275,7 @@ static spex_status spec_init(spex_context *tctx, spex_draft_context *dc, spex_mt
     }
     if (feat_w)
         for (int32_t i = 0; i < s->n_seq; i++)
-            s->seq[i].pend = s->pend_all + (size_t)i * SPEC_PEND_MAX * (size_t)feat_w;
+            s->seq[i].pend = s->pend_all + (size_t)i * (size_t)s->pend_cap * (size_t)feat_w;
     if (mtp) {
         const size_t E = (size_t)s->E;
         s->mtp_h_all = calloc((size_t)s->n_seq * E, sizeof(float));
@@ -328,6 +339,11 @@ void spex_spec_free(spex_spec *s) {
 }
 
 const spex_spec_params *spex_spec_get_params(const spex_spec *s) { return s ? &s->p : NULL; }
+
+int32_t spex_spec_test_pend_cap(spex_spec *s, int32_t cap) {
+    if (s && cap >= 1 && cap < s->pend_cap) s->pend_cap = cap;
+    return s ? s->pend_cap : 0;
+}
 
 void spex_spec_test_break(spex_spec *s, int mode) {
     if (s) s->test_break = mode;
@@ -430,9 +446,9 @@ static spex_status flush_pending(spex_spec *s, int32_t seq, spex_error *err) {
     return SPEX_OK;
 }
 
-/* Both caches of seq (pending features included) back to n_keep positions; what stays
- * pending is injected, so the draft cache then equals the target's. n_keep must not exceed
- * the target length. */
+/* Both caches of seq (pending features included) back to n_keep positions; the draft cache
+ * plus what stays pending then equals the target's. n_keep must not exceed the target
+ * length. */
 static spex_status settle(spex_spec *s, int32_t seq, int32_t n_keep, spex_error *err) {
     spec_seq *q = &s->seq[seq];
     const int32_t len = spex_kv_seq_len(s->t, seq);
@@ -457,8 +473,8 @@ static spex_status settle(spex_spec *s, int32_t seq, int32_t n_keep, spex_error 
     if (n_keep - dl > q->n_pend)
         return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: draft cache %d + pending %d < %d", seq, dl,
                               q->n_pend, n_keep);
-    q->n_pend = n_keep - dl;
-    return flush_pending(s, seq, err);
+    q->n_pend = n_keep - dl;   /* still pending: injected before the next draft */
+    return SPEX_OK;
 }
 
 static bool has_penalties(const spex_sampler_params *sp) {
@@ -503,8 +519,26 @@ spex_status spex_spec_seq_rewind(spex_spec *s, int32_t seq, int32_t n_keep, int3
     return SPEX_OK;
 }
 
+/* The features of the target batch's rows [0, k) (seq, positions pos0 ..): appended to the
+ * pending ones while they fit (the draft cache plus the pending rows then reach pos0 + k),
+ * else the pending ones and these go into the draft cache now. */
+static spex_status defer_or_inject(spex_spec *s, int32_t seq, int32_t k, int32_t pos0, spex_error *err) {
+    spec_seq *q = &s->seq[seq];
+    if (spex_draft_kv_seq_len(s->dc, seq) + q->n_pend != pos0)
+        return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: draft cache %d + pending %d != position %d",
+                              seq, spex_draft_kv_seq_len(s->dc, seq), q->n_pend, pos0);
+    if (q->n_pend + k <= s->pend_cap && s->test_break != SPEX_SPEC_TEST_NO_DEFER) {
+        if (!spex_taps(s->t)) return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: the target context produced no taps");
+        memcpy(q->pend + (size_t)q->n_pend * (size_t)s->feat_w, spex_taps(s->t), sizeof(float) * (size_t)k * (size_t)s->feat_w);
+        q->n_pend += k;
+        return SPEX_OK;
+    }
+    spex_status st = flush_pending(s, seq, err);
+    return st == SPEX_OK ? inject_rows(s, seq, 0, k, pos0, err) : st;
+}
+
 /* Runs tokens[0 .. n) of seq at positions pos0 .. through the target in batches, the last
- * one with logits when `logits_last`, injecting every batch's features. */
+ * one with logits when `logits_last`, deferring or injecting every batch's features. */
 static spex_status run_tokens(spex_spec *s, int32_t seq, int32_t pos0, const int32_t *tokens, int32_t n,
                               bool logits_last, spex_error *err) {
     for (int32_t done = 0; done < n;) {
@@ -514,7 +548,7 @@ static spex_status run_tokens(spex_spec *s, int32_t seq, int32_t pos0, const int
                                              .logits = logits_last && done + i == n - 1};
         spex_batch b = {.tokens = s->batch, .n_tokens = k};
         spex_status st = spex_forward(s->t, &b, err);
-        if (st == SPEX_OK && s->dc) st = inject_rows(s, seq, 0, k, pos0 + done, err);
+        if (st == SPEX_OK && s->dc) st = defer_or_inject(s, seq, k, pos0 + done, err);
         if (st == SPEX_OK && s->mtp) {
             int32_t nm = mtp_stage(s, 0, seq, tokens + done, 0, k, pos0 + done);
             st = spex_mtp_feed(s->mtp, s->m_tok, s->m_pos, s->m_seq, s->m_h, nm, err);
@@ -570,11 +604,9 @@ spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sa
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sampler vocabulary %d != model vocabulary %d",
                               spex_sampler_n_vocab(sampler), s->n_vocab);
     int32_t pos = spex_kv_seq_len(s->t, seq);
-    spex_status fs = flush_pending(s, seq, err);
-    if (fs != SPEX_OK) return fs;
-    if (s->dc && spex_draft_kv_seq_len(s->dc, seq) != pos)
-        return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: draft cache %d positions, target %d", seq,
-                              spex_draft_kv_seq_len(s->dc, seq), pos);
+    if (s->dc && spex_draft_kv_seq_len(s->dc, seq) + s->seq[seq].n_pend != pos)
+        return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: draft cache %d positions + %d pending, target %d",
+                              seq, spex_draft_kv_seq_len(s->dc, seq), s->seq[seq].n_pend, pos);
     if (s->mtp && spex_mtp_seq_len(s->mtp, seq) != pos)
         return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: sequence %d: MTP cache %d positions, target %d", seq,
                               spex_mtp_seq_len(s->mtp, seq), pos);
@@ -801,7 +833,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
         if ((st = accept_seq(s, sq, &s->drafts[i], n, s->row0[i], &out[i], &m, err))) return st;
         if ((st = spex_kv_seq_truncate(s->t, sq, P + m + 1, err))) return st;
         spec_seq *q = &s->seq[sq];
-        if (s->dc && n == 0 && q->n_pend < SPEC_PEND_MAX && s->test_break != SPEX_SPEC_TEST_NO_DEFER) {
+        if (s->dc && n == 0 && q->n_pend < s->pend_cap && s->test_break != SPEX_SPEC_TEST_NO_DEFER) {
             /* No draft this step: defer the one verified row (the anchor). */
             memcpy(q->pend + (size_t)q->n_pend * (size_t)s->feat_w, spex_taps(s->t) + (size_t)s->row0[i] * (size_t)s->feat_w,
                    sizeof(float) * (size_t)s->feat_w);

@@ -16,4 +16,9 @@
 
 void spex_spec_test_break(spex_spec *s, int mode);
 
+/* Lowers the pending-feature capacity per sequence (tests: a small cap makes the overflow
+ * flush happen on tiny models, whose natural cap is the whole context); returns the cap in
+ * force (the natural one when cap is not below it). */
+int32_t spex_spec_test_pend_cap(spex_spec *s, int32_t cap);
+
 #endif
