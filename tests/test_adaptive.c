@@ -59,7 +59,7 @@ TEST(fixed_drafter_cost_gets_whole_blocks) {
     /* v 1 + 0.1·rows, drafter 1.5 per step whatever its rows, p 0.9, cap 7:
      * no draft 1/1.1 = 0.91 tok/s; one position (1.9)/(2.7) = 0.70 (a one-position search
      * stops here); seven 5.70/(3.3) = 1.73 */
-    srv_step_cost c = {1.0, 0.1, 1.5, 0.0};
+    srv_step_cost c = {.v0 = 1.0, .v1 = 0.1, .d0 = 1.5, .d1 = 0.0};
     double p[1] = {0.9};
     int cap[1] = {7}, nd[1] = {0};
     bool fixed[1] = {false}, ok;
@@ -70,7 +70,7 @@ TEST(fixed_drafter_cost_gets_whole_blocks) {
 }
 
 TEST(expensive_rows_turn_drafting_off) {
-    srv_step_cost c = {1.0, 1.0, 0.5, 0.05};
+    srv_step_cost c = {.v0 = 1.0, .v1 = 1.0, .d0 = 0.5, .d1 = 0.05};
     double p[4] = {0.6, 0.7, 0.5, 0.65};
     int cap[4] = {7, 7, 7, 7}, nd[4] = {0};
     bool fixed[4] = {false}, ok;
@@ -80,7 +80,7 @@ TEST(expensive_rows_turn_drafting_off) {
 }
 
 TEST(caps_and_fixed_slots) {
-    srv_step_cost c = {5.0, 0.01, 0.2, 0.01};   /* cheap rows: everyone wants full drafts */
+    srv_step_cost c = {.v0 = 5.0, .v1 = 0.01, .d0 = 0.2, .d1 = 0.01};   /* cheap rows: everyone wants full drafts */
     double p[3] = {0.95, 0.95, 0.95};
     int cap[3] = {7, 3, 7}, nd[3] = {0, 0, 2};
     bool fixed[3] = {false, false, true}, ok;
@@ -89,6 +89,29 @@ TEST(caps_and_fixed_slots) {
     CHECK_EQ_INT(nd[0], 7);
     CHECK_EQ_INT(nd[1], 3);
     CHECK_EQ_INT(nd[2], 2);
+}
+
+/* A measured bucket overrides the linear fit: 8 slots whose fit (1 + 0.01·rows) makes full
+ * drafts look nearly free draft fully; once 64-row steps were measured at 20 (a compute-bound
+ * batch the line does not predict), nobody drafts. */
+TEST(measured_bucket_overrides_the_fit) {
+    srv_bucket vb[SRV_BUCKETS] = {{0}}, db[SRV_BUCKETS] = {{0}};
+    srv_step_cost c = {.v0 = 1.0, .v1 = 0.01, .d0 = 0.3, .d1 = 0.0, .vb = vb, .db = db};
+    double p[8];
+    int cap[8], nd[8];
+    bool fixed[8] = {false}, ok;
+    for (int i = 0; i < 8; i++) p[i] = 0.8, cap[i] = 7, nd[i] = 0;
+    search(&c, 8, p, cap, fixed, nd, &ok);
+    CHECK(ok);
+    CHECK_EQ_INT(nd[0], 7);
+    vb[6] = (srv_bucket){.t = 20.0, .r = 64.0, .w = 1.0};   /* rows 64..127 measured: 20 per step */
+    for (int i = 0; i < 8; i++) nd[i] = 0;
+    search(&c, 8, p, cap, fixed, nd, &ok);
+    CHECK(ok);
+    int drafted = 0;
+    for (int i = 0; i < 8; i++) drafted += nd[i];
+    CHECK_MSG(drafted < 56, "still drafting everything: %d rows", drafted);
+    CHECK(drafted * 1 + 8 < 64);   /* the search keeps below the measured bucket */
 }
 
 /* Best rate over all length combinations of n ≤ 3 slots with caps ≤ 7. */
@@ -112,8 +135,8 @@ TEST(greedy_against_brute_force) {
     int exact1 = 0, cases = 0;
     for (int k = 0; k < 3000; k++) {
         int n = 1 + k % 3;
-        srv_step_cost c = {0.2 + 2.0 * rand() / RAND_MAX, 0.5 * rand() / RAND_MAX, 2.0 * rand() / RAND_MAX,
-                           0.2 * rand() / RAND_MAX};
+        srv_step_cost c = {.v0 = 0.2 + 2.0 * rand() / RAND_MAX, .v1 = 0.5 * rand() / RAND_MAX,
+                           .d0 = 2.0 * rand() / RAND_MAX, .d1 = 0.2 * rand() / RAND_MAX};
         if (k % 4 == 0) c.d1 = 0;
         double p[3];
         int cap[3], nd[3] = {0, 0, 0};

@@ -19,7 +19,10 @@
  * Adaptive draft length (§14.2 rule 5; docs/server.md "Speculation under concurrency"):
  *  - cost model, measured online: the target verify time of a step is fitted as v0 + v1·rows
  *    (rows = Σ(n_s + 1)), the drafter time as d0 + d1·rows_drafted, both by exponentially
- *    decayed least squares over spex_spec_total_stats deltas;
+ *    decayed least squares over spex_spec_total_stats deltas; and each step's times also go
+ *    into buckets by row count (powers of two), whose measured means replace the line where
+ *    they exist (a 64-row verify on a small target is compute-bound, dearer than the line
+ *    through 8-row steps predicts);
  *  - acceptance: each slot keeps decayed counts of accepted / rejected draft positions, a
  *    geometric model p_s, so E_s(n) = Σ_{k=0..n} p_s^k tokens per step;
  *  - warm-up: the first 8 steps alternate full drafts and plain steps, so the verify fit sees
@@ -134,6 +137,7 @@ struct srv_engine {
     spex_spec_out *outs;
     uint64_t n_steps;
     srv_fit fit_v, fit_d;
+    srv_bucket vb[SRV_BUCKETS], db[SRV_BUCKETS];   /* measured times by rows / drafted rows */
     double g_acc_s, g_acc_f;   /* acceptance counts over all requests (prior of a new one) */
     int32_t **hist;           /* [n_slots][hist_cap] tokens in each slot's cache, in order  */
     int32_t *hist_len;        /* [n_slots] (valid up to spex_spec_seq_len of the slot)      */
@@ -392,8 +396,35 @@ double srv_expect_tokens(double p, int n) {
     return s;
 }
 
+static int bucket_of(int x) {
+    int k = 0;
+    while (x > 1 && k < SRV_BUCKETS - 1) x >>= 1, k++;
+    return k;
+}
+
+static void bucket_add(srv_bucket *b, int x, double t) {
+    srv_bucket *k = &b[bucket_of(x)];
+    k->t = k->t * SRV_DECAY + t;
+    k->r = k->r * SRV_DECAY + x;
+    k->w = k->w * SRV_DECAY + 1;
+}
+
+/* The time of x rows: the measured bucket's mean moved along the fit's slope, else the fit. */
+static double measured_or_fit(const srv_bucket *b, double a0, double a1, int x) {
+    if (b) {
+        const srv_bucket *k = &b[bucket_of(x)];
+        if (k->w >= 1.0) {
+            const double t = k->t / k->w, v = t + a1 * ((double)x - k->r / k->w);
+            return v > 0 ? v : t;
+        }
+    }
+    return a0 + a1 * x;
+}
+
 static double cost_of(const srv_step_cost *c, int rows, int drows) {
-    return c->v0 + c->v1 * rows + (drows > 0 ? c->d0 + c->d1 * drows : 0);
+    const double sunk = c->d0_sunk ? c->d0 : 0;
+    return measured_or_fit(c->vb, c->v0, c->v1, rows) + sunk +
+           (drows > 0 ? measured_or_fit(c->db, c->d0, c->d1, drows) - sunk : 0);
 }
 
 /* Each move lengthens one slot's draft to ANY longer length, not just by one: the drafter's
@@ -404,7 +435,7 @@ static double greedy_drafts(const srv_step_cost *c, bool d0_sunk, int n, const d
                             const bool *fixed, int *nd, int *rows_io, int *drows_io) {
     /* d0_sunk: the drafter's fixed cost counts as paid in every configuration */
     srv_step_cost cc = *c;
-    if (d0_sunk) cc.v0 += cc.d0, cc.d0 = 0;
+    cc.d0_sunk = d0_sunk;
     int rows = *rows_io, drows = *drows_io;
     double tok = 0;
     for (int i = 0; i < n; i++) tok += srv_expect_tokens(p[i], nd[i]);
@@ -477,6 +508,7 @@ static void choose_drafts(srv_engine *e, int n) {
         srv_step_cost c;
         fit_get(&e->fit_v, &c.v0, &c.v1);
         fit_get(&e->fit_d, &c.d0, &c.d1);
+        c.vb = e->vb, c.db = e->db, c.d0_sunk = false;
         if (c.v0 + c.v1 <= 0) c.v0 = 1e-3;
         int rows = n, drows = 0;
         double tok = srv_best_drafts(&c, n, p, cap, fixed, nd, &rows, &drows);
@@ -553,7 +585,11 @@ static void engine_step(srv_engine *e) {
         if (e->outs[i].n_drafted) drows += e->outs[i].n_drafted + 1, drafted_seqs++;
     }
     fit_add(&e->fit_v, rows, dt_v);
-    if (drows) fit_add(&e->fit_d, drows, dt_d);
+    bucket_add(e->vb, rows, dt_v);
+    if (drows) {
+        fit_add(&e->fit_d, drows, dt_d);
+        bucket_add(e->db, drows, dt_d);
+    }
 
     pthread_mutex_lock(&e->mu);
     e->m.n_decode++;

@@ -313,8 +313,21 @@ double srv_now_s(void);
 /* The adaptive draft length's model (engine.c; docs/server.md "Speculation under
  * concurrency"). A step's cost in seconds: verify v0 + v1·rows (rows = Σ(n_s + 1)), plus the
  * drafter's d0 + d1·drows when any slot drafts (drows = Σ over drafting slots of n_s + 1). */
+/* Measured step times by row count, bucket k = rows in [2^k, 2^(k+1)): decayed sums of the
+ * time, the rows and the weight of the steps that fell in it. */
+#define SRV_BUCKETS 16
+typedef struct {
+    double t, r, w;
+} srv_bucket;
+
 typedef struct {
     double v0, v1, d0, d1;
+    /* Optional (NULL: the linear fit alone): measured times by bucket of rows / drafted rows.
+     * A bucket with weight >= 1 replaces the fit near its mean row count (the fit's slope
+     * covers the distance), so a cost curve that is not a line — a small batch that is
+     * memory-bound, a large one that is compute-bound — is priced by what it measured. */
+    const srv_bucket *vb, *db;
+    bool d0_sunk;   /* the drafter's fixed cost d0 counts as paid in every configuration */
 } srv_step_cost;
 
 /* Expected tokens of a step that drafts n with per-position acceptance p: Σ_{k=0..n} p^k. */
