@@ -175,17 +175,21 @@ static void word_wake(spex_pool *pool, _Atomic uint32_t *word) {
 static _Thread_local long long tl_spin_ns = -1;
 #define SPIN_MIN_NS 1000LL
 
+/* The budget after a wait: doubled (up to cap) when it ended while spinning, else / 8. */
+static void spin_budget_update(bool ended_spinning, long long cap) {
+    if (cap <= 0) return;
+    if (ended_spinning) tl_spin_ns = tl_spin_ns * 2 < cap ? tl_spin_ns * 2 : cap;
+    else tl_spin_ns = tl_spin_ns / 8 > SPIN_MIN_NS ? tl_spin_ns / 8 : SPIN_MIN_NS;
+}
+
 /* Blocks until *word != old: spin (adaptive budget, at most spin_ns) first, then announce
  * in *sleepers and sleep. */
 static uint32_t wait_while_equal_ns(spex_pool *pool, _Atomic uint32_t *word, uint32_t old,
                                     _Atomic uint32_t *sleepers, long long spin_ns) {
     if (tl_spin_ns < 0 || tl_spin_ns > spin_ns) tl_spin_ns = spin_ns;
     uint32_t v = spin_while_equal(word, old, tl_spin_ns);
-    if (v != old) {
-        if (spin_ns > 0) tl_spin_ns = tl_spin_ns * 2 < spin_ns ? tl_spin_ns * 2 : spin_ns;
-        return v;
-    }
-    if (spin_ns > 0) tl_spin_ns = tl_spin_ns / 8 > SPIN_MIN_NS ? tl_spin_ns / 8 : SPIN_MIN_NS;
+    spin_budget_update(v != old, spin_ns);
+    if (v != old) return v;
     atomic_fetch_add(sleepers, 1);
     while ((v = atomic_load(word)) == old) word_wait(pool, word, old);
     atomic_fetch_sub(sleepers, 1);
@@ -322,8 +326,7 @@ void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx) {
             }
             if (v == 0 || now_ns() >= deadline) break;
         }
-        if (v == 0) tl_spin_ns = tl_spin_ns * 2 < BAR_SPIN_NS ? tl_spin_ns * 2 : BAR_SPIN_NS;
-        else tl_spin_ns = tl_spin_ns / 8 > SPIN_MIN_NS ? tl_spin_ns / 8 : SPIN_MIN_NS;
+        spin_budget_update(v == 0, BAR_SPIN_NS);
     }
     if (v != 0) {
         atomic_store(&pool->caller_sleeping, 1);

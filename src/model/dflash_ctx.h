@@ -63,8 +63,8 @@ struct spex_draft_context {
     float *gatev;                     /* [ns][R]    selector gate (DFlash2)               */
     int32_t *cand;                    /* [ns][K]    C_p                                   */
     float *cand_u;                    /* [ns][K]    U_p                                   */
-    int32_t *tk_idx;                  /* [nth][ns][K] per-thread top-K heaps of the head  */
-    float *tk_val;                    /* [nth][ns][K]                                     */
+    int32_t *tk_idx;                  /* [ns][nth][K] per-thread top-K heaps of the head  */
+    float *tk_val;                    /* [ns][nth][K]                                     */
     void *mm_ws;
     float *attn_ws;                   /* [nth][attn_ws_floats]                            */
     size_t attn_ws_floats;

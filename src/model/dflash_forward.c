@@ -38,10 +38,6 @@
 #include <math.h>
 #include <string.h>
 
-/* Heap entries one slot's merge reads from the threads' heaps (threads × K); beyond it the
- * slot takes the unfused topk over its row. */
-#define DRAFT_TOPK_MERGE_MAX 1024
-
 /* ======================================================================== */
 /* Phases                                                                    */
 /* ======================================================================== */
@@ -352,9 +348,11 @@ static void pre_output(spex_draft_context *c, const draft_phase *ph, int ith, in
         const int32_t sl = c->row_slot[r];
         if (sl >= 0) ph->ops->rmsnorm(x, d->output_norm, c->hout + (int64_t)sl * D, D, d->hp.rms_eps);
     }
-    /* this thread's top-K heaps, filled by head_chunk during the head's matmul */
-    const size_t nk = (size_t)c->n_slots * (size_t)c->K, off = (size_t)ith * (size_t)c->ns_max * (size_t)c->K;
-    spex_ops_topk_empty(c->tk_idx + off, c->tk_val + off, (int)nk);
+    /* the top-K heaps of this thread's slots (every thread's heap of each), filled by
+     * head_chunk during the head's matmul */
+    row_split(c->n_slots, ith, nth, &r0, &r1);
+    const size_t hk = (size_t)c->nth * (size_t)c->K;
+    for (int64_t s = r0; s < r1; s++) spex_ops_topk_empty(c->tk_idx + (size_t)s * hk, c->tk_val + (size_t)s * hk, (int)hk);
 }
 
 /* The logit transforms of §11.3 on z[0 .. n). */
@@ -377,7 +375,7 @@ static void head_chunk(void *ctx, int ith, int64_t r0, int64_t nr, int64_t o0, i
     for (int64_t r = r0; r < r0 + nr; r++) {
         float *z = c->logits + r * V + o0;
         logit_transforms(hp, c->phase->ops, z, no);
-        const size_t off = ((size_t)ith * (size_t)c->ns_max + (size_t)r) * (size_t)K;
+        const size_t off = ((size_t)r * (size_t)c->nth + (size_t)ith) * (size_t)K;
         spex_ops_topk_scan(z, no, (int32_t)o0, K, c->tk_idx + off, c->tk_val + off);
     }
 }
@@ -389,20 +387,12 @@ static void head_chunk(void *ctx, int ith, int64_t r0, int64_t nr, int64_t o0, i
 static void pre_select(spex_draft_context *c, const draft_phase *ph, int ith, int nth) {
     const int64_t V = c->d->hp.n_vocab;
     const int K = c->K;
+    const size_t hk = (size_t)c->nth * (size_t)K;   /* a slot's heaps lie side by side */
     int64_t s0, s1;
     row_split(c->n_slots, ith, nth, &s0, &s1);
-    int32_t idx_in[DRAFT_TOPK_MERGE_MAX];
-    float val_in[DRAFT_TOPK_MERGE_MAX];
     for (int64_t s = s0; s < s1; s++) {
-        int n_in = 0;
-        for (int t = 0; t < c->nth && n_in + K <= DRAFT_TOPK_MERGE_MAX; t++) {
-            const size_t off = ((size_t)t * (size_t)c->ns_max + (size_t)s) * (size_t)K;
-            memcpy(idx_in + n_in, c->tk_idx + off, sizeof(int32_t) * (size_t)K);
-            memcpy(val_in + n_in, c->tk_val + off, sizeof(float) * (size_t)K);
-            n_in += K;
-        }
-        int got = n_in == c->nth * K ? spex_ops_topk_merge(idx_in, val_in, n_in, K, c->cand + s * K, c->cand_u + s * K)
-                                     : -1;
+        int got = spex_ops_topk_merge(c->tk_idx + (size_t)s * hk, c->tk_val + (size_t)s * hk, (int)hk, K,
+                                      c->cand + s * K, c->cand_u + s * K);
         if (got < K) ph->ops->topk(c->logits + s * V, V, K, c->cand + s * K, c->cand_u + s * K);
     }
 }

@@ -519,6 +519,12 @@ spex_status spex_spec_seq_rewind(spex_spec *s, int32_t seq, int32_t n_keep, int3
     return SPEX_OK;
 }
 
+/* Appends k feature rows to seq's pending ones (the caller checked the capacity). */
+static void pend_append(spex_spec *s, spec_seq *q, const float *rows, int32_t k) {
+    memcpy(q->pend + (size_t)q->n_pend * (size_t)s->feat_w, rows, sizeof(float) * (size_t)k * (size_t)s->feat_w);
+    q->n_pend += k;
+}
+
 /* The features of the target batch's rows [0, k) (seq, positions pos0 ..): appended to the
  * pending ones while they fit (the draft cache plus the pending rows then reach pos0 + k),
  * else the pending ones and these go into the draft cache now. */
@@ -529,8 +535,7 @@ static spex_status defer_or_inject(spex_spec *s, int32_t seq, int32_t k, int32_t
                               seq, spex_draft_kv_seq_len(s->dc, seq), q->n_pend, pos0);
     if (q->n_pend + k <= s->pend_cap && s->test_break != SPEX_SPEC_TEST_NO_DEFER) {
         if (!spex_taps(s->t)) return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: the target context produced no taps");
-        memcpy(q->pend + (size_t)q->n_pend * (size_t)s->feat_w, spex_taps(s->t), sizeof(float) * (size_t)k * (size_t)s->feat_w);
-        q->n_pend += k;
+        pend_append(s, q, spex_taps(s->t), k);
         return SPEX_OK;
     }
     spex_status st = flush_pending(s, seq, err);
@@ -835,9 +840,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
         spec_seq *q = &s->seq[sq];
         if (s->dc && n == 0 && q->n_pend < s->pend_cap && s->test_break != SPEX_SPEC_TEST_NO_DEFER) {
             /* No draft this step: defer the one verified row (the anchor). */
-            memcpy(q->pend + (size_t)q->n_pend * (size_t)s->feat_w, spex_taps(s->t) + (size_t)s->row0[i] * (size_t)s->feat_w,
-                   sizeof(float) * (size_t)s->feat_w);
-            q->n_pend++;
+            pend_append(s, q, spex_taps(s->t) + (size_t)s->row0[i] * (size_t)s->feat_w, 1);
         } else if (s->dc) {
             if ((st = flush_pending(s, sq, err))) return st;
             const float *taps = spex_taps(s->t);
