@@ -448,8 +448,11 @@ spex_status spex_vocab_from_spm_model(const char *tokenizer_model_path, spex_ggu
 
 /* A target model (docs/models.md; ../shared/docs/targets.md §3–5). spex_model_load maps the
  * GGUF, reads the hyper-parameters, and checks every tensor the forward pass reads (present,
- * of a type spex can multiply, of the exact shape); the weights stay in the read-only mapping
- * and are never copied. A loaded model is immutable and may be shared by several contexts
+ * of a type spex can multiply, of the exact shape); the weights stay in the read-only mapping,
+ * except Q4_K / Q5_K matrices when the CPU's kernels read them faster in spex's 16-row
+ * interleaved layout (AVX-512): those are copied into it once at load (same bytes; the
+ * mapped pages are released; docs/performance.md "R16"; no_repack turns it off). A loaded
+ * model is immutable and may be shared by several contexts
  * (and threads). All the per-run state — KV cache, activations, logits, taps, thread pool —
  * lives in a spex_context. */
 typedef struct spex_model spex_model;
@@ -472,6 +475,7 @@ typedef struct spex_model_params {
                           * (KV, compute and weight bytes), through log or on stderr     */
     spex_log_fn log;     /* NULL: stderr                                                  */
     void *log_user;
+    bool no_repack;      /* keep every weight in the mapping: no R16 copies (below)       */
 } spex_model_params;
 
 spex_model_params spex_model_default_params(void);
@@ -833,6 +837,7 @@ typedef struct spex_drafter_params {
      * override of a key the drafter never reads is SPEX_ERR_INVALID_ARG. */
     const char *const *overrides;
     int32_t n_overrides;
+    bool no_repack;           /* as spex_model_params.no_repack, for the drafter's own weights */
 } spex_drafter_params;
 
 spex_drafter_params spex_drafter_default_params(void);

@@ -515,6 +515,129 @@ TEST(simd_q8K_quantizer_bytes_equal_ref) {
 }
 
 /* ======================================================================== */
+/* The R16 layout (load-time repack, cpu/matmul.h)                           */
+/* ======================================================================== */
+
+/* Packing moves bytes only: every block reads back unchanged, and the 16 rows' word k of a
+ * unit sits where the layout says. */
+TEST(r16_pack_and_get_block_round_trip) {
+    for (int ti = 0; ti < 2; ti++) {
+        const kq_type *t = &TYPES[ti];
+        const int64_t n = 3 * QK_K, nb = n / QK_K, n_out = 32;
+        const size_t row = (size_t)nb * t->bsize;
+        uint8_t *w = malloc(row * n_out), *p = malloc(row * n_out);
+        uint64_t rng = 77 + (uint64_t)ti;
+        gen_weights(t, w, nb * n_out, &rng);
+        spex_r16_pack(t->type, w, p, n_out, n);
+        int bad = 0;
+        uint8_t blk[256];
+        for (int64_t r = 0; r < n_out; r++)
+            for (int64_t b = 0; b < nb; b++) {
+                spex_r16_get_block(t->type, p + (size_t)(r / 16 * 16) * row, (int)(r % 16), b, blk);
+                bad += memcmp(blk, w + (size_t)r * row + (size_t)b * t->bsize, t->bsize) != 0;
+            }
+        CHECK_MSG(bad == 0, "%s: %d blocks differ after pack + get_block", t->name, bad);
+        /* unit 1 of group 1, word 5, lane 3 = row 19's block 1, bytes 20..23 */
+        CHECK(!memcmp(p + 16 * row + 16 * t->bsize + 4 * (5 * 16 + 3), w + 19 * row + t->bsize + 20, 4));
+        free(w);
+        free(p);
+    }
+}
+
+/* The R16 kernels give the ggml-layout kernels' bits: the reference against the reference,
+ * each SIMD variant against the same variant on the unpacked rows, at every activation
+ * count 1..16, for whole matrices and for sub-tiles starting at a later 16-row group, at
+ * sizes with and without the kernels' spans (n = 17152: 67 super-blocks). */
+TEST(r16_kernels_bit_equal_ggml_layout) {
+    kq_isa isas[4];
+    memset(isas, 0, sizeof isas);
+    const int n_isas = simd_isas(isas);
+    const int64_t sizes[] = {256, 1024, 2816, 17152};
+    for (int ti = 0; ti < 2; ti++) {
+        const kq_type *t = &TYPES[ti];
+        spex_dot_fn r16[4 + 1] = {0};
+        spex_dot_fn std[4 + 1] = {0};
+        const char *names[4 + 1];
+        int nk = 0;
+        r16[nk] = ti ? spex_dot_q5_K_r16_ref : spex_dot_q4_K_r16_ref, std[nk] = t->ref, names[nk++] = "ref";
+#if defined(__x86_64__) || defined(__i386__)
+        for (int i = 0; i < n_isas; i++) {
+            if (!strcmp(isas[i].name, "avx512"))
+                r16[nk] = ti ? spex_dot_q5_K_r16_avx512 : spex_dot_q4_K_r16_avx512;
+            else if (!strcmp(isas[i].name, "avx512-vnni"))
+                r16[nk] = ti ? spex_dot_q5_K_r16_avx512_vnni : spex_dot_q4_K_r16_avx512_vnni;
+            else continue;
+            std[nk] = isas[i].dot[ti], names[nk++] = isas[i].name;
+        }
+#else
+        (void)isas, (void)n_isas;
+#endif
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            const int64_t n = sizes[si], nb = n / QK_K, n_out = 48, NX = si == 3 ? 3 : 16;
+            const size_t row = (size_t)nb * t->bsize, xs = (size_t)nb * sizeof(block_q8_K);
+            uint8_t *w = malloc(row * n_out), *p = malloc(row * n_out), *xq = malloc(xs * (size_t)NX);
+            float *x = malloc(sizeof(float) * (size_t)(n * NX));
+            float *ya = malloc(sizeof(float) * (size_t)(n_out * NX)), *yb = malloc(sizeof(float) * (size_t)(n_out * NX));
+            uint64_t rng = 1000 + (uint64_t)(si * 10 + (size_t)ti);
+            gen_weights(t, w, nb * n_out, &rng);
+            gen_acts(x, n * NX, &rng);
+            for (int64_t j = 0; j < NX; j++) spex_quantize_row_q8_K_ref(x + j * n, (block_q8_K *)(xq + (size_t)j * xs), n);
+            spex_r16_pack(t->type, w, p, n_out, n);
+            for (int k = 0; k < nk; k++)
+                for (int nx = 1; nx <= NX; nx++) {
+                    /* the whole matrix, then rows 16..47 as their own call */
+                    for (int part = 0; part < 2; part++) {
+                        const int o0 = part ? 16 : 0, nw = part ? 32 : (int)n_out;
+                        memset(ya, 0, sizeof(float) * (size_t)(n_out * NX));
+                        memset(yb, 0, sizeof(float) * (size_t)(n_out * NX));
+                        std[k](n, w + (size_t)o0 * row, row, nw, xq, xs, nx, ya, (size_t)n_out);
+                        r16[k](n, p + (size_t)o0 * row, row, nw, xq, xs, nx, yb, (size_t)n_out);
+                        CHECK_MSG(!memcmp(ya, yb, sizeof(float) * (size_t)(n_out * NX)),
+                                  "%s %s n %lld nx %d part %d: R16 differs from the ggml layout", t->name, names[k],
+                                  (long long)n, nx, part);
+                    }
+                }
+            free(w), free(p), free(xq), free(x), free(ya), free(yb);
+        }
+    }
+}
+
+/* The driver runs R16 weights with the table's dot_r16 and refuses what they cannot do. */
+TEST(r16_driver) {
+    const kq_type *t = &TYPES[0];
+    const int64_t n = 512, nb = n / QK_K, n_out = 64, NX = 8;
+    const size_t row = (size_t)nb * t->bsize;
+    uint8_t *w = malloc(row * n_out), *p = malloc(row * n_out);
+    float *x = malloc(sizeof(float) * (size_t)(n * NX)), *ya = malloc(sizeof(float) * (size_t)(n_out * NX)),
+          *yb = malloc(sizeof(float) * (size_t)(n_out * NX));
+    uint64_t rng = 5;
+    gen_weights(t, w, nb * n_out, &rng);
+    gen_acts(x, n * NX, &rng);
+    spex_r16_pack(t->type, w, p, n_out, n);
+    const size_t wsz = spex_matmul_ws_size(t->type, n, NX);
+    void *ws = malloc(wsz);
+    spex_pool *pool = NULL;
+    spex_error e;
+    CHECK_OK(spex_pool_create(2, &pool, &e));
+    for (int nx = 1; nx <= NX; nx += 7) {
+        spex_matmul_args a = {.wtype = t->type, .W = w, .n_out = n_out, .n = n, .X = x, .ldx = n, .n_rows = nx,
+                              .Y = ya, .ldy = n_out, .ws = ws};
+        CHECK(spex_matmul(pool, &a) == SPEX_OK);
+        a.W = p, a.Y = yb, a.w_r16 = true;
+        CHECK(spex_matmul(pool, &a) == SPEX_OK);
+        CHECK(!memcmp(ya, yb, sizeof(float) * (size_t)(n_out * nx)));
+        a.n_out = 40; /* not a whole number of groups */
+        CHECK(spex_matmul(pool, &a) == SPEX_ERR_INVALID_ARG);
+        a.n_out = n_out, a.wtype = SPEX_TYPE_Q6_K; /* no R16 kernel */
+        CHECK(spex_matmul(pool, &a) == SPEX_ERR_INVALID_ARG);
+    }
+    CHECK(spex_r16_supported(SPEX_TYPE_Q4_K) && spex_r16_supported(SPEX_TYPE_Q5_K));
+    CHECK(!spex_r16_supported(SPEX_TYPE_Q6_K) && !spex_r16_supported(SPEX_TYPE_Q8_0));
+    spex_pool_free(pool);
+    free(w), free(p), free(x), free(ya), free(yb), free(ws);
+}
+
+/* ======================================================================== */
 /* Registration                                                              */
 /* ======================================================================== */
 
@@ -533,6 +656,8 @@ TEST(register_fills_every_entry) {
                 CHECK(k.dot[SPEX_TYPE_Q6_K] == (vnni ? spex_dot_q6_K_avx512_vnni : spex_dot_q6_K_avx512));
 #endif
             CHECK(k.dot[SPEX_TYPE_Q8_0] == NULL); /* only its own entries */
+            CHECK(k.dot_r16[SPEX_TYPE_Q4_K] && k.dot_r16[SPEX_TYPE_Q5_K] && !k.dot_r16[SPEX_TYPE_Q6_K]);
+            CHECK(k.r16_fast[SPEX_TYPE_Q4_K] == (isa == SPEX_ISA_AVX512));
         }
     }
 }

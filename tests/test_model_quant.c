@@ -24,10 +24,16 @@
  * of the reference cannot swap two logits more than tol apart; smaller margins are
  * near-ties the activation rounding may legitimately flip).
  *
+ * Also: the Q4_K_M file's logits are bit-identical with its Q4_K matrices repacked into the
+ * R16 layout at load (the default where the kernels gain from it) and kept as mapped
+ * (no_repack), in one 40-row batch and in 1-row decoding.
+ *
  * Not checked here: the F32 fixture itself, batching, rollback, taps (test_model.c).
  */
 #include "spex.h"
+#include "cpu/matmul.h"
 #include "gguf_fixtures.h"
+#include "model/model.h"
 #include "test.h"
 
 #include <stdint.h>
@@ -241,6 +247,54 @@ TEST(qwen3_q8_0_dequantized_vs_reference) {
 
 TEST(qwen3_e256_q4_k_m_dequantized_vs_reference) {
     quant_vs_reference("qwen3-e256-q4_k_m.gguf", "qwen3-e256-q4_k_m.golden.gguf", 0, 0, true, 1e-4);
+}
+
+/* Logits of the 40 fixture tokens, as one batch (rows 0..39) and then decoded one by one
+ * (rows 40..79), into out[80][V]; returns the model's R16 bytes. */
+static uint64_t run_tokens(const char *mp, bool no_repack, const int32_t *tokens, float *out, int V) {
+    spex_model_params mp_ = spex_model_default_params();
+    mp_.no_repack = no_repack;
+    spex_model *m = NULL;
+    spex_error e = {0};
+    if (spex_model_load(mp, &mp_, &m, &e) != SPEX_OK) return UINT64_MAX;
+    spex_context_params cp = spex_context_default_params();
+    cp.n_ctx_per_seq = 64;
+    cp.n_batch_max = 64;
+    cp.n_outputs_max = 64;
+    cp.n_threads = 2;
+    spex_context *c = NULL;
+    uint64_t bytes = UINT64_MAX;
+    if (spex_context_init(m, &cp, &c, &e) != SPEX_OK) goto done;
+    spex_batch_token bt[N_TOK];
+    for (int p = 0; p < N_TOK; p++) bt[p] = (spex_batch_token){tokens[p], p, 0, true};
+    if (spex_forward(c, &(spex_batch){bt, N_TOK}, &e) != SPEX_OK) goto done;
+    for (int p = 0; p < N_TOK; p++) memcpy(out + (size_t)p * V, spex_logits(c, p), sizeof(float) * (size_t)V);
+    if (spex_kv_seq_truncate(c, 0, 0, &e) != SPEX_OK) goto done;
+    for (int p = 0; p < N_TOK; p++) {
+        if (spex_forward(c, &(spex_batch){&bt[p], 1}, &e) != SPEX_OK) goto done;
+        memcpy(out + (size_t)(N_TOK + p) * V, spex_logits(c, 0), sizeof(float) * (size_t)V);
+    }
+    bytes = m->repack.bytes;
+done:
+    spex_context_free(c);
+    spex_model_free(m);
+    return bytes;
+}
+
+TEST(q4_k_m_r16_repack_bit_identical) {
+    const char *mp = fixture("qwen3-e256-q4_k_m.gguf");
+    if (!mp) SKIP("tests/data/models/qwen3-e256-q4_k_m.gguf missing (tools/ref/make_fixtures.py)");
+    int32_t tokens[N_TOK];
+    for (int p = 0; p < N_TOK; p++) tokens[p] = (p * 37 + 11) % V_MAX;
+    float *a = malloc(sizeof(float) * 2 * N_TOK * V_MAX), *b = malloc(sizeof(float) * 2 * N_TOK * V_MAX);
+    const uint64_t ra = run_tokens(mp, false, tokens, a, V_MAX), rb = run_tokens(mp, true, tokens, b, V_MAX);
+    CHECK(ra != UINT64_MAX && rb == 0);
+    if (spex_matmul_kernels_get()->r16_fast[SPEX_TYPE_Q4_K]) CHECK_MSG(ra > 0, "nothing was repacked");
+    else CHECK(ra == 0);
+    printf("  %llu bytes of Q4_K repacked (ISA %s)\n", (unsigned long long)ra, spex_isa_name(spex_cpu_isa()));
+    CHECK(!memcmp(a, b, sizeof(float) * 2 * N_TOK * V_MAX));
+    free(a);
+    free(b);
 }
 
 TEST_MAIN()

@@ -201,6 +201,17 @@ static int bench_kernels(int argc, char **argv) {
     } else {
         for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) types[n_types++] = all[i];
     }
+    /* A type the loader repacks into the R16 layout (cpu/matmul.h) gets a second row, "/r16",
+     * measured on the repacked copy of the same matrix: what a loaded model runs. */
+    bool is_r16[MAX_TYPES] = {false};
+    for (int it = n_types - 1; it >= 0; it--) {
+        if (!k->r16_fast[types[it]] || n_types == MAX_TYPES) continue;
+        memmove(&types[it + 2], &types[it + 1], sizeof types[0] * (size_t)(n_types - it - 1));
+        memmove(&is_r16[it + 2], &is_r16[it + 1], sizeof is_r16[0] * (size_t)(n_types - it - 1));
+        types[it + 1] = types[it];
+        is_r16[it + 1] = true;
+        n_types++;
+    }
 
     const size_t llc = llc_bytes();
     size_t bytes = size_mb ? (size_t)size_mb << 20 : 4 * llc;
@@ -208,6 +219,9 @@ static int bench_kernels(int argc, char **argv) {
     if (cached) bytes = (size_t)512 << 10;
     const int inner = cached ? 64 : 1; /* cached runs are short: repeat them */
     uint8_t *buf = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
+    uint8_t *buf16 = NULL; /* the R16 copy, for the /r16 rows */
+    for (int it = 0; it < n_types; it++)
+        if (is_r16[it] && !buf16) buf16 = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     const int64_t max_rows = 8;
     float *X = malloc((size_t)max_rows * BENCH_N * sizeof(float));
     size_t ws_bytes = 1, max_out = 1;
@@ -218,7 +232,9 @@ static int bench_kernels(int argc, char **argv) {
     }
     float *Y = malloc((size_t)max_rows * max_out * sizeof(float));
     void *ws = malloc(ws_bytes);
-    if (!buf || !X || !Y || !ws) {
+    bool need16 = false;
+    for (int it = 0; it < n_types; it++) need16 |= is_r16[it];
+    if (!buf || !X || !Y || !ws || (need16 && !buf16)) {
         fprintf(stderr, "error: cannot allocate %zu MiB for the weight matrix\n", bytes >> 20);
         return 1;
     }
@@ -261,19 +277,21 @@ static int bench_kernels(int argc, char **argv) {
                 continue;
             }
             const size_t wrow = spex_type_row_size(t, BENCH_N);
-            const int64_t n_out = (int64_t)(bytes / wrow);
+            const int64_t n_out = (int64_t)(bytes / wrow) / 16 * 16;
             if (!fill_weights(t, buf, n_out, wrow)) {
                 state[it] = 3;
                 continue;
             }
+            if (is_r16[it]) spex_r16_pack(t, buf, buf16, n_out, BENCH_N);
             state[it] = 1;
             const double wbytes = (double)n_out * (double)wrow;
             for (int p = 0; p < n_thr; p++) {
                 result *r = &res[it][p];
                 double v = wbytes / time_probe(pools[p], buf, (size_t)wbytes, (int)reps, inner) / 1e9;
                 if (v > r->probe) r->probe = v;
-                spex_matmul_args a = {.wtype = t, .W = buf, .n_out = n_out, .n = BENCH_N, .X = X, .ldx = BENCH_N,
-                                      .n_rows = 1, .Y = Y, .ldy = n_out, .ws = ws};
+                spex_matmul_args a = {.wtype = t, .W = is_r16[it] ? buf16 : buf, .n_out = n_out, .n = BENCH_N,
+                                      .X = X, .ldx = BENCH_N, .n_rows = 1, .Y = Y, .ldy = n_out, .ws = ws,
+                                      .w_r16 = is_r16[it]};
                 v = wbytes / time_matmul(pools[p], &a, (int)reps, inner) / 1e9;
                 if (v > r->mv) r->mv = v;
                 a.n_rows = 8;
@@ -282,14 +300,17 @@ static int bench_kernels(int argc, char **argv) {
             }
         }
     }
+    char names[MAX_TYPES][16];
+    for (int it = 0; it < n_types; it++)
+        snprintf(names[it], sizeof names[it], "%s%s", spex_type_get_info((int)types[it])->name, is_r16[it] ? "/r16" : "");
     for (int it = 0; it < n_types; it++) {
-        const char *name = spex_type_get_info((int)types[it])->name;
+        const char *name = names[it];
         if (state[it] == 2) printf("%-6s  (no kernel in this build)\n", name);
         if (state[it] == 3) printf("%-6s  (no reference quantizer)\n", name);
         if (state[it] != 1) continue;
         for (int p = 0; p < n_thr; p++) {
             const result *r = &res[it][p];
-            printf("%-6s %4d | %10.1f | %10.1f %6.1f%% | %10.1f %6.1f%% | %10.2fx\n", name, thr[p], r->probe, r->mv,
+            printf("%-8s %2d | %10.1f | %10.1f %6.1f%% | %10.1f %6.1f%% | %10.2fx\n", name, thr[p], r->probe, r->mv,
                    100 * r->mv / r->probe, r->mm8, 100 * r->mm8 / r->probe, r->mv / r->mm8);
         }
     }
@@ -304,22 +325,23 @@ static int bench_kernels(int argc, char **argv) {
     for (int it = 0; it < n_types; it++) {
         if (state[it] != 1 || (types[it] != SPEX_TYPE_Q8_0 && types[it] != SPEX_TYPE_Q4_K)) continue;
         const result *r = &res[it][tp];
-        printf("  %-5s 1-row >= 85%% of probe: %.1f%% of its row's probe, %.1f%% of the run's best\n",
-               spex_type_get_info((int)types[it])->name, 100 * r->mv / r->probe, 100 * r->mv / best_probe[tp]);
+        printf("  %-8s 1-row >= 85%% of probe: %.1f%% of its row's probe, %.1f%% of the run's best\n", names[it],
+               100 * r->mv / r->probe, 100 * r->mv / best_probe[tp]);
     }
     printf("  8-row <= 2x 1-row time: met by");
     int missed = 0;
     for (int it = 0; it < n_types; it++)
-        if (state[it] == 1 && res[it][tp].mv / res[it][tp].mm8 <= 2.0) printf(" %s", spex_type_get_info((int)types[it])->name);
+        if (state[it] == 1 && res[it][tp].mv / res[it][tp].mm8 <= 2.0) printf(" %s", names[it]);
     for (int it = 0; it < n_types; it++) missed += state[it] == 1 && res[it][tp].mv / res[it][tp].mm8 > 2.0;
     if (missed) {
         printf("; not by");
         for (int it = 0; it < n_types; it++)
-            if (state[it] == 1 && res[it][tp].mv / res[it][tp].mm8 > 2.0) printf(" %s", spex_type_get_info((int)types[it])->name);
+            if (state[it] == 1 && res[it][tp].mv / res[it][tp].mm8 > 2.0) printf(" %s", names[it]);
     }
     printf("\n\n(%.1f s)\n", now_s() - t_start);
     for (int p = 0; p < n_thr; p++) spex_pool_free(pools[p]);
     free(buf);
+    free(buf16);
     free(X);
     free(Y);
     free(ws);

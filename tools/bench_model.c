@@ -111,15 +111,17 @@ static double run_tg(spex_context *ctx, int n, int32_t n_vocab) {
 }
 
 static void bm_usage(FILE *f) {
-    fprintf(f, "usage: spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--reps R]\n"
+    fprintf(f, "usage: spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--reps R] [--no-repack]\n"
                "  prefill ppN (one forward of N tokens) and decode tgN (N one-token forwards), best of R;\n"
-               "  decode also as GB/s of weights per token next to a streaming-read probe on the same threads\n");
+               "  decode also as GB/s of weights per token next to a streaming-read probe on the same threads;\n"
+               "  --no-repack keeps Q4_K/Q5_K weights in the file's layout (no R16 copies at load)\n");
 }
 
 int bench_model(int argc, char **argv) {
     const char *path = NULL;
     long threads = 2, tg = 32, reps = 3, pp[BM_MAX_PP] = {64, 512};
     int n_pp = 2;
+    spex_model_params mparams = spex_model_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -136,6 +138,8 @@ int bench_model(int argc, char **argv) {
         } else if (!strcmp(a, "--reps")) {
             if (!cli_parse_int(a, val, 1, 1000, &reps)) return 2;
             i++;
+        } else if (!strcmp(a, "--no-repack")) {
+            mparams.no_repack = true;
         } else if (!strcmp(a, "--pp") && val) {
             if (!parse_list(argv[++i], pp, &n_pp)) {
                 fprintf(stderr, "error: --pp expects a list like 64,512\n");
@@ -162,7 +166,7 @@ int bench_model(int argc, char **argv) {
     uint8_t *probe = NULL;
     spex_batch_token *toks = NULL;
     int rc = 1;
-    if (spex_model_load(path, NULL, &m, &err) != SPEX_OK) goto fail;
+    if (spex_model_load(path, &mparams, &m, &err) != SPEX_OK) goto fail;
     if (spex_pool_create((int)threads, &pool, &err) != SPEX_OK) goto fail;
     spex_context_params cp = spex_context_default_params();
     cp.n_batch_max = (int32_t)max_pp;

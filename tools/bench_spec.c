@@ -73,12 +73,14 @@ typedef struct bs_opts {
     int n_temps;
     spex_ftype quants[BS_MAX_QUANTS];
     int n_quants;
+    bool no_repack;   /* no R16 copies of the target's and drafters' weights */
 } bs_opts;
 
 static void bs_usage(FILE *f) {
     fprintf(f,
             "usage: spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--prompts FILE.jsonl] [-n N] [-t THREADS]\n"
             "                       [--temps LIST] [--verify-k K] [--reps R] [--draft-quant LIST] [--json OUT]\n"
+            "                       [--no-repack]\n"
             "\n"
             "End-to-end speculative decoding, concurrency 1: for each temperature, every prompt with each method\n"
             "  AR       the target alone (spex_spec without a drafter)\n"
@@ -102,7 +104,8 @@ static void bs_usage(FILE *f) {
             "  --verify-k K        verify(k) for k = 1..K (1..16, default 16)\n"
             "  --reps R            verify(k) timed runs per k after a warm-up (default 5)\n"
             "  --draft-quant LIST  quantize every drafter to these types first (e.g. BF16,Q8_0,Q4_K_M)\n"
-            "  --json OUT          also write every number to OUT\n",
+            "  --json OUT          also write every number to OUT\n"
+            "  --no-repack         keep Q4_K/Q5_K weights in the files' layout (no R16 copies at load)\n",
             BS_MAX_DRAFTERS);
 }
 
@@ -149,6 +152,9 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
             return -1;
         } else if (!strcmp(a, "--mtp")) {
             o->mtp = true;
+            continue;
+        } else if (!strcmp(a, "--no-repack")) {
+            o->no_repack = true;
             continue;
         }
         bool ok = v != NULL;
@@ -328,7 +334,9 @@ static spex_status methods_build(bs_run *r, spex_error *e) {
             } else {
                 snprintf(me->path, sizeof me->path, "%s", me->src);
             }
-            spex_status st = spex_drafter_load(me->path, r->m, NULL, &me->d, e);
+            spex_drafter_params dp = spex_drafter_default_params();
+            dp.no_repack = r->o.no_repack;
+            spex_status st = spex_drafter_load(me->path, r->m, &dp, &me->d, e);
             if (st != SPEX_OK) return st;
             const spex_drafter_hparams *dh = spex_drafter_get_hparams(me->d);
             snprintf(me->name, sizeof me->name, "%s", dh->variant == SPEX_DFLASH2 ? "DFlash2" : "DFlash v1");
@@ -613,7 +621,9 @@ int bench_spec(int argc, char **argv) {
 
     int rc = 1;
     spex_error e = {0};
-    if (spex_model_load(o->target, NULL, &r->m, &e) != SPEX_OK ||
+    spex_model_params mp = spex_model_default_params();
+    mp.no_repack = o->no_repack;
+    if (spex_model_load(o->target, &mp, &r->m, &e) != SPEX_OK ||
         spex_tokenizer_load_gguf(spex_model_gguf(r->m), &r->tok, &e) != SPEX_OK ||
         spex_pool_create((int)o->n_threads, &r->pool, &e) != SPEX_OK)
         goto fail;

@@ -51,6 +51,14 @@ spex_status spex_file_map(const char *path, spex_mapped_file *out, spex_error *e
     return SPEX_OK;
 }
 
+void spex_file_release(const spex_mapped_file *m, const void *p, size_t n) {
+    const uintptr_t lo = (uintptr_t)p, hi = lo + n, base = (uintptr_t)m->data;
+    if (!m->data || lo < base || hi > base + m->size) return;
+    const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t a = (lo + pg - 1) / pg * pg, b = hi / pg * pg;
+    if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED); /* advice only: failure changes nothing */
+}
+
 void spex_file_unmap(spex_mapped_file *m) {
     if (m->data && m->size) munmap((void *)m->data, m->size);
     m->data = NULL;

@@ -26,6 +26,10 @@ typedef struct spex_mapped_file {
 spex_status spex_file_map(const char *path, spex_mapped_file *out, spex_error *err);
 /* Safe on a zeroed or already unmapped struct. */
 void spex_file_unmap(spex_mapped_file *m);
+/* Gives the whole pages inside [p, p + n) (a range of m) back to the kernel: a later read
+ * maps the file's bytes again. For data that was copied elsewhere (repacked weights), so
+ * the copy does not count twice in the process's resident memory. */
+void spex_file_release(const spex_mapped_file *m, const void *p, size_t n);
 
 /* Identity of an existing file (device and inode), used to refuse overwriting an input
  * through another path (a symlink, a hard link, "./x" vs "x"). */

@@ -37,6 +37,9 @@
 SPEX_KQ_DOT_DECL(spex_dot_q4_K_ref);
 SPEX_KQ_DOT_DECL(spex_dot_q5_K_ref);
 SPEX_KQ_DOT_DECL(spex_dot_q6_K_ref);
+/* The same for weights in the R16 layout (cpu/matmul.h): nw a multiple of 16. */
+SPEX_KQ_DOT_DECL(spex_dot_q4_K_r16_ref);
+SPEX_KQ_DOT_DECL(spex_dot_q5_K_r16_ref);
 /* spex_quantize_row_q8_K_ref behind the spex_act_quant_fn signature. */
 void spex_act_quant_q8_K_ref(const float *x, void *dst, int64_t n);
 
@@ -55,6 +58,12 @@ SPEX_KQ_DOT_DECL(spex_dot_q6_K_avx512);
 SPEX_KQ_DOT_DECL(spex_dot_q4_K_avx512_vnni);
 SPEX_KQ_DOT_DECL(spex_dot_q5_K_avx512_vnni);
 SPEX_KQ_DOT_DECL(spex_dot_q6_K_avx512_vnni);
+/* R16 layout (cpu/matmul.h): the same kernels with the per-super-block transpose replaced
+ * by plain loads; bit-identical to the ggml-layout ones on the same rows. */
+SPEX_KQ_DOT_DECL(spex_dot_q4_K_r16_avx512);
+SPEX_KQ_DOT_DECL(spex_dot_q5_K_r16_avx512);
+SPEX_KQ_DOT_DECL(spex_dot_q4_K_r16_avx512_vnni);
+SPEX_KQ_DOT_DECL(spex_dot_q5_K_r16_avx512_vnni);
 void spex_act_quant_q8_K_avx512(const float *x, void *dst, int64_t n);
 #endif
 

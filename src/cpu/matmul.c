@@ -159,7 +159,8 @@ uint64_t spex_matmul_stream_probe_n(const void *buf, size_t bytes, int streams) 
                                       * rows of a call side by side, so calls are long   */
 #define ROW_QUANTUM 16               /* output rows per chunk: a multiple of this (the
                                       * kernels' register tiles are 4, 8 or 16 rows: the
-                                      * AVX-512 Q4_K kernel puts 16 rows in the lanes)   */
+                                      * AVX-512 Q4_K kernel puts 16 rows in the lanes;
+                                      * R16 weights come in groups of 16 rows)           */
 
 static size_t round_up(size_t v, size_t m) { return (v + m - 1) / m * m; }
 
@@ -229,7 +230,7 @@ void spex_matmul_task(const spex_matmul_args *a, int ith, int nth) {
     /* phase 2: (activation tile × output rows) chunks */
     const mm_plan p = make_plan(a, wrow, xs, nth);
     const int64_t n_chunks = p.n_tiles * p.n_wchunks;
-    const spex_dot_fn dot = k->dot[a->wtype];
+    const spex_dot_fn dot = a->w_r16 ? k->dot_r16[a->wtype] : k->dot[a->wtype];
     const uint8_t *W = (const uint8_t *)a->W;
     int64_t c = a->pool ? spex_pool_next_chunk(a->pool) : ith;
     while (c < n_chunks) {
@@ -257,6 +258,8 @@ spex_status spex_matmul_check(const spex_matmul_args *a) {
     if (a->ldx < a->n || a->ldy < a->n_out) return SPEX_ERR_INVALID_ARG;
     if (!a->W || !a->X || !a->Y) return SPEX_ERR_INVALID_ARG;
     if (spex_matmul_ws_size(a->wtype, a->n, a->n_rows) > 0 && !a->ws) return SPEX_ERR_INVALID_ARG;
+    /* R16: the kernel reads whole 16-row groups, and chunks start on them (ROW_QUANTUM) */
+    if (a->w_r16 && (!k->dot_r16[a->wtype] || a->n_out % 16 != 0)) return SPEX_ERR_INVALID_ARG;
     return SPEX_OK;
 }
 

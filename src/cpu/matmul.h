@@ -41,7 +41,28 @@ typedef struct spex_matmul_kernels {
     spex_isa isa;
     spex_dot_fn dot[SPEX_TYPE_COUNT];               /* indexed by weight type     */
     spex_act_quant_fn act_quant[SPEX_TYPE_COUNT];   /* indexed by activation type */
+    /* Kernels for weights in the R16 layout (below), same contract with nw a multiple of 16
+     * and w at the start of a 16-row group; NULL for types without one. r16_fast[t]: this
+     * ISA reads R16 faster than the ggml layout, so loaders should repack type t. */
+    spex_dot_fn dot_r16[SPEX_TYPE_COUNT];
+    bool r16_fast[SPEX_TYPE_COUNT];
 } spex_matmul_kernels;
+
+/* ---- The R16 weight layout (load-time repack; docs/performance.md "R16") ----------------
+ * For block types whose block is a whole number of 32-bit words (Q4_K: 36, Q5_K: 44), a
+ * matrix whose row count is a multiple of 16 can be stored as groups of 16 rows, each group
+ * in the bytes the 16 rows took before (rows stay w_stride apart on average), super-block by
+ * super-block: unit b of a group = the 16 rows' block b as a 16 x W word matrix, transposed,
+ *     unit dword (k * 16 + l) = dword k of row l's block b        (l < 16, k < W),
+ * at byte 16 * bsize * b of the group. So 64 bytes at unit + 64k are word k of the 16 rows,
+ * one per SIMD lane: what the AVX-512 Q4_K/Q5_K kernels otherwise build with a transpose of
+ * every super-block. Same size as the ggml layout; only matmul reads it. */
+bool spex_r16_supported(spex_type t);
+/* dst <- src (ggml layout, n_out x n, n_out % 16 == 0) in the R16 layout; src != dst. */
+void spex_r16_pack(spex_type t, const void *src, void *dst, int64_t n_out, int64_t n);
+/* Copies block b of row l (< 16) of the 16-row group that starts at g16 (R16 data) into blk
+ * (one block, ggml layout). */
+void spex_r16_get_block(spex_type t, const void *g16, int l, int64_t b, void *blk);
 
 /* The activation type a weight type's dot product consumes (SPEX_TYPE_F32 for float
  * weights); SPEX_TYPE_COUNT if the weight type has no matmul. */
@@ -105,6 +126,7 @@ typedef struct spex_matmul_args {
     float *Y;             /* [n_rows][ldy], written, never read                          */
     int64_t ldy;
     void *ws;             /* workspace, spex_matmul_ws_size bytes                        */
+    bool w_r16;           /* W is in the R16 layout (n_out a multiple of 16)              */
     /* Optional: called by the thread that computed a chunk, right after it, with the chunk's
      * activation rows [r0, r0 + nr) and outputs [o0, o0 + no) — still in that thread's cache,
      * so a consumer (the drafter head's top-K) reads them without a second pass over Y. A

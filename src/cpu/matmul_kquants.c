@@ -16,6 +16,10 @@ void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, 
         k->dot[SPEX_TYPE_Q5_K] = spex_dot_q5_K_ref;
         k->dot[SPEX_TYPE_Q6_K] = spex_dot_q6_K_ref;
         k->act_quant[SPEX_TYPE_Q8_K] = spex_act_quant_q8_K_ref;
+        /* the R16 reference: every table can run R16 weights; only AVX-512 gains from them */
+        k->dot_r16[SPEX_TYPE_Q4_K] = spex_dot_q4_K_r16_ref;
+        k->dot_r16[SPEX_TYPE_Q5_K] = spex_dot_q5_K_r16_ref;
+        k->r16_fast[SPEX_TYPE_Q4_K] = k->r16_fast[SPEX_TYPE_Q5_K] = false;
         break;
 #if SPEX_HAVE_X86
     case SPEX_ISA_AVX2:
@@ -29,6 +33,9 @@ void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, 
         k->dot[SPEX_TYPE_Q5_K] = vnni ? spex_dot_q5_K_avx512_vnni : spex_dot_q5_K_avx512;
         k->dot[SPEX_TYPE_Q6_K] = vnni ? spex_dot_q6_K_avx512_vnni : spex_dot_q6_K_avx512;
         k->act_quant[SPEX_TYPE_Q8_K] = spex_act_quant_q8_K_avx512;
+        k->dot_r16[SPEX_TYPE_Q4_K] = vnni ? spex_dot_q4_K_r16_avx512_vnni : spex_dot_q4_K_r16_avx512;
+        k->dot_r16[SPEX_TYPE_Q5_K] = vnni ? spex_dot_q5_K_r16_avx512_vnni : spex_dot_q5_K_r16_avx512;
+        k->r16_fast[SPEX_TYPE_Q4_K] = k->r16_fast[SPEX_TYPE_Q5_K] = true;
         break;
 #endif
     default: break; /* NEON and others: the scalar entries stay */

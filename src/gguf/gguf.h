@@ -52,4 +52,9 @@ bool spex_gguf_payload_valid(const uint8_t *buf, uint64_t size, spex_gguf_vtype 
 
 static inline uint64_t spex_gguf_align_up(uint64_t x, uint64_t a) { return (x + a - 1) & ~(a - 1); }
 
+/* Tensor bytes [p, p + n) were copied elsewhere (the model's repacked weights): their pages
+ * go back to the kernel when g maps a file (spex_file_release); nothing happens for a GGUF
+ * opened on caller memory, which spex never modifies. */
+void spex_gguf_release_data(const spex_gguf *g, const void *p, size_t n);
+
 #endif

@@ -570,6 +570,10 @@ void spex_gguf_close(spex_gguf *g) {
 /* ======================================================================== */
 
 const char *spex_gguf_path(const spex_gguf *g) { return g->path; }
+
+void spex_gguf_release_data(const spex_gguf *g, const void *p, size_t n) {
+    if (g) spex_file_release(&g->map, p, n);
+}
 uint32_t spex_gguf_version(const spex_gguf *g) { return g->version; }
 uint64_t spex_gguf_alignment(const spex_gguf *g) { return g->alignment; }
 uint64_t spex_gguf_data_offset(const spex_gguf *g) { return g->data_offset; }

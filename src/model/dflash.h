@@ -54,6 +54,7 @@ struct spex_drafter {
     model_weight sel_succ;        /* {R, V}   DFlash2: table B                   */
     dflash_layer *layers;         /* [N_d], owned                               */
     uint64_t weight_bytes;
+    model_repack repack;          /* R16 copies of own matmul weights           */
 };
 
 /* spex_drafter_load on an already opened GGUF (fuzzing, tests: spex_gguf_open_memory).

@@ -76,7 +76,7 @@ static void run_phase(spex_draft_context *c, draft_phase *ph, pre_fn pre, int la
         ph->mm = (spex_matmul_args){
             .pool = c->pool, .wtype = w->type, .W = w->data, .n_out = w->n_out, .n = w->n_in,
             .X = X, .ldx = ldx, .n_rows = n_rows, .Y = Y, .ldy = w->n_out, .ws = c->mm_ws,
-            .on_chunk = ph->head ? head_chunk : NULL, .chunk_ctx = c,
+            .on_chunk = ph->head ? head_chunk : NULL, .chunk_ctx = c, .w_r16 = w->r16,
         };
     }
     c->phase = ph;

@@ -687,6 +687,32 @@ static spex_status load_tensors(loader *L) {
     return SPEX_OK;
 }
 
+/* The drafter's own matmul weights into the R16 layout where the kernels gain from it
+ * (repack_weights.c). A head borrowed from the target is already in its final layout; the
+ * embedding and the selector tables are read row by row and stay in the mapping. */
+static spex_status repack_drafter(spex_drafter *d, spex_error *err) {
+    if (d->params.no_repack) return SPEX_OK;
+    const int per_layer = 9;
+    const int n = d->hp.n_layer * per_layer + 3;
+    model_weight **ws = calloc((size_t)n, sizeof *ws);
+    if (!ws) return spex_error_set(err, SPEX_ERR_NOMEM, "%s: out of memory", spex_gguf_path(d->gguf));
+    int k = 0;
+    for (int l = 0; l < d->hp.n_layer; l++) {
+        dflash_layer *ly = &d->layers[l];
+        model_weight *lw[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w_gate, &ly->w_up, &ly->w_down,
+                              &ly->attn_conv_proj, &ly->ffn_conv_proj};
+        for (int i = 0; i < per_layer; i++) ws[k++] = lw[i];
+    }
+    ws[k++] = &d->fc;
+    ws[k++] = &d->head;
+    ws[k++] = &d->sel_hidden;
+    /* the target's embedding too: a head borrowed from a tied target is that table */
+    const void *keep[4] = {d->tok_embd.data, d->target->tok_embd.data, d->sel_pred.data, d->sel_succ.data};
+    spex_status s = spex_model_repack(ws, k, keep, 4, d->gguf, &d->repack, err);
+    free(ws);
+    return s;
+}
+
 /* ======================================================================== */
 /* Detection (§2) and the load                                               */
 /* ======================================================================== */
@@ -774,7 +800,9 @@ spex_status spex_drafter_load_gguf(spex_gguf *g, const spex_model *target, const
         L->n_ovr = i + 1;
     }
 
-    if ((s = detect(L)) || (s = read_hparams(L)) || (s = check_pair(L)) || (s = load_tensors(L))) goto fail;
+    if ((s = detect(L)) || (s = read_hparams(L)) || (s = check_pair(L)) || (s = load_tensors(L)) ||
+        (s = repack_drafter(d, err)))
+        goto fail;
 
     d->params.overrides = NULL;   /* borrowed for the call only */
     d->params.n_overrides = 0;
@@ -807,6 +835,7 @@ spex_status spex_drafter_load(const char *path, const spex_model *target, const 
 
 void spex_drafter_free(spex_drafter *d) {
     if (!d) return;
+    spex_model_repack_free(&d->repack);
     free(d->layers);
     spex_gguf_close(d->gguf);
     free(d);

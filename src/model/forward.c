@@ -60,6 +60,7 @@ void spex_fwd_run_phase(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, c
         ph->mm = (spex_matmul_args){
             .pool = c->pool, .wtype = w->type, .W = w->data, .n_out = w->n_out, .n = w->n_in,
             .X = X, .ldx = w->n_in, .n_rows = n_rows, .Y = Y, .ldy = w->n_out, .ws = c->b.mm_ws,
+            .w_r16 = w->r16,
         };
     }
     c->phase = ph;

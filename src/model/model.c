@@ -364,6 +364,33 @@ static const char *main_type(const spex_model *m) {
     return ti ? ti->name : "?";
 }
 
+/* The matmul weights into the R16 layout where the kernels gain from it (repack_weights.c);
+ * the embedding tables (read row by row) stay as they are, and so does a tied head. */
+static spex_status repack_model(spex_model *m, spex_error *err) {
+    if (m->params.no_repack) return SPEX_OK;
+    const int per_layer = 12;
+    const int n = m->hp.n_layer * per_layer + 2 + per_layer + 1;
+    model_weight **ws = calloc((size_t)n, sizeof *ws);
+    if (!ws) return spex_error_set(err, SPEX_ERR_NOMEM, "%s: out of memory", spex_gguf_path(m->gguf));
+    int k = 0;
+    for (int32_t l = 0; l <= m->hp.n_layer; l++) {
+        model_layer *L = l < m->hp.n_layer ? &m->layers[l] : m->has_mtp ? &m->mtp.layer : NULL;
+        if (!L) continue;
+        model_weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down, &L->w_qkv,
+                              &L->w_z, &L->w_beta, &L->w_alpha, &L->w_ssm_out};
+        for (int i = 0; i < per_layer; i++) ws[k++] = lw[i];
+    }
+    ws[k++] = &m->output;
+    if (m->has_mtp) {
+        ws[k++] = &m->mtp.eh_proj;
+        ws[k++] = &m->mtp.head;
+    }
+    const void *keep[2] = {m->tok_embd.data, m->has_mtp ? m->mtp.embed.data : NULL};
+    spex_status s = spex_model_repack(ws, k, keep, 2, m->gguf, &m->repack, err);
+    free(ws);
+    return s;
+}
+
 spex_status spex_model_load(const char *path, const spex_model_params *params, spex_model **out, spex_error *err) {
     if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_model_load: out is NULL");
     *out = NULL;
@@ -411,15 +438,16 @@ spex_status spex_model_load_gguf(spex_gguf *g, const spex_model_params *params, 
     if (ad->arch == SPEX_ARCH_QWEN35) s = spex_model_load_qwen35(m, &r, err);
     else s = load_dense_tensors(m, err);
     if (s != SPEX_OK) goto fail;
+    if ((s = repack_model(m, err)) != SPEX_OK) goto fail;
 
     const spex_model_hparams *hp = &m->hp;
     spex_model_log(m,
                    "model: %s %s: %d layers, E %d, H %d/%d, hd %d, F %d, V %d, rope %s n_rot %d base %g, ctx %d, "
-                   "%s output, weights %.2f MiB (mostly %s, mapped), %.3f M params",
+                   "%s output, weights %.2f MiB (mostly %s, mapped; %.2f MiB of it in R16 copies), %.3f M params",
                    spex_arch_name(hp->arch), path, hp->n_layer, hp->n_embd, hp->n_head, hp->n_head_kv, hp->head_dim,
                    hp->n_ff, hp->n_vocab, rope_name(hp->rope_mode), hp->n_rot, (double)hp->rope_freq_base,
                    hp->n_ctx_train, hp->tied_output ? "tied" : "untied", (double)m->weight_bytes / (1024.0 * 1024.0),
-                   main_type(m), (double)m->n_params / 1e6);
+                   main_type(m), (double)m->repack.bytes / (1024.0 * 1024.0), (double)m->n_params / 1e6);
     *out = m;
     return SPEX_OK;
 fail:
@@ -429,6 +457,7 @@ fail:
 
 void spex_model_free(spex_model *m) {
     if (!m) return;
+    spex_model_repack_free(&m->repack);
     free(m->layers);
     spex_gguf_close(m->gguf);
     free(m);

@@ -41,13 +41,30 @@
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 
-/* A weight: a view into the mapping. */
+/* A weight: a view into the mapping, or into its R16 copy (repack_weights.c). */
 typedef struct model_weight {
     const spex_tensor_info *t;   /* NULL when an optional tensor is absent */
     const void *data;
     spex_type type;
     int64_t n_in, n_out;         /* ne[0], ne[1] */
+    bool r16;                    /* data is in the R16 layout (cpu/matmul.h): matmul only */
 } model_weight;
+
+/* The R16 copies a model or drafter owns (repack_weights.c). */
+typedef struct model_repack {
+    void **bufs;                 /* [n] owned copies                                  */
+    const void **src;            /* [n] the mapped data each was made from            */
+    int n, cap;
+    uint64_t bytes;
+} model_repack;
+
+/* Repacks each weight of ws[0..n) that the active matmul table reads faster in the R16
+ * layout (r16_fast; rows a multiple of 16), unless its data is one of keep[0..n_keep)
+ * (tensors also read row by row). Data met twice is copied once; the originals' pages of
+ * g's file mapping are released. */
+spex_status spex_model_repack(model_weight *const *ws, int n, const void *const *keep, int n_keep,
+                              const spex_gguf *g, model_repack *r, spex_error *err);
+void spex_model_repack_free(model_repack *r);
 
 typedef struct model_layer {
     bool recurrent;              /* qwen35 Gated DeltaNet layer (the attention fields are unset) */
@@ -96,6 +113,7 @@ struct spex_model {
     bool has_mtp;                /* qwen35 with nextn_predict_layers = 1       */
     model_mtp mtp;
     uint64_t weight_bytes, n_params;
+    model_repack repack;         /* R16 copies of matmul weights (params.no_repack: none) */
 };
 
 /* ---- loading helpers shared by the architectures (model.c) ---- */

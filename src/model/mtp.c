@@ -166,6 +166,7 @@ static spex_status mtp_run(spex_mtp_context *mc, const float *h, bool target_h, 
     spex_matmul_args a = {
         .pool = spex_context_pool(mc->ctx), .wtype = m->mtp.eh_proj.type, .W = m->mtp.eh_proj.data,
         .n_out = E, .n = 2 * E, .X = mc->cat, .ldx = 2 * E, .n_rows = n, .Y = mc->x, .ldy = E, .ws = mc->mm_ws,
+        .w_r16 = m->mtp.eh_proj.r16,
     };
     spex_status ms = spex_matmul(spex_context_pool(mc->ctx), &a);
     if (ms != SPEX_OK) return spex_error_set(err, ms, "mtp: eh_proj matmul failed");

@@ -26,8 +26,7 @@
 
 /* ---- Q4_K ---------------------------------------------------------------- */
 
-static float dot_q4_K_row(const block_q4_K *w, const block_q8_K *x, int64_t nb) {
-    float sum = 0.0f;
+static float dot_q4_K_row(const block_q4_K *w, const block_q8_K *x, int64_t nb, float sum) {
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = w[b].qs;   /* 32 bytes per 64 elements: low nibbles, then high */
         const int8_t *a = x[b].qs;
@@ -53,8 +52,7 @@ static float dot_q4_K_row(const block_q4_K *w, const block_q8_K *x, int64_t nb) 
 
 /* ---- Q5_K: Q4_K's nibbles plus a fifth bit, qh[l] bit s for element l of sub-block s -- */
 
-static float dot_q5_K_row(const block_q5_K *w, const block_q8_K *x, int64_t nb) {
-    float sum = 0.0f;
+static float dot_q5_K_row(const block_q5_K *w, const block_q8_K *x, int64_t nb, float sum) {
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *q = w[b].qs, *qh = w[b].qh;
         const int8_t *a = x[b].qs;
@@ -84,8 +82,7 @@ static float dot_q5_K_row(const block_q5_K *w, const block_q8_K *x, int64_t nb) 
  * elements 128h+l (low nibble) and 128h+64+l (high nibble), ql[64h+32+l] those of
  * 128h+32+l and 128h+96+l; qh[32h+l] bits 0,2,4,6 the high 2 bits of 128h+l, +32, +64, +96. */
 
-static float dot_q6_K_row(const block_q6_K *w, const block_q8_K *x, int64_t nb) {
-    float sum = 0.0f;
+static float dot_q6_K_row(const block_q6_K *w, const block_q8_K *x, int64_t nb, float sum) {
     for (int64_t b = 0; b < nb; b++) {
         int32_t sub[QK_K / 16] = {0}; /* sum of (q-32)*a per sub-block of 16 */
         for (int h = 0; h < 2; h++) {
@@ -122,7 +119,7 @@ static float dot_q6_K_row(const block_q6_K *w, const block_q8_K *x, int64_t nb) 
             for (int j = 0; j < nx; j++) {                                                  \
                 const block_q8_K *xr =                                                      \
                     (const block_q8_K *)((const uint8_t *)x + (size_t)j * x_stride);        \
-                y[(size_t)j * ldy + (size_t)i] = rowfn(wr, xr, nb);                         \
+                y[(size_t)j * ldy + (size_t)i] = rowfn(wr, xr, nb, 0.0f);                         \
             }                                                                               \
         }                                                                                   \
     }
@@ -130,6 +127,32 @@ static float dot_q6_K_row(const block_q6_K *w, const block_q8_K *x, int64_t nb) 
 KQ_REF_TILE(spex_dot_q4_K_ref, block_q4_K, dot_q4_K_row)
 KQ_REF_TILE(spex_dot_q5_K_ref, block_q5_K, dot_q5_K_row)
 KQ_REF_TILE(spex_dot_q6_K_ref, block_q6_K, dot_q6_K_row)
+
+/* R16 tiles (layout: src/cpu/matmul.h): each block is copied back to the ggml layout and
+ * goes through the row function above one block at a time, carrying the running sum, so
+ * the arithmetic is the ggml tile's exactly and the results are bit-identical to it. */
+#define KQ_REF_TILE_R16(fn, wtype, wblock, rowfn)                                          \
+    void fn(int64_t n, const void *w, size_t w_stride, int nw, const void *x,               \
+            size_t x_stride, int nx, float *y, size_t ldy) {                                \
+        const int64_t nb = n / QK_K;                                                        \
+        for (int i = 0; i < nw; i++) {                                                      \
+            const uint8_t *g16 = (const uint8_t *)w + (size_t)(i / 16 * 16) * w_stride;     \
+            for (int j = 0; j < nx; j++) {                                                  \
+                const block_q8_K *xr =                                                      \
+                    (const block_q8_K *)((const uint8_t *)x + (size_t)j * x_stride);        \
+                float sum = 0.0f;                                                           \
+                for (int64_t b = 0; b < nb; b++) {                                          \
+                    wblock blk;                                                             \
+                    spex_r16_get_block(wtype, g16, i % 16, b, &blk);                        \
+                    sum = rowfn(&blk, xr + b, 1, sum);                                      \
+                }                                                                           \
+                y[(size_t)j * ldy + (size_t)i] = sum;                                       \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+KQ_REF_TILE_R16(spex_dot_q4_K_r16_ref, SPEX_TYPE_Q4_K, block_q4_K, dot_q4_K_row)
+KQ_REF_TILE_R16(spex_dot_q5_K_r16_ref, SPEX_TYPE_Q5_K, block_q5_K, dot_q5_K_row)
 
 void spex_act_quant_q8_K_ref(const float *x, void *dst, int64_t n) {
     spex_quantize_row_q8_K_ref(x, (block_q8_K *)dst, n);

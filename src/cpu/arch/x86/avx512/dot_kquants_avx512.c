@@ -378,8 +378,23 @@ KQ_INLINE __m512i kq_pick(__m512i y0, __m512i y1, const int h) {
     return h ? _mm512_shuffle_i64x2(y0, y1, _MM_SHUFFLE(3, 1, 3, 1)) : _mm512_shuffle_i64x2(y0, y1, _MM_SHUFFLE(2, 0, 2, 0));
 }
 
-/* 32 bytes at offset off of the 16 rows' blocks, transposed: o[k] lane l = dword k of row l. */
-KQ_INLINE void kq_gather8(const uint8_t *const rows[KQ_WB], size_t off, __m512i o[8]) {
+/* Where a 16-row block's super-block comes from: the rows in the ggml layout (rows[l] + off
+ * is row l's block), or, with the R16 layout (cpu/matmul.h), one unit in which word k of
+ * the 16 rows is the 64 bytes at unit + 64k — the transposes below are then plain loads. */
+typedef struct {
+    const uint8_t *const *rows;
+    size_t off;
+    const uint8_t *unit;
+} kq_src;
+
+/* 32 bytes at byte f of the 16 rows' blocks, transposed: o[k] lane l = dword k of row l. */
+KQ_INLINE void kq_gather8(const kq_src *s, size_t f, __m512i o[8], const int packed) {
+    if (packed) {
+        for (int k = 0; k < 8; k++) o[k] = _mm512_loadu_si512(s->unit + 16 * f + 64 * k);
+        return;
+    }
+    const uint8_t *const *rows = s->rows;
+    const size_t off = s->off + f;
     __m512i z[8];
     for (int j = 0; j < 4; j++) {
         z[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(rows[j] + off))),
@@ -396,8 +411,14 @@ KQ_INLINE void kq_gather8(const uint8_t *const rows[KQ_WB], size_t off, __m512i 
 }
 
 /* The 16-byte headers (d, dmin, scales) of the 16 rows' blocks: o[c] lane l = dword c of
- * rows[l]'s header. */
-KQ_INLINE void kq_gather_hdr(const uint8_t *const rows[KQ_WB], size_t off, __m512i o[4]) {
+ * row l's header. */
+KQ_INLINE void kq_gather_hdr(const kq_src *s, __m512i o[4], const int packed) {
+    if (packed) {
+        for (int c = 0; c < 4; c++) o[c] = _mm512_loadu_si512(s->unit + 64 * c);
+        return;
+    }
+    const uint8_t *const *rows = s->rows;
+    const size_t off = s->off;
     for (int j = 0; j < 4; j++) {
         const __m256i lo = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(rows[j] + off))),
                                                    _mm_loadu_si128((const __m128i *)(rows[4 + j] + off)), 1);
@@ -415,10 +436,9 @@ typedef struct {
     __m512 d16, ndmin;
 } kq_w16s;
 
-KQ_INLINE void kq_w16_scales(const uint8_t *const rows[KQ_WB], size_t off, kq_w16s *s, const int x16odd,
-                              const int q5) {
+KQ_INLINE void kq_w16_scales(const kq_src *src, kq_w16s *s, const int x16odd, const int q5, const int packed) {
     __m512i h[4];
-    kq_gather_hdr(rows, off, h);
+    kq_gather_hdr(src, h, packed);
     const __m512i u0 = h[1], u1 = h[2], u2 = h[3];
     const __m512i m3f = _mm512_set1_epi8(0x3f), m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
     /* bytewise: sc[0..3] = u0 & 63, m[0..3] = u1 & 63,
@@ -450,18 +470,17 @@ KQ_INLINE void kq_w16_scales(const uint8_t *const rows[KQ_WB], size_t off, kq_w1
 
 /* acc[j] (lanes = the block's rows) += super-block b of the block against activation rows
  * xr[j], j < g; the codes of one 64-element group are unpacked once for all g rows. */
-KQ_INLINE void kq_w16_sb(const uint8_t *const rows[KQ_WB], size_t off, const block_q8_K *const *xr,
-                         const kq_bpair *const *bp, int64_t b, const int g, const int vnni, const int q5,
-                         __m512 *acc) {
+KQ_INLINE void kq_w16_sb(const kq_src *src, const block_q8_K *const *xr, const kq_bpair *const *bp, int64_t b,
+                         const int g, const int vnni, const int q5, const int packed, __m512 *acc) {
     kq_w16s s;
-    kq_w16_scales(rows, off, &s, vnni, q5);
+    kq_w16_scales(src, &s, vnni, q5, packed);
     __m512i oh[8]; /* Q5_K: the fifth bits, qh dword k (the same for every group) */
-    if (q5) kq_gather8(rows, off + offsetof(block_q5_K, qh), oh);
+    if (q5) kq_gather8(src, offsetof(block_q5_K, qh), oh, packed);
     __m512i T[KQ_G];
     const __m512i m0f = _mm512_set1_epi8(0x0f), mf0 = _mm512_set1_epi8((char)0xf0);
     for (int gg = 0; gg < 4; gg++) {
         __m512i o[8], lo[8], hi[8];
-        kq_gather8(rows, off + (q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs)) + 32 * (size_t)gg, o);
+        kq_gather8(src, (q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs)) + 32 * (size_t)gg, o, packed);
         for (int k = 0; k < 8; k++) {
             if (q5) { /* bits 2gg and 2gg+1 of the qh bytes become bit 4 of the low / high codes */
                 const __m512i hb = _mm512_srlv_epi32(oh[k], _mm512_set1_epi32(2 * gg));
@@ -507,9 +526,10 @@ KQ_INLINE void kq_w16_sb(const uint8_t *const rows[KQ_WB], size_t off, const blo
 
 /* Blocks of 16 weight rows × groups of <= 8 activation rows; a row's sums run over its
  * super-blocks in order in spans of KQ_WSPAN (the prepared minimum pairs), each span's sum
- * added to y in order. */
+ * added to y in order. packed: W in the R16 layout (nw a multiple of 16), which changes
+ * where the bytes come from and nothing else, so both layouts give the same bits. */
 KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                           int nx, float *y, size_t ldy, const int vnni, const int q5) {
+                           int nx, float *y, size_t ldy, const int vnni, const int q5, const int packed) {
     const size_t bsize = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const int64_t nb = n / QK_K;
     kq_bpair bpbuf[KQ_G][KQ_WSPAN];
@@ -540,25 +560,29 @@ KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
                 /* The next block's rows (one contiguous range when rows are packed) are
                  * prefetched front to back, a slice per super-block: 16 rows read side by
                  * side are 16 streams, too many for the hardware prefetchers (the 1-row
-                 * case fell from 28 to 23 GB/s without this). */
-                const uintptr_t pf0 = i0 + KQ_WB < nw ? (uintptr_t)((const uint8_t *)w + (size_t)(i0 + KQ_WB) * w_stride) + (uintptr_t)b0 * bsize : 0;
+                 * case fell from 28 to 23 GB/s without this). In the R16 layout the slice
+                 * is exactly the next block's unit of the same super-block. */
+                const size_t unit = (size_t)KQ_WB * bsize; /* R16: bytes of one super-block's unit */
+                const uintptr_t next = (uintptr_t)((const uint8_t *)w + (size_t)(i0 + KQ_WB) * w_stride);
+                const uintptr_t pf0 = i0 + KQ_WB >= nw ? 0 : packed ? next + (uintptr_t)b0 * unit : next + (uintptr_t)b0 * bsize;
                 const size_t pfn = (size_t)(nw - i0 - KQ_WB < KQ_WB ? nw - i0 - KQ_WB : KQ_WB) * w_stride;
-                const size_t pfs = (pfn / (size_t)nbs + 63) & ~(size_t)63;
+                const size_t pfs = packed ? unit : (pfn / (size_t)nbs + 63) & ~(size_t)63;
                 if (i0 == 0) /* the call's first block: all its requests at once */
-                    kq_prefetch((uintptr_t)rows[0] + (uintptr_t)b0 * bsize,
-                                (size_t)(nw < KQ_WB ? nw : KQ_WB) * w_stride);
+                    kq_prefetch((uintptr_t)rows[0] + (uintptr_t)b0 * (packed ? unit : bsize),
+                                packed ? (size_t)nbs * unit : (size_t)(nw < KQ_WB ? nw : KQ_WB) * w_stride);
                 for (int b = 0; b < nbs; b++) {
                     if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
-                    const size_t off = (size_t)(b0 + b) * bsize;
+                    const kq_src src = {.rows = rows, .off = (size_t)(b0 + b) * bsize,
+                                        .unit = rows[0] + (size_t)(b0 + b) * unit};
                     switch (g) {
-                    case 1: kq_w16_sb(rows, off, xr, bp, b, 1, vnni, q5, acc); break;
-                    case 2: kq_w16_sb(rows, off, xr, bp, b, 2, vnni, q5, acc); break;
-                    case 3: kq_w16_sb(rows, off, xr, bp, b, 3, vnni, q5, acc); break;
-                    case 4: kq_w16_sb(rows, off, xr, bp, b, 4, vnni, q5, acc); break;
-                    case 5: kq_w16_sb(rows, off, xr, bp, b, 5, vnni, q5, acc); break;
-                    case 6: kq_w16_sb(rows, off, xr, bp, b, 6, vnni, q5, acc); break;
-                    case 7: kq_w16_sb(rows, off, xr, bp, b, 7, vnni, q5, acc); break;
-                    default: kq_w16_sb(rows, off, xr, bp, b, 8, vnni, q5, acc); break;
+                    case 1: kq_w16_sb(&src, xr, bp, b, 1, vnni, q5, packed, acc); break;
+                    case 2: kq_w16_sb(&src, xr, bp, b, 2, vnni, q5, packed, acc); break;
+                    case 3: kq_w16_sb(&src, xr, bp, b, 3, vnni, q5, packed, acc); break;
+                    case 4: kq_w16_sb(&src, xr, bp, b, 4, vnni, q5, packed, acc); break;
+                    case 5: kq_w16_sb(&src, xr, bp, b, 5, vnni, q5, packed, acc); break;
+                    case 6: kq_w16_sb(&src, xr, bp, b, 6, vnni, q5, packed, acc); break;
+                    case 7: kq_w16_sb(&src, xr, bp, b, 7, vnni, q5, packed, acc); break;
+                    default: kq_w16_sb(&src, xr, bp, b, 8, vnni, q5, packed, acc); break;
                     }
                 }
                 const int nv = nw - i0 < KQ_WB ? nw - i0 : KQ_WB;
@@ -579,22 +603,42 @@ KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
 
 void spex_dot_q5_K_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx,
                           float *y, size_t ldy) {
-    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 1);
+    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 1, 0);
 }
 
 void spex_dot_q5_K_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
                                int nx, float *y, size_t ldy) {
-    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 1);
+    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 1, 0);
 }
 
 void spex_dot_q4_K_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx,
                           float *y, size_t ldy) {
-    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 0);
+    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 0, 0);
 }
 
 void spex_dot_q4_K_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
                                int nx, float *y, size_t ldy) {
-    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0);
+    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0, 0);
+}
+
+void spex_dot_q4_K_r16_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                              int nx, float *y, size_t ldy) {
+    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 0, 1);
+}
+
+void spex_dot_q4_K_r16_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x,
+                                   size_t x_stride, int nx, float *y, size_t ldy) {
+    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0, 1);
+}
+
+void spex_dot_q5_K_r16_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                              int nx, float *y, size_t ldy) {
+    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 1, 1);
+}
+
+void spex_dot_q5_K_r16_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x,
+                                   size_t x_stride, int nx, float *y, size_t ldy) {
+    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 1, 1);
 }
 
 /* ======================================================================== */
