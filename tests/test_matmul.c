@@ -473,4 +473,54 @@ TEST(tables_and_act_types) {
     printf("  tables: %d variants tested on this CPU (isa in use: %s)\n", nv, spex_isa_name(spex_cpu_isa()));
 }
 
+/* ---- the R16 layout (cpu/matmul.h) ----------------------------------------- */
+
+/* Every table's R16 kernel on the repacked matrix gives exactly that table's ggml-layout
+ * result (the same arithmetic; the scalar one by construction, and tables that do not gain
+ * from R16 run the scalar one, so they match the scalar dot), for each type with a
+ * layout, at 1..16 and 65 activation rows, whole matrices and sub-tiles starting at a later
+ * 16-row group, with rows shorter and longer than the kernels' chunks. */
+TEST(r16_kernels_bit_equal_ggml_layout) {
+    table_variant v[4];
+    const int nv = get_variants(v);
+    static const spex_type types[] = {SPEX_TYPE_Q4_0, SPEX_TYPE_Q4_1, SPEX_TYPE_Q5_0, SPEX_TYPE_Q5_1,
+                                      SPEX_TYPE_Q4_K, SPEX_TYPE_Q5_K};
+    static const int64_t ns[] = {256, 1024, 4096 + 256}; /* 4352: more blocks than one chunk */
+    const int64_t n_out = 48, n_rows = 65;
+    int checked = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            const spex_type t = types[ti];
+            const int64_t n = ns[ni];
+            dataset d;
+            CHECK(dataset_make(&d, &v[0].k, t, n, n_out, n_rows));
+            uint8_t *P = malloc((size_t)n_out * d.wrow);
+            float *ya = malloc(sizeof(float) * (size_t)(n_out * n_rows)), *yb = malloc(sizeof(float) * (size_t)(n_out * n_rows));
+            CHECK(spex_r16_supported(t));
+            spex_r16_pack(t, d.W, P, n_out, n);
+            for (int vi = 0; vi < nv; vi++) {
+                const spex_matmul_kernels *k = &v[vi].k;
+                CHECK_MSG(k->dot_r16[t] != NULL, "%s: no R16 kernel for %s", v[vi].name, spex_type_get_info(t)->name);
+                for (int64_t nr = 1; nr <= n_rows; nr = nr < 16 ? nr + 1 : nr < n_rows ? n_rows : n_rows + 1)
+                    for (int part = 0; part < 2; part++) {
+                        const int64_t o0 = part ? 16 : 0, no = n_out - o0;
+                        memset(ya, 0, sizeof(float) * (size_t)(n_out * n_rows));
+                        memset(yb, 0, sizeof(float) * (size_t)(n_out * n_rows));
+                        /* a table without its own R16 kernel runs the scalar one: compare with the scalar dot */
+                        const spex_dot_fn base = k->r16_fast[t] ? k->dot[t] : v[0].k.dot[t];
+                        base(n, d.W + (size_t)o0 * d.wrow, d.wrow, (int)no, d.Xq, d.xrow, (int)nr, ya, (size_t)n_out);
+                        k->dot_r16[t](n, P + (size_t)o0 * d.wrow, d.wrow, (int)no, d.Xq, d.xrow, (int)nr, yb, (size_t)n_out);
+                        CHECK_MSG(!memcmp(ya, yb, sizeof(float) * (size_t)(n_out * n_rows)),
+                                  "%s %s n %lld rows %lld part %d: R16 differs from the ggml layout", v[vi].name,
+                                  spex_type_get_info(t)->name, (long long)n, (long long)nr, part);
+                        checked++;
+                    }
+                if (nv > 0 && vi > 0 && k->r16_fast[t]) CHECK(k->isa == SPEX_ISA_AVX512);
+            }
+            free(P), free(ya), free(yb);
+            dataset_free(&d);
+        }
+    printf("  %d R16 tiles checked over %d tables\n", checked, nv);
+}
+
 TEST_MAIN()

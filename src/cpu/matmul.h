@@ -49,14 +49,14 @@ typedef struct spex_matmul_kernels {
 } spex_matmul_kernels;
 
 /* ---- The R16 weight layout (load-time repack; docs/performance.md "R16") ----------------
- * For block types whose block is a whole number of 32-bit words (Q4_K: 36, Q5_K: 44), a
- * matrix whose row count is a multiple of 16 can be stored as groups of 16 rows, each group
- * in the bytes the 16 rows took before (rows stay w_stride apart on average), super-block by
- * super-block: unit b of a group = the 16 rows' block b as a 16 x W word matrix, transposed,
- *     unit dword (k * 16 + l) = dword k of row l's block b        (l < 16, k < W),
- * at byte 16 * bsize * b of the group. So 64 bytes at unit + 64k are word k of the 16 rows,
- * one per SIMD lane: what the AVX-512 Q4_K/Q5_K kernels otherwise build with a transpose of
- * every super-block. Same size as the ggml layout; only matmul reads it. */
+ * A matrix whose row count is a multiple of 16 is stored as groups of 16 rows, each group in
+ * the bytes the 16 rows took before, block by block: unit b of a group (at byte 16 * bsize * b
+ * of the group) holds the 16 rows' block b field by field, each field's 16 copies one after
+ * the other (row l's at l * field size). Fields: for Q4_K (36) and Q5_K (44) every 32-bit word
+ * of the block, so 64 bytes at unit + 64k are word k of the 16 rows; for Q4_0 / Q4_1 / Q5_0 /
+ * Q5_1 the fp16 scale (then the fp16 min), the 32-bit qh word (Q5), and the 16 code bytes as
+ * four words. One SIMD lane per row: what the AVX-512 kernels otherwise build with transposes
+ * or gathers every block. Same size as the ggml layout; only matmul reads it. */
 bool spex_r16_supported(spex_type t);
 /* dst <- src (ggml layout, n_out x n, n_out % 16 == 0) in the R16 layout; src != dst. */
 void spex_r16_pack(spex_type t, const void *src, void *dst, int64_t n_out, int64_t n);

@@ -4,7 +4,12 @@
  *
  * What it is: plain C byte moves, run once per matrix at model load (and by the scalar
  * R16 kernels and the tests, one block at a time). What it is not: the kernels that read
- * the layout (ref/dot_kquants_ref.c, arch/x86/avx512/dot_kquants_avx512.c).
+ * the layout (ref/dot_kquants_ref.c, ref/dot_ref.c, arch/x86/avx512/dot_*avx512.c).
+ *
+ * A block is cut into fields (the unit stores field f of the 16 rows one after the other):
+ * the K-quants into 32-bit words (their blocks are whole words; the header's d/dmin pair and
+ * scale bytes are words too), the 32-element types into their fp16 scale (and min), the 32
+ * fifth bits, and the 16 code bytes as four words.
  */
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
@@ -13,29 +18,62 @@
 
 #define R16 16
 
-bool spex_r16_supported(spex_type t) { return t == SPEX_TYPE_Q4_K || t == SPEX_TYPE_Q5_K; }
+/* Field sizes of one block of type t, in order (0-terminated); NULL if t has no R16 layout. */
+static const uint8_t *fields(spex_type t, size_t *bsize) {
+    static const uint8_t words36[37] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+                                        4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 0};
+    static const uint8_t words44[45] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+                                        4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 0};
+    static const uint8_t q4_0[] = {2, 4, 4, 4, 4, 0};       /* d | qs              */
+    static const uint8_t q4_1[] = {2, 2, 4, 4, 4, 4, 0};    /* d | m | qs          */
+    static const uint8_t q5_0[] = {2, 4, 4, 4, 4, 4, 0};    /* d | qh | qs         */
+    static const uint8_t q5_1[] = {2, 2, 4, 4, 4, 4, 4, 0}; /* d | m | qh | qs     */
+    switch (t) {
+    case SPEX_TYPE_Q4_K: *bsize = sizeof(block_q4_K); return words36;
+    case SPEX_TYPE_Q5_K: *bsize = sizeof(block_q5_K); return words44;
+    case SPEX_TYPE_Q4_0: *bsize = sizeof(block_q4_0); return q4_0;
+    case SPEX_TYPE_Q4_1: *bsize = sizeof(block_q4_1); return q4_1;
+    case SPEX_TYPE_Q5_0: *bsize = sizeof(block_q5_0); return q5_0;
+    case SPEX_TYPE_Q5_1: *bsize = sizeof(block_q5_1); return q5_1;
+    default: return NULL;
+    }
+}
 
-static size_t block_bytes(spex_type t) { return t == SPEX_TYPE_Q4_K ? sizeof(block_q4_K) : sizeof(block_q5_K); }
+bool spex_r16_supported(spex_type t) {
+    size_t bs;
+    return fields(t, &bs) != NULL;
+}
+
+/* Copies one block between the ggml layout (blk) and lane l of an R16 unit. */
+static void move_block(const uint8_t *f, uint8_t *unit, int l, uint8_t *blk, bool to_unit) {
+    size_t uo = 0, bo = 0;
+    for (; *f; f++) {
+        uint8_t *u = unit + uo + (size_t)l * *f;
+        if (to_unit) memcpy(u, blk + bo, *f);
+        else memcpy(blk + bo, u, *f);
+        uo += (size_t)R16 * *f;
+        bo += *f;
+    }
+}
 
 void spex_r16_pack(spex_type t, const void *src, void *dst, int64_t n_out, int64_t n) {
-    const size_t bs = block_bytes(t), W = bs / 4;
-    const int64_t nb = n / QK_K;
+    size_t bs;
+    const uint8_t *f = fields(t, &bs);
+    if (!f) return;
+    const int64_t nb = n / spex_type_get_info((int)t)->block_size;
     const size_t row = (size_t)nb * bs;
     for (int64_t g = 0; g + R16 <= n_out; g += R16) {
         const uint8_t *s = (const uint8_t *)src + (size_t)g * row;
         uint8_t *d = (uint8_t *)dst + (size_t)g * row;
-        for (int64_t b = 0; b < nb; b++) {
-            uint8_t *unit = d + (size_t)b * R16 * bs;
-            for (int l = 0; l < R16; l++) {
-                const uint8_t *blk = s + (size_t)l * row + (size_t)b * bs;
-                for (size_t k = 0; k < W; k++) memcpy(unit + 4 * (k * R16 + (size_t)l), blk + 4 * k, 4);
-            }
-        }
+        for (int64_t b = 0; b < nb; b++)
+            for (int l = 0; l < R16; l++)
+                move_block(f, d + (size_t)b * R16 * bs, l, (uint8_t *)(s + (size_t)l * row + (size_t)b * bs), true);
     }
 }
 
 void spex_r16_get_block(spex_type t, const void *g16, int l, int64_t b, void *blk) {
-    const size_t bs = block_bytes(t), W = bs / 4;
-    const uint8_t *unit = (const uint8_t *)g16 + (size_t)b * R16 * bs;
-    for (size_t k = 0; k < W; k++) memcpy((uint8_t *)blk + 4 * k, unit + 4 * (k * R16 + (size_t)l), 4);
+    size_t bs;
+    const uint8_t *f = fields(t, &bs);
+    if (!f) return;
+    move_block(f, (uint8_t *)g16 + (size_t)b * R16 * bs, l, blk, false);
 }

@@ -62,8 +62,7 @@ static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *x, int64_t nb) {
     return acc;
 }
 
-static float dot_q4_0(const block_q4_0 *w, const block_q8_0 *x, int64_t nb) {
-    float acc = 0.0f;
+static float dot_q4_0(const block_q4_0 *w, const block_q8_0 *x, int64_t nb, float acc) {
     for (int64_t b = 0; b < nb; b++) {
         int sumi = 0;
         for (int k = 0; k < QK4_0 / 2; k++) {
@@ -75,8 +74,7 @@ static float dot_q4_0(const block_q4_0 *w, const block_q8_0 *x, int64_t nb) {
     return acc;
 }
 
-static float dot_q5_0(const block_q5_0 *w, const block_q8_0 *x, int64_t nb) {
-    float acc = 0.0f;
+static float dot_q5_0(const block_q5_0 *w, const block_q8_0 *x, int64_t nb, float acc) {
     for (int64_t b = 0; b < nb; b++) {
         const uint32_t qh = load_qh(w[b].qh);
         int sumi = 0;
@@ -90,8 +88,7 @@ static float dot_q5_0(const block_q5_0 *w, const block_q8_0 *x, int64_t nb) {
     return acc;
 }
 
-static float dot_q4_1(const block_q4_1 *w, const block_q8_1 *x, int64_t nb) {
-    float acc = 0.0f;
+static float dot_q4_1(const block_q4_1 *w, const block_q8_1 *x, int64_t nb, float acc) {
     for (int64_t b = 0; b < nb; b++) {
         int sumi = 0;
         for (int k = 0; k < QK4_1 / 2; k++) {
@@ -104,8 +101,7 @@ static float dot_q4_1(const block_q4_1 *w, const block_q8_1 *x, int64_t nb) {
     return acc;
 }
 
-static float dot_q5_1(const block_q5_1 *w, const block_q8_1 *x, int64_t nb) {
-    float acc = 0.0f;
+static float dot_q5_1(const block_q5_1 *w, const block_q8_1 *x, int64_t nb, float acc) {
     for (int64_t b = 0; b < nb; b++) {
         const uint32_t qh = load_qh(w[b].qh);
         int sumi = 0;
@@ -139,10 +135,37 @@ SPEX_REF_TILE(tile_f32, float, float, dot_f32(wr, xr, n))
 SPEX_REF_TILE(tile_f16, spex_fp16, float, dot_f16(wr, xr, n))
 SPEX_REF_TILE(tile_bf16, spex_bf16, float, dot_bf16(wr, xr, n))
 SPEX_REF_TILE(tile_q8_0, block_q8_0, block_q8_0, dot_q8_0(wr, xr, n / QK8_0))
-SPEX_REF_TILE(tile_q4_0, block_q4_0, block_q8_0, dot_q4_0(wr, xr, n / QK4_0))
-SPEX_REF_TILE(tile_q5_0, block_q5_0, block_q8_0, dot_q5_0(wr, xr, n / QK5_0))
-SPEX_REF_TILE(tile_q4_1, block_q4_1, block_q8_1, dot_q4_1(wr, xr, n / QK4_1))
-SPEX_REF_TILE(tile_q5_1, block_q5_1, block_q8_1, dot_q5_1(wr, xr, n / QK5_1))
+SPEX_REF_TILE(tile_q4_0, block_q4_0, block_q8_0, dot_q4_0(wr, xr, n / QK4_0, 0.0f))
+SPEX_REF_TILE(tile_q5_0, block_q5_0, block_q8_0, dot_q5_0(wr, xr, n / QK5_0, 0.0f))
+SPEX_REF_TILE(tile_q4_1, block_q4_1, block_q8_1, dot_q4_1(wr, xr, n / QK4_1, 0.0f))
+SPEX_REF_TILE(tile_q5_1, block_q5_1, block_q8_1, dot_q5_1(wr, xr, n / QK5_1, 0.0f))
+
+/* R16 tiles (layout: src/cpu/matmul.h): each block is copied back to the ggml layout and
+ * goes through the row dot above one block at a time, carrying the running sum, so the
+ * arithmetic is the ggml tile's exactly (bit-identical results). */
+#define SPEX_REF_TILE_R16(name, wtype, wty, xty, ROWDOT1)                                  \
+    static void name(int64_t n, const void *w, size_t w_stride, int nw, const void *x,     \
+                     size_t x_stride, int nx, float *y, size_t ldy) {                      \
+        const int64_t nb = n / 32;                                                         \
+        for (int j = 0; j < nx; j++) {                                                     \
+            const xty *xr = (const xty *)((const uint8_t *)x + (size_t)j * x_stride);      \
+            for (int i = 0; i < nw; i++) {                                                 \
+                const uint8_t *g16 = (const uint8_t *)w + (size_t)(i / 16 * 16) * w_stride; \
+                float acc = 0.0f;                                                          \
+                for (int64_t b = 0; b < nb; b++) {                                         \
+                    wty blk;                                                               \
+                    spex_r16_get_block(wtype, g16, i % 16, b, &blk);                       \
+                    acc = ROWDOT1(&blk, xr + b, 1, acc);                                   \
+                }                                                                          \
+                y[(size_t)j * ldy + (size_t)i] = acc;                                      \
+            }                                                                              \
+        }                                                                                  \
+    }
+
+SPEX_REF_TILE_R16(tile_q4_0_r16, SPEX_TYPE_Q4_0, block_q4_0, block_q8_0, dot_q4_0)
+SPEX_REF_TILE_R16(tile_q5_0_r16, SPEX_TYPE_Q5_0, block_q5_0, block_q8_0, dot_q5_0)
+SPEX_REF_TILE_R16(tile_q4_1_r16, SPEX_TYPE_Q4_1, block_q4_1, block_q8_1, dot_q4_1)
+SPEX_REF_TILE_R16(tile_q5_1_r16, SPEX_TYPE_Q5_1, block_q5_1, block_q8_1, dot_q5_1)
 
 /* ---- activation converters (spex_act_quant_fn) ---------------------------- */
 
@@ -165,6 +188,10 @@ void spex_matmul_register_scalar(spex_matmul_kernels *k) {
     k->dot[SPEX_TYPE_Q5_0] = tile_q5_0;
     k->dot[SPEX_TYPE_Q4_1] = tile_q4_1;
     k->dot[SPEX_TYPE_Q5_1] = tile_q5_1;
+    k->dot_r16[SPEX_TYPE_Q4_0] = tile_q4_0_r16;
+    k->dot_r16[SPEX_TYPE_Q5_0] = tile_q5_0_r16;
+    k->dot_r16[SPEX_TYPE_Q4_1] = tile_q4_1_r16;
+    k->dot_r16[SPEX_TYPE_Q5_1] = tile_q5_1_r16;
     k->act_quant[SPEX_TYPE_F32] = act_copy_f32;
     k->act_quant[SPEX_TYPE_Q8_0] = act_q8_0;
     k->act_quant[SPEX_TYPE_Q8_1] = act_q8_1;

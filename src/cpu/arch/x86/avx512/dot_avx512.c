@@ -504,6 +504,184 @@ AI void qbat_pass(const int K, const bool vnni, const int G, int64_t nb, const u
     }
 }
 
+/* ---- qrow: R16 weights (q4_0 / q4_1 / q5_0 / q5_1), weight rows in lanes ------------------ */
+
+/* For weights in the R16 layout (cpu/matmul.h: per 16-row group and block, each field of the
+ * 16 rows contiguous), lane l of every vector is weight row l of the group and each
+ * activation dword is broadcast to all lanes (vpdpbusd's embedded broadcast): a block of 32
+ * elements is 8 vpdpbusd per activation row for 16 weight rows, its float step (convert,
+ * dw*dx, fma) three operations for 16 outputs, and the weights' fields are plain loads whose
+ * nibbles are split once for all activation rows of a group (up to QR_G). qbat above spends a
+ * convert, a multiply and an fma on every 16 (row, row) pairs and builds its lanes with
+ * broadcasts, blends and vpshufd (in the ggml layout, gathering the 16 rows' fields instead
+ * measured slower still: about 16 cycles per vpgatherdd here). Arithmetic: that of the
+ * comment above (P[b % 4], then (P0 + P1) + (P2 + P3)), so results are bit-identical to
+ * qdec / qbat on the same rows; so that one accumulator per activation row suffices, the
+ * blocks are visited residue by residue (b = r, r + 4, ...), which keeps every P[r]'s order
+ * of additions. */
+#define QR_G 8         /* activation rows sharing one unpacked weight block                  */
+#define QR_CHUNK 128   /* blocks whose activation sums are prepared at a time (a multiple of 4) */
+#define QR_WROWS 256   /* weight rows whose partial sums are kept across chunks               */
+
+typedef struct {
+    int32_t base[QR_G][QR_CHUNK]; /* -offset * sum(q) of each activation block (q4_0, q5_0) */
+    float dx[QR_G][QR_CHUNK];
+    float s[QR_G][QR_CHUNK];      /* Q8_1 sum terms (q4_1, q5_1)                              */
+} qr_xprep;
+
+/* acc + w . (the activation dword at p in every lane). */
+AI __m512i qr_dpb(__m512i acc, __m512i w, const int8_t *p, const bool vnni) {
+    if (vnni) {
+        __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(const void *)p));
+        return acc;
+    }
+    int32_t v;
+    memcpy(&v, p, 4);
+    __m512i t = _mm512_madd_epi16(_mm512_maddubs_epi16(w, _mm512_set1_epi32(v)), _mm512_set1_epi16(1));
+    __asm__("" : "+v"(t)); /* no vpdpwssd in the non-VNNI variant (see the K-quant kernels) */
+    return _mm512_add_epi32(acc, t);
+}
+
+/* Byte offsets of the fields inside an R16 unit: 16 fp16 scales, [16 fp16 mins], [16 qh
+ * words], then the 16 rows' code words 0..3. */
+AI size_t qr_off_qh(const int K) { return K == K_Q5_0 ? 32 : 64; }
+AI size_t qr_off_qs(const int K) { return K == K_Q4_0 ? 32 : K == K_Q4_1 ? 64 : K == K_Q5_0 ? 96 : 128; }
+
+/* One R16 unit in lanes: codes W[k] = dword k of the 32 unsigned codes (elements 4k..4k+3),
+ * scale dw, min mw (q4_1 / q5_1). */
+AI void qr_wblock(const int K, const uint8_t *u, __m512i W[8], __m512 *dw, __m512 *mw) {
+    *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)u));
+    if (has_min(K)) *mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 32)));
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int c = 0; c < 4; c++) { /* qs byte i: element i (low nibble), element 16 + i (high) */
+        const __m512i q = _mm512_loadu_si512(u + qr_off_qs(K) + 64 * (size_t)c);
+        W[c] = _mm512_and_si512(q, m4);
+        W[c + 4] = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+    }
+    if (K == K_Q5_0 || K == K_Q5_1) { /* bit e of qh is bit 4 of element e (dword k: bits 4k..4k+3) */
+        const __m512i qh = _mm512_loadu_si512(u + qr_off_qh(K));
+        const __m512i b4 = _mm512_set1_epi8(0x10);
+        for (int k = 0; k < 8; k++) {
+            /* qh byte k/2 into every byte of its dword (vpshufb works within 128-bit lanes) */
+            const int sb = k >> 1;
+            const __m512i ctrl = _mm512_add_epi8(_mm512_set1_epi8((char)sb),
+                                                 _mm512_set4_epi32(0x0c0c0c0c, 0x08080808, 0x04040404, 0x00000000));
+            const int sh = 4 * (k & 1); /* byte t of the dword tests bit sh + t */
+            const __m512i bits = _mm512_set1_epi32((int)((1u << sh) | (2u << sh) << 8 | (4u << sh) << 16 | (8u << sh) << 24));
+            const __mmask64 m = _mm512_test_epi8_mask(_mm512_shuffle_epi8(qh, ctrl), bits);
+            W[k] = _mm512_mask_add_epi8(W[k], m, W[k], b4);
+        }
+    }
+}
+
+/* Partial sums (lanes = 16 weight rows) of g activation rows over the blocks of residue class
+ * r of a chunk: P[j] += each block's term, blocks c0 + r, c0 + r + 4, ...; g0 = the group's
+ * first unit of the chunk; pf: the next group's units of the chunk (0: none), one unit
+ * prefetched per block visited (it counts the visits of the four passes). */
+AI void qr_residue(const int K, const bool vnni, const int g, const uint8_t *g0, size_t ubytes, const uint8_t *x,
+                   size_t xst, int64_t c0, int64_t cnt, int r, const qr_xprep *xp, uintptr_t pf, int64_t it,
+                   __m512 *P) {
+    const size_t xbs = has_min(K) ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t xq = has_min(K) ? 4 : 2;
+    for (int64_t b = r; b < cnt; b += 4, it++) {
+        if (pf)
+            for (size_t o = 0; o < ubytes; o += 64) _mm_prefetch((const char *)(pf + (uintptr_t)it * ubytes + o), _MM_HINT_T1);
+        __m512i W[8];
+        __m512 dw, mw = _mm512_setzero_ps();
+        qr_wblock(K, g0 + (size_t)b * ubytes, W, &dw, &mw);
+#pragma GCC unroll 8
+        for (int j = 0; j < QR_G; j++) {
+            if (j >= g) break;
+            const int8_t *q = (const int8_t *)(x + (size_t)j * xst + (size_t)(c0 + b) * xbs + xq);
+            __m512i S = _mm512_set1_epi32(xp->base[j][b]);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) S = qr_dpb(S, W[k], q + 4 * k, vnni);
+            P[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dw, _mm512_set1_ps(xp->dx[j][b])), P[j]);
+            if (has_min(K)) P[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xp->s[j][b]), P[j]);
+        }
+    }
+}
+
+/* The activation side of blocks [c0, c0 + cnt) of g rows: dx, s and the integer sums' start. */
+AI void qr_prep(const int K, const uint8_t *x, size_t xst, int g, int64_t c0, int64_t cnt, qr_xprep *xp) {
+    const size_t xbs = has_min(K) ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t xq = has_min(K) ? 4 : 2;
+    const int off = code_offset(K);
+    for (int j = 0; j < g; j++)
+        for (int64_t b = 0; b < cnt; b++) {
+            const uint8_t *blk = x + (size_t)j * xst + (size_t)(c0 + b) * xbs;
+            xp->dx[j][b] = spex_fp16_to_f32(ld16(blk));
+            xp->s[j][b] = has_min(K) ? spex_fp16_to_f32(ld16(blk + 2)) : 0.0f;
+            int32_t sum = 0;
+            if (off) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + xq));
+                const __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
+                const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
+                const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
+                sum = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, _MM_SHUFFLE(2, 3, 0, 1))));
+            }
+            xp->base[j][b] = -off * sum;
+        }
+}
+
+/* A tile of nw (a multiple of 16) R16 weight rows x nx activation rows. */
+AI void qrow(const int K, const bool vnni, int64_t nb, const uint8_t *w, size_t wst, int nw, const uint8_t *x,
+             size_t xst, int nx, float *y, size_t ldy) {
+    const size_t ubytes = 16 * wblock_bytes(K); /* one R16 unit: a block of 16 rows */
+    _Alignas(64) qr_xprep xp;
+    _Alignas(64) __m512 keep[QR_WROWS / 16][4][QR_G]; /* partial sums across chunks */
+    for (int wb = 0; wb < nw; wb += QR_WROWS) {
+        const int nwb = nw - wb < QR_WROWS ? nw - wb : QR_WROWS;
+        for (int j0 = 0; j0 < nx; j0 += QR_G) {
+            const int g = nx - j0 < QR_G ? nx - j0 : QR_G;
+            const uint8_t *xg = x + (size_t)j0 * xst;
+            for (int64_t c0 = 0; c0 < nb; c0 += QR_CHUNK) {
+                const int64_t cnt = nb - c0 < QR_CHUNK ? nb - c0 : QR_CHUNK;
+                const bool first = c0 == 0, last = c0 + cnt == nb;
+                qr_prep(K, xg, xst, g, c0, cnt, &xp);
+                for (int i0 = 0; i0 < nwb; i0 += 16) {
+                    const uint8_t *g0 = w + (size_t)(wb + i0) * wst + (size_t)c0 * ubytes;
+                    const uintptr_t pf = i0 + 16 < nwb ? (uintptr_t)(g0 + 16 * wst) : 0;
+                    if (i0 == 0) /* the call's first group: all its requests at once */
+                        for (size_t o = 0; o < (size_t)cnt * ubytes; o += 64) _mm_prefetch((const char *)(g0 + o), _MM_HINT_T1);
+                    __m512 (*kp)[QR_G] = keep[i0 / 16];
+                    int64_t it = 0; /* blocks visited in this group, over the four passes */
+                    for (int r = 0; r < 4; r++) {
+                        __m512 P[QR_G];
+                        for (int j = 0; j < QR_G; j++) P[j] = first ? _mm512_setzero_ps() : kp[r][j];
+#define QR_R(G_) qr_residue(K, vnni, G_, g0, ubytes, xg, xst, c0, cnt, r, &xp, pf, it, P)
+                        switch (g) {
+                        case 1: QR_R(1); break;
+                        case 2: QR_R(2); break;
+                        case 3: QR_R(3); break;
+                        case 4: QR_R(4); break;
+                        case 5: QR_R(5); break;
+                        case 6: QR_R(6); break;
+                        case 7: QR_R(7); break;
+                        default: QR_R(8); break;
+                        }
+#undef QR_R
+                        it += (cnt - r + 3) / 4;
+                        for (int j = 0; j < g; j++) kp[r][j] = P[j];
+                    }
+                    if (!last) continue;
+                    for (int j = 0; j < g; j++) {
+                        float t[16];
+                        _mm512_storeu_ps(t, _mm512_add_ps(_mm512_add_ps(kp[0][j], kp[1][j]), _mm512_add_ps(kp[2][j], kp[3][j])));
+                        memcpy(y + (size_t)(j0 + j) * ldy + (size_t)(wb + i0), t, sizeof t);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#define SPEX_QKERNEL_R16(name, KIND, VNNI)                                                     \
+    static void name(int64_t n, const void *w, size_t w_stride, int nw, const void *x,         \
+                     size_t x_stride, int nx, float *y, size_t ldy) {                          \
+        qrow(KIND, VNNI, n / 32, (const uint8_t *)w, w_stride, nw, (const uint8_t *)x, x_stride, nx, y, ldy); \
+    }
+
 AI void qkernel(const int K, const bool vnni, int64_t n, const void *w, size_t w_stride, int nw, const void *x,
                 size_t x_stride, int nx, float *y, size_t ldy) {
     const int64_t nb = n / 32;
@@ -512,6 +690,7 @@ AI void qkernel(const int K, const bool vnni, int64_t n, const void *w, size_t w
         qdec(K, vnni, nb, w8, w_stride, nw, x8, y);
         return;
     }
+
     /* the repacked activations and the accumulators kept between repacked chunks */
     _Alignas(64) xpack xp[XP_GROUPS][XP_BLOCKS];
     _Alignas(64) __m512 keep[XP_WROWS / 4][XP_GROUPS][4];
@@ -644,6 +823,14 @@ SPEX_QKERNEL(dot_q4_1_vnni, K_Q4_1, true)
 SPEX_QKERNEL(dot_q4_1_bw, K_Q4_1, false)
 SPEX_QKERNEL(dot_q5_1_vnni, K_Q5_1, true)
 SPEX_QKERNEL(dot_q5_1_bw, K_Q5_1, false)
+SPEX_QKERNEL_R16(dot_q4_0_r16_vnni, K_Q4_0, true)
+SPEX_QKERNEL_R16(dot_q4_0_r16_bw, K_Q4_0, false)
+SPEX_QKERNEL_R16(dot_q5_0_r16_vnni, K_Q5_0, true)
+SPEX_QKERNEL_R16(dot_q5_0_r16_bw, K_Q5_0, false)
+SPEX_QKERNEL_R16(dot_q4_1_r16_vnni, K_Q4_1, true)
+SPEX_QKERNEL_R16(dot_q4_1_r16_bw, K_Q4_1, false)
+SPEX_QKERNEL_R16(dot_q5_1_r16_vnni, K_Q5_1, true)
+SPEX_QKERNEL_R16(dot_q5_1_r16_bw, K_Q5_1, false)
 SPEX_FKERNEL(dot_f32, K_F32)
 SPEX_FKERNEL(dot_f16, K_F16)
 SPEX_FKERNEL(dot_bf16, K_BF16)
@@ -726,6 +913,12 @@ void spex_matmul_register_avx512(spex_matmul_kernels *k, unsigned feat) {
     k->dot[SPEX_TYPE_Q5_0] = vnni ? dot_q5_0_vnni : dot_q5_0_bw;
     k->dot[SPEX_TYPE_Q4_1] = vnni ? dot_q4_1_vnni : dot_q4_1_bw;
     k->dot[SPEX_TYPE_Q5_1] = vnni ? dot_q5_1_vnni : dot_q5_1_bw;
+    k->dot_r16[SPEX_TYPE_Q4_0] = vnni ? dot_q4_0_r16_vnni : dot_q4_0_r16_bw;
+    k->dot_r16[SPEX_TYPE_Q5_0] = vnni ? dot_q5_0_r16_vnni : dot_q5_0_r16_bw;
+    k->dot_r16[SPEX_TYPE_Q4_1] = vnni ? dot_q4_1_r16_vnni : dot_q4_1_r16_bw;
+    k->dot_r16[SPEX_TYPE_Q5_1] = vnni ? dot_q5_1_r16_vnni : dot_q5_1_r16_bw;
+    k->r16_fast[SPEX_TYPE_Q4_0] = k->r16_fast[SPEX_TYPE_Q5_0] = true;
+    k->r16_fast[SPEX_TYPE_Q4_1] = k->r16_fast[SPEX_TYPE_Q5_1] = true;
     k->act_quant[SPEX_TYPE_Q8_0] = act_q8_0;
     k->act_quant[SPEX_TYPE_Q8_1] = act_q8_1;
 }
