@@ -449,9 +449,10 @@ spex_status spex_vocab_from_spm_model(const char *tokenizer_model_path, spex_ggu
 /* A target model (docs/models.md; ../shared/docs/targets.md §3–5). spex_model_load maps the
  * GGUF, reads the hyper-parameters, and checks every tensor the forward pass reads (present,
  * of a type spex can multiply, of the exact shape); the weights stay in the read-only mapping,
- * except Q4_K / Q5_K matrices when the CPU's kernels read them faster in spex's 16-row
- * interleaved layout (AVX-512): those are copied into it once at load (same bytes; the
- * mapped pages are released; docs/performance.md "R16"; no_repack turns it off). A loaded
+ * except Q4_K / Q5_K / Q4_0 / Q4_1 / Q5_0 / Q5_1 matrices when the CPU's kernels read them
+ * faster in spex's 16-row interleaved layout (AVX-512): those are copied into it once at load
+ * (same bytes; the mapped pages are released; docs/performance.md "R16"; no_repack turns it
+ * off). A loaded
  * model is immutable and may be shared by several contexts
  * (and threads). All the per-run state — KV cache, activations, logits, taps, thread pool —
  * lives in a spex_context. */

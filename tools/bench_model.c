@@ -114,7 +114,7 @@ static void bm_usage(FILE *f) {
     fprintf(f, "usage: spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--reps R] [--no-repack]\n"
                "  prefill ppN (one forward of N tokens) and decode tgN (N one-token forwards), best of R;\n"
                "  decode also as GB/s of weights per token next to a streaming-read probe on the same threads;\n"
-               "  --no-repack keeps Q4_K/Q5_K weights in the file's layout (no R16 copies at load)\n");
+               "  --no-repack keeps every weight in the file's layout (no R16 copies at load)\n");
 }
 
 int bench_model(int argc, char **argv) {

@@ -105,7 +105,7 @@ static void bs_usage(FILE *f) {
             "  --reps R            verify(k) timed runs per k after a warm-up (default 5)\n"
             "  --draft-quant LIST  quantize every drafter to these types first (e.g. BF16,Q8_0,Q4_K_M)\n"
             "  --json OUT          also write every number to OUT\n"
-            "  --no-repack         keep Q4_K/Q5_K weights in the files' layout (no R16 copies at load)\n",
+            "  --no-repack         keep every weight in the files' layout (no R16 copies at load)\n",
             BS_MAX_DRAFTERS);
 }
 
