@@ -158,4 +158,35 @@ TEST(greedy_against_brute_force) {
     CHECK(worst >= 0.99);
 }
 
+/* The realized-rate guard: silent until both kinds of step have weight, then it vetoes exactly
+ * when drafting steps delivered fewer tokens per second; the decay lets a change show. */
+TEST(realized_rate_guard) {
+    srv_realized r;
+    memset(&r, 0, sizeof r);
+    for (int i = 0; i < 5; i++) {
+        srv_realized_add(&r, false, 8, 1e-3);   /* 8000 tokens/s */
+        srv_realized_add(&r, true, 10, 2e-3);   /* 5000 tokens/s */
+    }
+    CHECK(!srv_realized_veto(&r, 8.0));         /* not enough steps yet */
+    for (int i = 0; i < 10; i++) {
+        srv_realized_add(&r, false, 8, 1e-3);
+        srv_realized_add(&r, true, 10, 2e-3);
+    }
+    CHECK(srv_realized_veto(&r, 8.0));
+    /* drafting gets better (20 tokens in 2 ms = 10000/s): after enough steps the veto lifts */
+    int steps = 0;
+    while (srv_realized_veto(&r, 8.0) && steps < 1000) {
+        srv_realized_add(&r, true, 20, 2e-3);
+        srv_realized_add(&r, false, 8, 1e-3);
+        steps++;
+    }
+    CHECK(!srv_realized_veto(&r, 8.0));
+    CHECK_MSG(steps > 1 && steps < 100, "veto lifted after %d steps", steps);
+    /* a single kind of step never vetoes */
+    srv_realized q;
+    memset(&q, 0, sizeof q);
+    for (int i = 0; i < 50; i++) srv_realized_add(&q, true, 1, 1.0);
+    CHECK(!srv_realized_veto(&q, 8.0));
+}
+
 TEST_MAIN()

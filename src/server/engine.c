@@ -33,7 +33,10 @@
  *    the no-draft rate, nobody drafts. Probes: a slot that has not drafted for 64 steps (and
  *    after the warm-up) drafts if the rule would draft it with an optimistic
  *    acceptance at the current load, so a stale low p_s can recover; at loads where drafting
- *    cannot pay, nobody probes.
+ *    cannot pay, nobody probes;
+ *  - realized-rate guard: per number of stepping slots, decayed tokens and seconds of the
+ *    steps that drafted and of those that did not; where the drafting ones measured fewer
+ *    tokens per second, nobody drafts or probes but for one step in SRV_GUARD_EVERY.
  */
 #include "server/server.h"
 
@@ -50,6 +53,8 @@
 #define SRV_WARMUP_STEPS 8   /* first engine steps: alternately full drafts and none (fits' spread) */
 #define SRV_PRIOR_STEPS 2.0  /* weight of the server-wide acceptance in a new request's estimate */
 #define SRV_DECAY 0.97       /* forgetting factor of the cost fits and acceptance counts */
+#define SRV_GUARD_W 8.0      /* steps of each kind (decayed) before the realized-rate guard acts */
+#define SRV_GUARD_EVERY 32   /* a vetoed load still drafts one step in this many: its rate stays fresh */
 
 double srv_now_s(void) {
     struct timespec ts;
@@ -107,6 +112,7 @@ typedef struct srv_metrics {
     double i_prompt_tokens, i_prompt_seconds, i_predicted_tokens, i_predicted_seconds;   /* since last scrape */
     uint64_t n_decode, busy_slot_sum, n_tokens_max;
     uint64_t spec_drafts, spec_draft_tokens, spec_accepted, spec_disabled_steps, verify_rows;
+    uint64_t spec_vetoed_steps;   /* steps where the realized-rate guard overruled the cost model */
     uint64_t accepted_at[SPEX_DRAFT_MAX_N];
     bool any_spec;
     uint64_t requests_total, requests_cancelled;
@@ -139,6 +145,7 @@ struct srv_engine {
     srv_fit fit_v, fit_d;
     srv_bucket vb[SRV_BUCKETS], db[SRV_BUCKETS];   /* measured times by rows / drafted rows */
     double g_acc_s, g_acc_f;   /* acceptance counts over all requests (prior of a new one) */
+    srv_realized real[65];     /* the realized-rate guard, by stepping slots (1..64)         */
     int32_t **hist;           /* [n_slots][hist_cap] tokens in each slot's cache, in order  */
     int32_t *hist_len;        /* [n_slots] (valid up to spex_spec_seq_len of the slot)      */
     int32_t hist_cap;
@@ -480,6 +487,18 @@ double srv_best_drafts(const srv_step_cost *c, int n, const double *p, const int
     return tok;
 }
 
+void srv_realized_add(srv_realized *r, bool drafted, double n_tok, double sec) {
+    const int k = drafted ? 1 : 0;
+    r->tok[k] = r->tok[k] * SRV_DECAY + n_tok;
+    r->sec[k] = r->sec[k] * SRV_DECAY + sec;
+    r->w[k] = r->w[k] * SRV_DECAY + 1.0;
+}
+
+bool srv_realized_veto(const srv_realized *r, double min_w) {
+    if (r->w[0] < min_w || r->w[1] < min_w || r->sec[0] <= 0 || r->sec[1] <= 0) return false;
+    return r->tok[1] / r->sec[1] < r->tok[0] / r->sec[0];
+}
+
 /* max_emit for each stepping task (§14.2 rule 5; the header comment says how). */
 static void choose_drafts(srv_engine *e, int n) {
     int nd[64], cap[64];
@@ -513,9 +532,17 @@ static void choose_drafts(srv_engine *e, int n) {
         int rows = n, drows = 0;
         double tok = srv_best_drafts(&c, n, p, cap, fixed, nd, &rows, &drows);
         double base_rate = (double)n / cost_of(&c, n, 0);
-        if (tok / cost_of(&c, rows, drows) < base_rate * e->p.min_gain) {
+        /* The realized-rate guard: where the steps that drafted have delivered fewer tokens per
+         * second than the plain ones at this number of slots, nobody drafts (nor probes), but
+         * for one step in SRV_GUARD_EVERY, which keeps the drafting side's rate current. */
+        const bool veto = srv_realized_veto(&e->real[n], SRV_GUARD_W) && e->n_steps % SRV_GUARD_EVERY != 0;
+        if (veto || tok / cost_of(&c, rows, drows) < base_rate * e->p.min_gain) {
             for (int i = 0; i < n; i++) nd[i] = 0;
             rows = n, drows = 0;
+        }
+        if (veto) {
+            for (int i = 0; i < n; i++) due[i] = false;
+            e->m.spec_vetoed_steps++;
         }
         /* Probes. A slot that drafts refreshes its acceptance estimate by drafting; one that
          * has not drafted for SRV_PROBE_EVERY steps may be kept off by a stale, low p_s. It
@@ -586,6 +613,11 @@ static void engine_step(srv_engine *e) {
     }
     fit_add(&e->fit_v, rows, dt_v);
     bucket_add(e->vb, rows, dt_v);
+    if (e->has_draft && n <= 64) {
+        int emitted = 0;
+        for (int i = 0; i < n; i++) emitted += e->outs[i].n;
+        srv_realized_add(&e->real[n], drafted_seqs > 0, emitted, dt_d + dt_v);
+    }
     if (drows) {
         fit_add(&e->fit_d, drows, dt_d);
         bucket_add(e->db, drows, dt_d);
@@ -876,6 +908,9 @@ char *srv_engine_metrics(srv_engine *e) {
     metric(&b, "spex:verify_seconds_total", "counter", "Seconds spent in target verify batches.", m->verify_seconds);
     metric(&b, "spex:spec_disabled_steps_total", "counter", "Steps where the adaptive rule drafted nothing.",
            (double)m->spec_disabled_steps);
+    metric(&b, "spex:spec_vetoed_steps_total", "counter",
+           "Steps where the realized-rate guard stopped drafting (drafting steps measured slower than plain ones).",
+           (double)m->spec_vetoed_steps);
     metric(&b, "spex:verify_rows_total", "counter", "Target rows verified by decode steps.", (double)m->verify_rows);
     metric(&b, "spex:requests_total", "counter", "Requests that reached the engine and ended.",
            (double)m->requests_total);

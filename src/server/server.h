@@ -330,6 +330,20 @@ typedef struct {
     bool d0_sunk;   /* the drafter's fixed cost d0 counts as paid in every configuration */
 } srv_step_cost;
 
+/* The realized-rate guard (engine.c): per number of stepping slots, decayed sums of the tokens
+ * emitted and the seconds spent (draft + verify + other) by steps in which some slot drafted
+ * ([1]) and by steps in which none did ([0]). */
+typedef struct {
+    double tok[2], sec[2], w[2];
+} srv_realized;
+
+/* Records one step of n_tok tokens in sec seconds (drafted: any slot drafted). */
+void srv_realized_add(srv_realized *r, bool drafted, double n_tok, double sec);
+/* True when both kinds of step have at least min_w weight and the drafting steps delivered
+ * fewer tokens per second than the plain ones: the cost model's choice to draft is then
+ * overruled at this load (its estimates missed something the clock did not). */
+bool srv_realized_veto(const srv_realized *r, double min_w);
+
 /* Expected tokens of a step that drafts n with per-position acceptance p: Σ_{k=0..n} p^k. */
 double srv_expect_tokens(double p, int n);
 
