@@ -54,7 +54,8 @@
 #define SRV_PRIOR_STEPS 2.0  /* weight of the server-wide acceptance in a new request's estimate */
 #define SRV_DECAY 0.97       /* forgetting factor of the cost fits and acceptance counts */
 #define SRV_GUARD_W 8.0      /* steps of each kind (decayed) before the realized-rate guard acts */
-#define SRV_GUARD_EVERY 32   /* a vetoed load still drafts one step in this many: its rate stays fresh */
+#define SRV_GUARD_EVERY 256  /* a vetoed load still drafts one step in this many, so its rate stays fresh
+                             * (rarely: such a step injects every pending feature of its slots) */
 
 double srv_now_s(void) {
     struct timespec ts;
