@@ -20,7 +20,8 @@
  * starting the integer sum at -offset * sum(x), so the integer block sums are exact.
  * Without VNNI, vpmaddubsw + vpmaddwd give the same sums (no int16 saturation: codes <= 31;
  * q8_0 uses |w| and puts w's sign on x instead of the offset). The exact sums make both
- * variants bit-identical. The kernels that use them (qdec, qbat) are described below.
+ * variants bit-identical. The kernels that use them (qdec, qbat, and qrow for weights in
+ * the R16 layout of cpu/matmul.h) are described below.
  *
  * Zen 4 note (measured on the development machine, an AMD EPYC VM): vpdpbusd, vpermt2d,
  * vinserti*, masked broadcast loads, vcvtph2ps, vmulps and vfmadd all compete for the
@@ -129,7 +130,7 @@ AI uint16_t bmin(const uint8_t *p) { return ld16(p + 2); }
  *     S = the exact integer sum of the block's products,
  *     P[b % 4] = fma(float(S), dw*dx, P[b % 4])        (dw*dx is exact in f32)
  *     P[b % 4] = fma(m, s, P[b % 4])                   (q4_1 / q5_1 only)
- * and y = (P[0] + P[1]) + (P[2] + P[3]). Two kernels implement it:
+ * and y = (P[0] + P[1]) + (P[2] + P[3]). Three kernels implement it (qrow, for R16 weights, has its own section below):
  *  - qdec (1 activation row): each weight row read front to back, two rows from the two
  *    halves of the call side by side (on the development machine, interleaving 8
  *    neighbouring rows of 4 KiB cut the DRAM rate of even a plain read from 25 to 17 GB/s,

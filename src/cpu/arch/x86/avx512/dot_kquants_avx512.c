@@ -4,8 +4,9 @@
  *
  * What it is: SIMD twins of ref/dot_kquants_ref.c (the specification) following the tile
  * contract of src/cpu/matmul.h; the quantizer writes exactly the bytes of
- * spex_quantize_row_q8_K_ref. What it is not: a prompt-size GEMM with repacked weights —
- * weights are read in their ggml layout, each super-block unpacked once per tile.
+ * spex_quantize_row_q8_K_ref. What it is not: a prompt-size GEMM — weights are read in
+ * their ggml layout, or (Q4_K, Q5_K) in the R16 layout of cpu/matmul.h that the loader
+ * repacks them into, each super-block unpacked once per tile.
  *
  * Two layouts. Q6_K puts the 256 elements of a super-block in the 16 lanes (sections
  * "Activations" to "Chunks and tiles"); Q4_K and Q5_K put 16 weight rows in the lanes and
