@@ -622,25 +622,16 @@ void spex_dot_q4_K_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw
     kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0, 0);
 }
 
-void spex_dot_q4_K_r16_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                              int nx, float *y, size_t ldy) {
-    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 0, 1);
-}
-
-void spex_dot_q4_K_r16_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x,
-                                   size_t x_stride, int nx, float *y, size_t ldy) {
-    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0, 1);
-}
-
-void spex_dot_q5_K_r16_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                              int nx, float *y, size_t ldy) {
-    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 1, 1);
-}
-
-void spex_dot_q5_K_r16_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x,
-                                   size_t x_stride, int nx, float *y, size_t ldy) {
-    kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 1, 1);
-}
+/* The R16 entry points (weights repacked at load, cpu/matmul.h). */
+#define KQ_R16_ENTRY(name, VNNI, Q5)                                                              \
+    void name(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx, \
+              float *y, size_t ldy) {                                                            \
+        kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, VNNI, Q5, 1);                    \
+    }
+KQ_R16_ENTRY(spex_dot_q4_K_r16_avx512, 0, 0)
+KQ_R16_ENTRY(spex_dot_q4_K_r16_avx512_vnni, 1, 0)
+KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512, 0, 1)
+KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512_vnni, 1, 1)
 
 /* ======================================================================== */
 /* Q8_K activation quantizer                                                 */
