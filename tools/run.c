@@ -87,6 +87,8 @@ static void usage(FILE *f) {
             "  -ctkd, --cache-type-k-draft T, -ctvd, --cache-type-v-draft T\n"
             "                             draft KV type: f16, f32, q8_0 (f16; K and V share one type)\n"
             "\n"
+            "  -nr, --no-repack           keep every weight in the file's layout (no R16 copies at load;\n"
+            "                             docs/models.md)\n"
             "  -v, --verbose              model/context lines at load, the prompt's token ids, the seed\n"
             "  -h, --help                 this text\n");
 }
@@ -251,6 +253,8 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             i++;
         } else if (flag_is(a, "-v", "--verbose")) {
             o->verbose = true;
+        } else if (flag_is(a, "-nr", "--no-repack")) {
+            o->no_repack = true;
         } else {
             fprintf(stderr, "error: unknown flag '%s' (see 'spex run --help')\n", a);
             return 2;
@@ -457,6 +461,7 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
     spex_model_params mp = spex_model_default_params();
     mp.verbose = o->verbose;
     mp.log = run_log_stderr;
+    mp.no_repack = o->no_repack;
     if (spex_model_load(o->model, &mp, &m, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;

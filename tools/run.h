@@ -24,6 +24,7 @@ typedef struct run_opts {
     long n_batch;
     long n_threads;            /* 0: every online CPU                   */
     bool chat, no_think, no_bos, special, verbose;
+    bool no_repack;            /* --no-repack: no R16 copies at load    */
     spex_sampler_params sp;
     /* speculative decoding */
     const char *draft;         /* -md (NULL: target alone)               */

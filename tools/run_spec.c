@@ -46,6 +46,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
         dp.log = run_log_stderr;
         dp.overrides = o->overrides;
         dp.n_overrides = o->n_overrides;
+        dp.no_repack = o->no_repack;
         if (spex_drafter_load(o->draft, m, &dp, &d, &err) != SPEX_OK) {
             fprintf(stderr, "error: %s\n", err.msg);
             goto done;

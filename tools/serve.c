@@ -27,6 +27,7 @@ static void usage(FILE *f) {
             "  -b, --batch-size N          prompt batch (512)                   -t, --threads N    threads (all CPUs)\n"
             "  --host HOST (127.0.0.1)     --port PORT (8080)                   --api-key K[,K..]  --api-key-file FILE\n"
             "  -to, --timeout N            connection timeout, s (3600)         --metrics          enable /metrics\n"
+            "  -nr, --no-repack            keep every weight in the file's layout (no R16 copies at load)\n"
             "  --slots / --no-slots        GET /slots on (default) / off (501)  --props            allow POST /props\n"
             "  --chat-template NAME        chatml, qwen3, qwen35, none          --chat-template-kwargs JSON\n"
             "  --reasoning-format F        none, deepseek (auto), deepseek-legacy   -rea on|off|auto\n"
@@ -156,6 +157,8 @@ int cmd_serve(int argc, char **argv) {
             c.timeout_s = (int)n;
         } else if (is(a, "--metrics", NULL)) {
             c.metrics = true, takes = false;
+        } else if (is(a, "-nr", "--no-repack")) {
+            c.no_repack = true, takes = false;
         } else if (is(a, "--chat-template", NULL)) {
             if (!v) goto need;
             spex_chat_template t;

@@ -975,6 +975,7 @@ static int load(srv_server *S) {
     spex_error err = {0};
     spex_model_params mp = spex_model_default_params();
     mp.log = log_line;
+    mp.no_repack = cfg->no_repack;
     if (spex_model_load(cfg->model, &mp, &S->model, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
@@ -1007,6 +1008,7 @@ static int load(srv_server *S) {
         dp.log = log_line;
         dp.overrides = cfg->overrides;
         dp.n_overrides = cfg->n_overrides;
+        dp.no_repack = cfg->no_repack;
         if (spex_drafter_load(cfg->draft, S->model, &dp, &S->drafter, &err) != SPEX_OK) {
             fprintf(stderr, "error: %s\n", err.msg);
             return 1;

@@ -290,6 +290,7 @@ typedef struct srv_config {
     int enable_thinking;         /* default for requests (1/0)                         */
     srv_reasoning reasoning_format;
     bool metrics;
+    bool no_repack;           /* --no-repack: no R16 copies of the weights at load        */
     bool slots;               /* GET /slots (--slots, default; --no-slots: 501)          */
     bool props;               /* POST /props accepted (--props; else 403)                */
     int32_t queue_max;
