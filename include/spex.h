@@ -1046,6 +1046,9 @@ typedef struct spex_spec_stats {
     double t_draft;           /* seconds in drafting (forward + walk), verify, the rest     */
     double t_verify;
     double t_other;
+    double t_flush;           /* of t_draft + t_other: injecting deferred features (a backlog
+                               * of prompt rows and of steps without a draft); per sequence,
+                               * only its own backlog                                         */
 } spex_spec_stats;
 
 /* Acceptance rate n_accepted / n_drafted (0 if none) and mean acceptance length

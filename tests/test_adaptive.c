@@ -189,4 +189,30 @@ TEST(realized_rate_guard) {
     CHECK(!srv_realized_veto(&q, 8.0));
 }
 
+/* A load without its own measurements inherits a lighter load's veto, never its permission. */
+TEST(guard_inherits_lighter_veto) {
+    srv_realized real[9];
+    memset(real, 0, sizeof real);
+    CHECK(!srv_guard_veto(real, 8, 8.0));   /* nothing measured anywhere */
+    for (int i = 0; i < 20; i++) {
+        srv_realized_add(&real[2], false, 2, 1e-3);   /* 2 slots: drafting pays */
+        srv_realized_add(&real[2], true, 6, 1.5e-3);
+        srv_realized_add(&real[4], false, 4, 1e-3);   /* 4 slots: drafting loses */
+        srv_realized_add(&real[4], true, 5, 2e-3);
+    }
+    CHECK(!srv_guard_veto(real, 2, 8.0));
+    CHECK(!srv_guard_veto(real, 3, 8.0));   /* nearest measured load below is 2: no veto */
+    CHECK(srv_guard_veto(real, 4, 8.0));
+    CHECK(srv_guard_veto(real, 6, 8.0));    /* inherited from 4 */
+    CHECK(!srv_guard_veto(real, 1, 8.0));   /* verdicts pass to heavier loads only */
+    for (int i = 0; i < 20; i++) {          /* 6 slots measured itself: drafting pays there */
+        srv_realized_add(&real[6], false, 6, 1e-3);
+        srv_realized_add(&real[6], true, 18, 1.5e-3);
+    }
+    CHECK(!srv_guard_veto(real, 6, 8.0));   /* its own verdict wins */
+    CHECK(!srv_guard_veto(real, 8, 8.0));   /* and is the nearest for 8 */
+    for (int i = 0; i < 3; i++) srv_realized_add(&real[5], true, 1, 1.0);   /* too few steps at 5 */
+    CHECK(srv_guard_veto(real, 5, 8.0));    /* so 4's veto holds there */
+}
+
 TEST_MAIN()

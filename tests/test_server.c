@@ -725,8 +725,10 @@ TEST(concurrent_clients_and_metrics) {
         sum_g += c[i].g.completion_tokens;
     }
     CHECK(http(port, "GET", "/metrics", NULL, NULL, &r));
-    double p1 = 0, g1 = 0, d1 = 0, a1 = 0, busy = -1, def = -1;
-    ok = metric_value(r.body, "llamacpp:prompt_tokens_total", &p1) &&
+    double p1 = 0, g1 = 0, d1 = 0, a1 = 0, busy = -1, def = -1, ds = -1, bs = -1;
+    ok = metric_value(r.body, "spex:draft_seconds_total", &ds) &&
+         metric_value(r.body, "spex:draft_backlog_seconds_total", &bs) &&
+         metric_value(r.body, "llamacpp:prompt_tokens_total", &p1) &&
          metric_value(r.body, "llamacpp:tokens_predicted_total", &g1) &&
          metric_value(r.body, "llamacpp:spec_decode_num_draft_tokens_total", &d1) &&
          metric_value(r.body, "llamacpp:spec_decode_num_accepted_tokens_total", &a1) &&
@@ -737,6 +739,7 @@ TEST(concurrent_clients_and_metrics) {
     CHECK_EQ_INT((long)(p1 - p0), sum_p);
     CHECK_EQ_INT((long)(g1 - g0), sum_g);
     CHECK(a1 - a0 <= d1 - d0);
+    CHECK_MSG(bs >= 0 && bs <= ds, "backlog %g s of %g s drafting", bs, ds);   /* a part of the drafting time */
     CHECK_EQ_INT((long)busy, 0);
     CHECK_EQ_INT((long)def, 0);
 }

@@ -698,6 +698,11 @@ TEST(deferred_injection_equals_eager) {
     CHECK_OK(spex_spec_step(b.s, &seq, 1, &me, &ob, &e));
     CHECK_EQ_INT(spex_spec_seq_pending(a.s, 0), 0);
     CHECK_EQ_INT(spex_draft_kv_seq_len(a.dc, 0), spex_draft_kv_seq_len(b.dc, 0));
+    /* Backlog time (t_flush) is booked for the deferring run only, within its draft + other time. */
+    const spex_spec_stats *ta = spex_spec_total_stats(a.s), *tb = spex_spec_total_stats(b.s);
+    CHECK_MSG(ta->t_flush > 0 && ta->t_flush <= ta->t_draft + ta->t_other, "t_flush %g of draft %g + other %g",
+              ta->t_flush, ta->t_draft, ta->t_other);
+    CHECK_MSG(tb->t_flush == 0, "eager injection booked %g s of backlog", tb->t_flush);
     spex_draft_block blk = {.seq = 0, .anchor = oa.tokens[oa.n - 1], .n = 7};
     CHECK_OK(spex_draft_forward(a.dc, &blk, 1, &e));
     CHECK_OK(spex_draft_forward(b.dc, &blk, 1, &e));

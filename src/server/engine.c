@@ -36,7 +36,11 @@
  *    cannot pay, nobody probes;
  *  - realized-rate guard: per number of stepping slots, decayed tokens and seconds of the
  *    steps that drafted and of those that did not; where the drafting ones measured fewer
- *    tokens per second, nobody drafts or probes but for one step in SRV_GUARD_EVERY.
+ *    tokens per second, nobody drafts or probes but for one step in SRV_GUARD_EVERY. A load
+ *    not yet measured inherits the veto of the nearest lighter load that was;
+ *  - backlogs: a slot that starts drafting first injects the features it deferred (its prompt,
+ *    its plain steps; spex_spec_stats.t_flush). That one-off cost stays out of the drafter fit
+ *    and the guard's rates, which describe steady drafting; /metrics shows it apart.
  */
 #include "server/server.h"
 
@@ -117,7 +121,7 @@ typedef struct srv_metrics {
     uint64_t accepted_at[SPEX_DRAFT_MAX_N];
     bool any_spec;
     uint64_t requests_total, requests_cancelled;
-    double draft_seconds, verify_seconds;
+    double draft_seconds, verify_seconds, backlog_seconds;
 } srv_metrics;
 
 #define SRV_PREFILL_CHUNK 256
@@ -500,6 +504,16 @@ bool srv_realized_veto(const srv_realized *r, double min_w) {
     return r->tok[1] / r->sec[1] < r->tok[0] / r->sec[0];
 }
 
+bool srv_guard_veto(const srv_realized *real, int n, double min_w) {
+    for (int m = n; m >= 1; m--) {
+        const srv_realized *r = &real[m];
+        if (r->w[0] < min_w || r->w[1] < min_w) continue;
+        /* the nearest measured load decides; from a lighter one that is a veto or nothing */
+        return srv_realized_veto(r, min_w);
+    }
+    return false;
+}
+
 /* max_emit for each stepping task (§14.2 rule 5; the header comment says how). */
 static void choose_drafts(srv_engine *e, int n) {
     int nd[64], cap[64];
@@ -536,7 +550,7 @@ static void choose_drafts(srv_engine *e, int n) {
         /* The realized-rate guard: where the steps that drafted have delivered fewer tokens per
          * second than the plain ones at this number of slots, nobody drafts (nor probes), but
          * for one step in SRV_GUARD_EVERY, which keeps the drafting side's rate current. */
-        const bool veto = srv_realized_veto(&e->real[n], SRV_GUARD_W) && e->n_steps % SRV_GUARD_EVERY != 0;
+        const bool veto = srv_guard_veto(e->real, n, SRV_GUARD_W) && e->n_steps % SRV_GUARD_EVERY != 0;
         if (veto || tok / cost_of(&c, rows, drows) < base_rate * e->p.min_gain) {
             for (int i = 0; i < n; i++) nd[i] = 0;
             rows = n, drows = 0;
@@ -599,7 +613,7 @@ static void engine_step(srv_engine *e) {
     /* The verify side of the cost model includes the step's "other" time: per verify row the
      * loop runs the sampler over the vocabulary and injects features, which grows with rows
      * just like the target batch does. */
-    double td0 = tot->t_draft, tv0 = tot->t_verify + tot->t_other;
+    double td0 = tot->t_draft, tv0 = tot->t_verify + tot->t_other, tf0 = tot->t_flush;
     spex_error err = {0};
     if (spex_spec_step(e->spec, e->seqs, n, e->max_emit, e->outs, &err) != SPEX_OK) {
         for (int i = 0; i < n; i++) task_finish(e, e->step_tasks[i], "error", 500, err.msg);
@@ -607,6 +621,12 @@ static void engine_step(srv_engine *e) {
     }
     e->n_steps++;
     double dt_d = tot->t_draft - td0, dt_v = tot->t_verify + tot->t_other - tv0;
+    /* A slot that drafts after steps without a draft first injects that backlog (its prompt,
+     * its plain steps): a one-off cost of the switch, not of this step's rows. It stays out of
+     * the drafter fit and of the guard's rates, which describe steady drafting (whose own
+     * injection, one accepted row at a time, is in dt_v); counted in the drafting time. */
+    double dt_f = tot->t_flush - tf0;
+    if (dt_f > dt_d) dt_f = dt_d;
     int rows = 0, drows = 0, drafted_seqs = 0;
     for (int i = 0; i < n; i++) {
         rows += e->outs[i].n_drafted + 1;
@@ -617,11 +637,11 @@ static void engine_step(srv_engine *e) {
     if (e->has_draft && n <= 64) {
         int emitted = 0;
         for (int i = 0; i < n; i++) emitted += e->outs[i].n;
-        srv_realized_add(&e->real[n], drafted_seqs > 0, emitted, dt_d + dt_v);
+        srv_realized_add(&e->real[n], drafted_seqs > 0, emitted, dt_d - dt_f + dt_v);
     }
     if (drows) {
-        fit_add(&e->fit_d, drows, dt_d);
-        bucket_add(e->db, drows, dt_d);
+        fit_add(&e->fit_d, drows, dt_d - dt_f);
+        bucket_add(e->db, drows, dt_d - dt_f);
     }
 
     pthread_mutex_lock(&e->mu);
@@ -629,6 +649,7 @@ static void engine_step(srv_engine *e) {
     e->m.busy_slot_sum += (uint64_t)e->n_busy;
     e->m.verify_rows += (uint64_t)rows;
     e->m.draft_seconds += dt_d;
+    e->m.backlog_seconds += dt_f;
     e->m.verify_seconds += dt_v;
     for (int i = 0; i < n; i++) {
         const spex_spec_out *o = &e->outs[i];
@@ -907,6 +928,8 @@ char *srv_engine_metrics(srv_engine *e) {
     }
     metric(&b, "spex:draft_seconds_total", "counter", "Seconds spent drafting (forward and walk).", m->draft_seconds);
     metric(&b, "spex:verify_seconds_total", "counter", "Seconds spent in target verify batches.", m->verify_seconds);
+    metric(&b, "spex:draft_backlog_seconds_total", "counter",
+           "Of the drafting seconds: injecting the features a slot deferred while it did not draft.", m->backlog_seconds);
     metric(&b, "spex:spec_disabled_steps_total", "counter", "Steps where the adaptive rule drafted nothing.",
            (double)m->spec_disabled_steps);
     metric(&b, "spex:spec_vetoed_steps_total", "counter",

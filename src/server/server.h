@@ -344,6 +344,12 @@ void srv_realized_add(srv_realized *r, bool drafted, double n_tok, double sec);
  * fewer tokens per second than the plain ones: the cost model's choice to draft is then
  * overruled at this load (its estimates missed something the clock did not). */
 bool srv_realized_veto(const srv_realized *r, double min_w);
+/* The guard's verdict at n stepping slots (real indexed by slots, 1..n): the own one where both
+ * kinds of step have min_w weight at n; otherwise that of the nearest smaller load that has
+ * them, if it is a veto (drafting that lost with fewer slots loses with more: each added slot
+ * adds verify rows to a batch that is already wider), so a load does not have to pay its own
+ * learning steps to find out what a lighter one showed. */
+bool srv_guard_veto(const srv_realized *real, int n, double min_w);
 
 /* Expected tokens of a step that drafts n with per-position acceptance p: Σ_{k=0..n} p^k. */
 double srv_expect_tokens(double p, int n);

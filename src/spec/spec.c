@@ -430,6 +430,7 @@ static spex_status inject_rows(spex_spec *s, int32_t seq, int32_t r0, int32_t n,
 static spex_status flush_pending(spex_spec *s, int32_t seq, spex_error *err) {
     spec_seq *q = &s->seq[seq];
     if (!s->dc || q->n_pend == 0) return SPEX_OK;
+    double t0 = now_s();
     int32_t pos0 = spex_draft_kv_seq_len(s->dc, seq);
     for (int32_t done = 0; done < q->n_pend;) {
         int32_t k = q->n_pend - done < s->dc_inject_max ? q->n_pend - done : s->dc_inject_max;
@@ -443,6 +444,9 @@ static spex_status flush_pending(spex_spec *s, int32_t seq, spex_error *err) {
         done += k;
     }
     q->n_pend = 0;
+    double dt = now_s() - t0;   /* booked apart so the server can tell a backlog from a step's own cost */
+    s->total.t_flush += dt;
+    q->st.t_flush += dt;
     return SPEX_OK;
 }
 
