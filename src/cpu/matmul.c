@@ -207,41 +207,59 @@ static mm_plan make_plan(const spex_matmul_args *a, size_t wrow, size_t xs, int 
     return p;
 }
 
-void spex_matmul_task(const spex_matmul_args *a, int ith, int nth) {
+bool spex_matmul_can_share(const spex_matmul_args *a, const spex_matmul_args *b) {
+    return a->X == b->X && a->ldx == b->ldx && a->n == b->n && a->n_rows == b->n_rows && a->pool == b->pool &&
+           spex_matmul_act_type(a->wtype) == spex_matmul_act_type(b->wtype);
+}
+
+void spex_matmul_task(const spex_matmul_args *a, int ith, int nth) { spex_matmul_task_multi(a, 1, ith, nth); }
+
+void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nth) {
     const spex_matmul_kernels *k = spex_matmul_kernels_get();
-    const spex_type act = spex_matmul_act_type(a->wtype);
-    const size_t wrow = spex_type_row_size(a->wtype, a->n);
+    const spex_type act = spex_matmul_act_type(a[0].wtype);
     const uint8_t *xq;
     size_t xs;
 
-    /* phase 1: convert activation rows (none for float weights: X is read in place) */
+    /* phase 1: convert activation rows once for all the matrices (none for float weights:
+     * X is read in place) */
     if (act == SPEX_TYPE_F32) {
-        xq = (const uint8_t *)a->X;
-        xs = (size_t)a->ldx * sizeof(float);
+        xq = (const uint8_t *)a[0].X;
+        xs = (size_t)a[0].ldx * sizeof(float);
     } else {
-        uint8_t *base = ws_base(a->ws);
-        xs = act_stride(act, a->n);
-        const int64_t r0 = a->n_rows * ith / nth, r1 = a->n_rows * (ith + 1) / nth;
-        for (int64_t r = r0; r < r1; r++) k->act_quant[act](a->X + r * a->ldx, base + (size_t)r * xs, a->n);
-        if (a->pool && nth > 1) spex_pool_barrier(a->pool);
+        uint8_t *base = ws_base(a[0].ws);
+        xs = act_stride(act, a[0].n);
+        const int64_t r0 = a[0].n_rows * ith / nth, r1 = a[0].n_rows * (ith + 1) / nth;
+        for (int64_t r = r0; r < r1; r++) k->act_quant[act](a[0].X + r * a[0].ldx, base + (size_t)r * xs, a[0].n);
+        if (a[0].pool && nth > 1) spex_pool_barrier(a[0].pool);
         xq = base;
     }
 
-    /* phase 2: (activation tile × output rows) chunks */
-    const mm_plan p = make_plan(a, wrow, xs, nth);
-    const int64_t n_chunks = p.n_tiles * p.n_wchunks;
-    const spex_dot_fn dot = a->w_r16 ? k->dot_r16[a->wtype] : k->dot[a->wtype];
-    const uint8_t *W = (const uint8_t *)a->W;
-    int64_t c = a->pool ? spex_pool_next_chunk(a->pool) : ith;
-    while (c < n_chunks) {
-        const int64_t t = c / p.n_wchunks, wc = c % p.n_wchunks;
-        const int64_t r0 = t * p.tile, o0 = wc * p.crows;
-        const int64_t nr = a->n_rows - r0 < p.tile ? a->n_rows - r0 : p.tile;
-        const int64_t no = a->n_out - o0 < p.crows ? a->n_out - o0 : p.crows;
-        dot(a->n, W + (size_t)o0 * wrow, wrow, (int)no, xq + (size_t)r0 * xs, xs, (int)nr,
-            a->Y + r0 * a->ldy + o0, (size_t)a->ldy);
-        if (a->on_chunk) a->on_chunk(a->chunk_ctx, ith, r0, nr, o0, no);
-        c = a->pool ? spex_pool_next_chunk(a->pool) : c + nth;
+    /* phase 2: (activation tile × output rows) chunks, the matrices' chunks numbered one
+     * after the other; a thread's chunk numbers only grow, so it walks the matrices in order */
+    mm_plan p[SPEX_MATMUL_MULTI_MAX];
+    size_t wrow[SPEX_MATMUL_MULTI_MAX];
+    int64_t first[SPEX_MATMUL_MULTI_MAX + 1];
+    first[0] = 0;
+    for (int i = 0; i < n_mm; i++) {
+        wrow[i] = spex_type_row_size(a[i].wtype, a[i].n);
+        p[i] = make_plan(&a[i], wrow[i], xs, nth);
+        first[i + 1] = first[i] + p[i].n_tiles * p[i].n_wchunks;
+    }
+    int i = 0;
+    int64_t c = a[0].pool ? spex_pool_next_chunk(a[0].pool) : ith;
+    while (c < first[n_mm]) {
+        while (c >= first[i + 1]) i++;
+        const spex_matmul_args *m = &a[i];
+        const int64_t lc = c - first[i];
+        const int64_t t = lc / p[i].n_wchunks, wc = lc % p[i].n_wchunks;
+        const int64_t r0 = t * p[i].tile, o0 = wc * p[i].crows;
+        const int64_t nr = m->n_rows - r0 < p[i].tile ? m->n_rows - r0 : p[i].tile;
+        const int64_t no = m->n_out - o0 < p[i].crows ? m->n_out - o0 : p[i].crows;
+        const spex_dot_fn dot = m->w_r16 ? k->dot_r16[m->wtype] : k->dot[m->wtype];
+        dot(m->n, (const uint8_t *)m->W + (size_t)o0 * wrow[i], wrow[i], (int)no, xq + (size_t)r0 * xs, xs, (int)nr,
+            m->Y + r0 * m->ldy + o0, (size_t)m->ldy);
+        if (m->on_chunk) m->on_chunk(m->chunk_ctx, ith, r0, nr, o0, no);
+        c = m->pool ? spex_pool_next_chunk(m->pool) : c + nth;
     }
 }
 

@@ -150,6 +150,18 @@ size_t spex_matmul_ws_size(spex_type wtype, int64_t n, int64_t n_rows);
  * every output is computed by the same kernel code whatever the split. */
 void spex_matmul_task(const spex_matmul_args *a, int ith, int nth);
 
+/* Several matrices over the same activations in one task (a transformer layer's Q/K/V, or
+ * gate/up): the rows are converted once (into a[0].ws), one barrier, then one chunk sequence
+ * over all the matrices' outputs, so the pool is started and synchronised once instead of
+ * n_mm times. Each a[i] must satisfy spex_matmul_check and spex_matmul_can_share(a, a + i);
+ * 1 <= n_mm <= SPEX_MATMUL_MULTI_MAX. Every output is computed exactly as spex_matmul_task
+ * computes it alone. */
+#define SPEX_MATMUL_MULTI_MAX 4
+void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nth);
+/* True when b can join a in spex_matmul_task_multi: same X, ldx, n, n_rows, pool and
+ * activation type. */
+bool spex_matmul_can_share(const spex_matmul_args *a, const spex_matmul_args *b);
+
 /* SPEX_OK if the arguments are consistent (type has kernels, n a multiple of the blocks,
  * strides, non-NULL pointers, workspace given when needed); SPEX_ERR_UNSUPPORTED for a
  * weight type without kernels, SPEX_ERR_INVALID_ARG otherwise. */

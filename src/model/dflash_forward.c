@@ -48,9 +48,9 @@ struct draft_phase {
     pre_fn pre;
     int layer;
     const spex_ops_kernels *ops;
-    bool has_mm;
+    int n_mm;    /* matmuls over the same activations (one conversion, one chunk sequence) */
     bool head;   /* the output head: the top-K is fused into the matmul's chunks (head_chunk) */
-    spex_matmul_args mm;
+    spex_matmul_args mm[SPEX_MATMUL_MULTI_MAX];
 };
 
 static void head_chunk(void *ctx, int ith, int64_t r0, int64_t nr, int64_t o0, int64_t no);
@@ -60,24 +60,44 @@ static void phase_task(void *arg, int ith, int nth) {
     const draft_phase *ph = c->phase;
     if (ph->pre) {
         ph->pre(c, ph, ith, nth);
-        if (ph->has_mm && nth > 1) spex_pool_barrier(c->pool);
+        if (ph->n_mm && nth > 1) spex_pool_barrier(c->pool);
     }
-    if (ph->has_mm) spex_matmul_task(&ph->mm, ith, nth);
+    if (ph->n_mm) spex_matmul_task_multi(ph->mm, ph->n_mm, ith, nth);
 }
+
+static void run_phase_multi(spex_draft_context *c, draft_phase *ph, pre_fn pre, int layer,
+                            const model_weight *const *w, float *const *Y, int n_w, const float *X, int64_t ldx,
+                            int64_t n_rows);
 
 /* Runs one phase: prologue `pre` (may be NULL), then Y[n_rows][w.n_out] = X · Wᵀ (X rows ldx
  * floats apart) when w is non-NULL and n_rows > 0. */
 static void run_phase(spex_draft_context *c, draft_phase *ph, pre_fn pre, int layer, const model_weight *w,
                       const float *X, int64_t ldx, int64_t n_rows, float *Y) {
+    run_phase_multi(c, ph, pre, layer, &w, &Y, w != NULL, X, ldx, n_rows);
+}
+
+/* The same with n_w matrices over the same X (Y[i] = X · w[i]ᵀ): one pool run when their
+ * activation types agree, else the first with the prologue and the rest in runs of their own. */
+static void run_phase_multi(spex_draft_context *c, draft_phase *ph, pre_fn pre, int layer,
+                            const model_weight *const *w, float *const *Y, int n_w, const float *X, int64_t ldx,
+                            int64_t n_rows) {
     ph->pre = pre;
     ph->layer = layer;
-    ph->has_mm = w != NULL && n_rows > 0;
-    if (ph->has_mm) {
-        ph->mm = (spex_matmul_args){
-            .pool = c->pool, .wtype = w->type, .W = w->data, .n_out = w->n_out, .n = w->n_in,
-            .X = X, .ldx = ldx, .n_rows = n_rows, .Y = Y, .ldy = w->n_out, .ws = c->mm_ws,
-            .on_chunk = ph->head ? head_chunk : NULL, .chunk_ctx = c, .w_r16 = w->r16,
+    ph->n_mm = 0;
+    for (int i = 0; i < n_w && n_rows > 0; i++) {
+        const model_weight *wi = w[i];
+        spex_matmul_args a = {
+            .pool = c->pool, .wtype = wi->type, .W = wi->data, .n_out = wi->n_out, .n = wi->n_in,
+            .X = X, .ldx = ldx, .n_rows = n_rows, .Y = Y[i], .ldy = wi->n_out, .ws = c->mm_ws,
+            .on_chunk = ph->head ? head_chunk : NULL, .chunk_ctx = c, .w_r16 = wi->r16,
         };
+        if (ph->n_mm > 0 && !spex_matmul_can_share(&ph->mm[0], &a)) {
+            c->phase = ph;
+            spex_pool_run(c->pool, phase_task, c);
+            ph->pre = NULL;
+            ph->n_mm = 0;
+        }
+        ph->mm[ph->n_mm++] = a;
     }
     c->phase = ph;
     spex_pool_run(c->pool, phase_task, c);
@@ -171,8 +191,9 @@ void spex_dflash_inject_rows(spex_draft_context *c, const float *features, int64
     run_phase(c, &ph, NULL, 0, &d->fc, features, ld_features, n, c->iy);
     for (int l = 0; l < d->hp.n_layer; l++) {
         const dflash_layer *L = &d->layers[l];
-        run_phase(c, &ph, l == 0 ? pre_fuse : pre_inject_store, l, &L->wk, c->ic, d->hp.n_embd, n, c->ik);
-        run_phase(c, &ph, NULL, l, &L->wv, c->ic, d->hp.n_embd, n, c->iv);
+        const model_weight *kv[] = {&L->wk, &L->wv};
+        float *const kv_out[] = {c->ik, c->iv};
+        run_phase_multi(c, &ph, l == 0 ? pre_fuse : pre_inject_store, l, kv, kv_out, 2, c->ic, d->hp.n_embd, n);
     }
     run_phase(c, &ph, pre_inject_store, d->hp.n_layer, NULL, NULL, 0, 0, NULL);
     c->phase = NULL;
@@ -416,25 +437,26 @@ void spex_dflash_forward_blocks(spex_draft_context *c) {
 
     for (int l = 0; l < hp->n_layer; l++) {
         const dflash_layer *L = &d->layers[l];
+        const model_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
+        float *const qkv_out[] = {c->q, c->k, c->v};
         if (v2) {
             run_phase(c, &ph, pre_layer_in, l, &L->attn_conv_proj, c->xn, D, n, c->da);
-            run_phase(c, &ph, pre_conv0_attn, l, &L->wq, c->xc, D, n, c->q);
+            run_phase_multi(c, &ph, pre_conv0_attn, l, qkv, qkv_out, 3, ua, D, n);
         } else {
-            run_phase(c, &ph, pre_layer_in, l, &L->wq, c->xn, D, n, c->q);
+            run_phase_multi(c, &ph, pre_layer_in, l, qkv, qkv_out, 3, ua, D, n);
         }
         if (c->debug && l > 0) memcpy(c->dbg_out + (size_t)(l - 1) * dbg_stride * D, c->x, (size_t)n * xrow);
         if (c->debug && v2) memcpy(c->dbg_da + (size_t)l * dbg_stride * c->nd, c->da, (size_t)n * drow);
-        run_phase(c, &ph, NULL, l, &L->wk, ua, D, n, c->k);
-        run_phase(c, &ph, NULL, l, &L->wv, ua, D, n, c->v);
         run_phase(c, &ph, pre_attention, l, &L->wo, c->att, qd, n, c->tmp);
+        const model_weight *gu[] = {&L->w_gate, &L->w_up};
+        float *const gu_out[] = {c->gate, c->up};
         if (v2) {
             run_phase(c, &ph, pre_ffn_norm, l, &L->ffn_conv_proj, c->xn, D, n, c->df);
-            run_phase(c, &ph, pre_conv0_ffn, l, &L->w_gate, c->xc, D, n, c->gate);
+            run_phase_multi(c, &ph, pre_conv0_ffn, l, gu, gu_out, 2, ua, D, n);
             if (c->debug) memcpy(c->dbg_df + (size_t)l * dbg_stride * c->nd, c->df, (size_t)n * drow);
         } else {
-            run_phase(c, &ph, pre_ffn_norm, l, &L->w_gate, c->xn, D, n, c->gate);
+            run_phase_multi(c, &ph, pre_ffn_norm, l, gu, gu_out, 2, ua, D, n);
         }
-        run_phase(c, &ph, NULL, l, &L->w_up, ua, D, n, c->up);
         run_phase(c, &ph, pre_swiglu, l, &L->w_down, c->gate, F, n, c->tmp);
     }
     ph.head = true;

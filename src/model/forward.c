@@ -21,8 +21,9 @@
  * taps; rows split statically over the threads), then, after a barrier, one matmul through
  * spex_matmul_task with every row of the batch, so each weight is streamed once for all rows.
  * Attention runs inside the prologue of the W_o phase (one spex_attention call per sequence,
- * all threads taking part, then a barrier). That is 7 pool runs per layer (one per weight
- * matrix) plus one for the head, for any batch size. A single run per forward with a barrier
+ * all threads taking part, then a barrier). W_q, W_k, W_v share one phase (their input is the
+ * same xn: converted once, one barrier, one chunk sequence over the three), and so do W_gate
+ * and W_up: 4 pool runs per layer plus one for the head, for any batch size. A single run per forward with a barrier
  * between matmuls would need the matmul driver to take a chunk counter of its own: today
  * spex_matmul_task uses the pool's one counter, which only resets at spex_pool_run.
  *
@@ -46,22 +47,47 @@ static void phase_task(void *arg, int ith, int nth) {
     const fwd_phase *ph = c->phase;
     if (ph->pre) {
         ph->pre(c, ph, ith, nth);
-        if (ph->has_mm && nth > 1) spex_pool_barrier(c->pool);
+        if (ph->n_mm && nth > 1) spex_pool_barrier(c->pool);
     }
-    if (ph->has_mm) spex_matmul_task(&ph->mm, ith, nth);
+    if (ph->n_mm) spex_matmul_task_multi(ph->mm, ph->n_mm, ith, nth);
+}
+
+static spex_matmul_args mm_args(const spex_context *c, const model_weight *w, const float *X, int64_t n_rows, float *Y) {
+    return (spex_matmul_args){
+        .pool = c->pool, .wtype = w->type, .W = w->data, .n_out = w->n_out, .n = w->n_in,
+        .X = X, .ldx = w->n_in, .n_rows = n_rows, .Y = Y, .ldy = w->n_out, .ws = c->b.mm_ws,
+        .w_r16 = w->r16,
+    };
 }
 
 void spex_fwd_run_phase(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *w,
                       const float *X, int64_t n_rows, float *Y) {
     ph->pre = pre;
     ph->layer = layer;
-    ph->has_mm = w != NULL && n_rows > 0;
-    if (ph->has_mm) {
-        ph->mm = (spex_matmul_args){
-            .pool = c->pool, .wtype = w->type, .W = w->data, .n_out = w->n_out, .n = w->n_in,
-            .X = X, .ldx = w->n_in, .n_rows = n_rows, .Y = Y, .ldy = w->n_out, .ws = c->b.mm_ws,
-            .w_r16 = w->r16,
-        };
+    ph->n_mm = w != NULL && n_rows > 0;
+    if (ph->n_mm) ph->mm[0] = mm_args(c, w, X, n_rows, Y);
+    c->phase = ph;
+    spex_pool_run(c->pool, phase_task, c);
+}
+
+void spex_fwd_run_phase_multi(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *const *w,
+                              float *const *Y, int n_w, const float *X, int64_t n_rows) {
+    if (n_rows <= 0) {
+        spex_fwd_run_phase(c, ph, pre, layer, NULL, X, n_rows, NULL);
+        return;
+    }
+    ph->pre = pre;
+    ph->layer = layer;
+    ph->n_mm = 0;
+    for (int i = 0; i < n_w; i++) {
+        spex_matmul_args a = mm_args(c, w[i], X, n_rows, Y[i]);
+        if (ph->n_mm > 0 && !spex_matmul_can_share(&ph->mm[0], &a)) {
+            c->phase = ph;   /* a different activation type: run what is gathered, start anew */
+            spex_pool_run(c->pool, phase_task, c);
+            ph->pre = NULL;
+            ph->n_mm = 0;
+        }
+        ph->mm[ph->n_mm++] = a;
     }
     c->phase = ph;
     spex_pool_run(c->pool, phase_task, c);
@@ -285,9 +311,9 @@ void spex_forward_dense(spex_context *c) {
 
     for (int l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
-        spex_fwd_run_phase(c, &ph, spex_fwd_pre_attn_norm, l, &L->wq, b->xn, n, b->q);
-        spex_fwd_run_phase(c, &ph, NULL, l, &L->wk, b->xn, n, b->k);
-        spex_fwd_run_phase(c, &ph, NULL, l, &L->wv, b->xn, n, b->v);
+        const model_weight *qkv[] = {&L->wq, &L->wk, &L->wv};
+        float *const qkv_out[] = {b->q, b->k, b->v};
+        spex_fwd_run_phase_multi(c, &ph, spex_fwd_pre_attn_norm, l, qkv, qkv_out, 3, b->xn, n);
         spex_fwd_run_phase(c, &ph, pre_attention, l, &L->wo, b->att, n, b->tmp);
         spex_fwd_ffn(c, &ph, l);
     }
@@ -298,8 +324,9 @@ void spex_fwd_ffn(spex_context *c, fwd_phase *ph, int l) {
     const model_layer *L = &c->model->layers[l];
     fwd_bufs *b = &c->b;
     const int64_t n = c->n_tokens;
-    spex_fwd_run_phase(c, ph, spex_fwd_pre_ffn_norm, l, &L->w_gate, b->xn, n, b->gate);
-    spex_fwd_run_phase(c, ph, NULL, l, &L->w_up, b->xn, n, b->up);
+    const model_weight *gu[] = {&L->w_gate, &L->w_up};
+    float *const gu_out[] = {b->gate, b->up};
+    spex_fwd_run_phase_multi(c, ph, spex_fwd_pre_ffn_norm, l, gu, gu_out, 2, b->xn, n);
     spex_fwd_run_phase(c, ph, spex_fwd_pre_swiglu, l, &L->w_down, b->gate, n, b->tmp);
 }
 

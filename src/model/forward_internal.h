@@ -17,8 +17,8 @@ struct fwd_phase {
     pre_fn pre;                    /* row-wise prologue, or NULL                         */
     int layer;
     const spex_ops_kernels *ops;   /* fetched once per forward                            */
-    bool has_mm;
-    spex_matmul_args mm;           /* the phase's matmul (rows in sorted order)           */
+    int n_mm;                      /* matmuls of the phase (same activations), 0..       */
+    spex_matmul_args mm[SPEX_MATMUL_MULTI_MAX]; /* ... (rows in sorted order)            */
 };
 
 static inline void row_split(int64_t n, int ith, int nth, int64_t *r0, int64_t *r1) {
@@ -30,6 +30,11 @@ static inline void row_split(int64_t n, int ith, int nth, int64_t *r0, int64_t *
  * non-NULL and n_rows > 0. */
 void spex_fwd_run_phase(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *w,
                         const float *X, int64_t n_rows, float *Y);
+/* The same with n_w (<= SPEX_MATMUL_MULTI_MAX) matrices over the same X: Y[i] = X · w[i]ᵀ in
+ * one pool run (one activation conversion, one barrier) when their activation types agree,
+ * else the first with the prologue and the others in phases of their own. */
+void spex_fwd_run_phase_multi(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *const *w,
+                              float *const *Y, int n_w, const float *X, int64_t n_rows);
 /* Copies residual row r into tap slot `slot` (batch order), sanitised when tap_clamp. */
 void spex_fwd_tap_row(spex_context *c, int slot, int64_t r);
 /* Layer input (embedding or += previous output), tap, xn = RMSNorm(x; attn_norm). */

@@ -237,15 +237,14 @@ void spex_forward_qwen35(spex_context *c) {
     for (int l = 0; l < m->hp.n_layer; l++) {
         const model_layer *L = &m->layers[l];
         if (L->recurrent) {
-            spex_fwd_run_phase(c, &ph, spex_fwd_pre_attn_norm, l, &L->w_qkv, b->xn, n, b->mixed);
-            spex_fwd_run_phase(c, &ph, NULL, l, &L->w_z, b->xn, n, b->z);
-            spex_fwd_run_phase(c, &ph, NULL, l, &L->w_beta, b->xn, n, b->gbeta);
-            spex_fwd_run_phase(c, &ph, NULL, l, &L->w_alpha, b->xn, n, b->gbeta + n * Hv);
+            const model_weight *in[] = {&L->w_qkv, &L->w_z, &L->w_beta, &L->w_alpha};
+            float *const out[] = {b->mixed, b->z, b->gbeta, b->gbeta + n * Hv};
+            spex_fwd_run_phase_multi(c, &ph, spex_fwd_pre_attn_norm, l, in, out, 4, b->xn, n);
             spex_fwd_run_phase(c, &ph, pre_gdn, l, &L->w_ssm_out, b->ssm_o, n, b->tmp);
         } else {
-            spex_fwd_run_phase(c, &ph, spex_fwd_pre_attn_norm, l, &L->wq, b->xn, n, b->qg);
-            spex_fwd_run_phase(c, &ph, NULL, l, &L->wk, b->xn, n, b->k);
-            spex_fwd_run_phase(c, &ph, NULL, l, &L->wv, b->xn, n, b->v);
+            const model_weight *in[] = {&L->wq, &L->wk, &L->wv};
+            float *const out[] = {b->qg, b->k, b->v};
+            spex_fwd_run_phase_multi(c, &ph, spex_fwd_pre_attn_norm, l, in, out, 3, b->xn, n);
             spex_fwd_run_phase(c, &ph, pre_gated_attention, l, &L->wo, b->att, n, b->tmp);
         }
         spex_fwd_ffn(c, &ph, l);
