@@ -417,6 +417,74 @@ TEST(driver_threads_bit_equal_and_close_to_f32) {
     CHECK(ran >= 9);
 }
 
+/* spex_matmul_task_multi: three matrices (mixed K-quant types, same activations) in one task,
+ * on 1 and 2 threads, give bit for bit what three spex_matmul calls give. */
+typedef struct {
+    const spex_matmul_args *a;
+    int n;
+} multi_job;
+static void multi_task(void *ctx, int ith, int nth) {
+    const multi_job *j = ctx;
+    spex_matmul_task_multi(j->a, j->n, ith, nth);
+}
+
+TEST(multi_task_bit_equal_single) {
+    const spex_matmul_kernels *scalar = spex_matmul_kernels_for(SPEX_ISA_SCALAR);
+    const spex_type types[3] = {SPEX_TYPE_Q4_K, SPEX_TYPE_Q6_K, SPEX_TYPE_Q5_K};
+    const int64_t outs[3] = {531, 64, 128}, n = 1024;
+    const int64_t row_counts[] = {1, 8, 40};
+    for (size_t rc = 0; rc < sizeof row_counts / sizeof row_counts[0]; rc++) {
+        const int64_t nr = row_counts[rc];
+        dataset d[3];
+        for (int i = 0; i < 3; i++) CHECK(dataset_make(&d[i], scalar, types[i], n, outs[i], nr));
+        const size_t wss = spex_matmul_ws_size(SPEX_TYPE_Q4_K, n, nr);
+        uint8_t *ws = malloc(wss);
+        float *ys[3], *ym[3];
+        spex_matmul_args a[3];
+        bool ok = true;
+        for (int i = 0; i < 3; i++) {
+            ys[i] = malloc(sizeof(float) * (size_t)(outs[i] * nr));
+            ym[i] = malloc(sizeof(float) * (size_t)(outs[i] * nr));
+            a[i] = (spex_matmul_args){.wtype = types[i], .W = d[i].W, .n_out = outs[i], .n = n, .X = d[0].X,
+                                      .ldx = n, .n_rows = nr, .Y = ys[i], .ldy = outs[i], .ws = ws};
+            ok = ok && spex_matmul(NULL, &a[i]) == SPEX_OK;
+            a[i].Y = ym[i];
+            ok = ok && spex_matmul_can_share(&a[0], &a[i]);
+        }
+        CHECK(ok);
+        for (int nth = 0; nth <= 2; nth++) {
+            for (int i = 0; i < 3; i++) memset(ym[i], 0xff, sizeof(float) * (size_t)(outs[i] * nr));
+            if (nth == 0) {
+                spex_matmul_task_multi(a, 3, 0, 1);
+            } else {
+                spex_pool *pool = NULL;
+                CHECK(spex_pool_create(nth, &pool, NULL) == SPEX_OK);
+                for (int i = 0; i < 3; i++) a[i].pool = pool;
+                multi_job j = {a, 3};
+                spex_pool_run(pool, multi_task, &j);
+                spex_pool_free(pool);
+                for (int i = 0; i < 3; i++) a[i].pool = NULL;
+            }
+            for (int i = 0; i < 3; i++)
+                CHECK_MSG(!memcmp(ys[i], ym[i], sizeof(float) * (size_t)(outs[i] * nr)),
+                          "rows %lld, %d threads: matrix %d (%s) differs from its own spex_matmul", (long long)nr,
+                          nth, i, spex_type_get_info(types[i])->name);
+        }
+        for (int i = 0; i < 3; i++) {
+            free(ys[i]);
+            free(ym[i]);
+            dataset_free(&d[i]);
+        }
+        free(ws);
+    }
+    /* different activation types cannot share one conversion */
+    spex_matmul_args q4 = {.wtype = SPEX_TYPE_Q4_K, .n = 256, .n_rows = 1}, q8 = q4, q6 = q4;
+    q8.wtype = SPEX_TYPE_Q8_0;
+    q6.wtype = SPEX_TYPE_Q6_K;
+    CHECK(!spex_matmul_can_share(&q4, &q8));
+    CHECK(spex_matmul_can_share(&q4, &q6));
+}
+
 TEST(driver_validates_arguments) {
     float x[64] = {0}, y[4];
     uint8_t w[4 * 34] = {0}, ws[4096];
