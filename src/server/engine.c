@@ -538,6 +538,12 @@ static void choose_drafts(srv_engine *e, int n) {
         /* warm-up: full drafts and plain steps alternate, so both fits see two row counts */
         if (e->n_steps % 2 == 0)
             for (int i = 0; i < n; i++) nd[i] = cap[i];
+    } else if (srv_guard_veto(e->real, n, SRV_GUARD_W) && e->n_steps % SRV_GUARD_EVERY != 0) {
+        /* The realized-rate guard: where the steps that drafted have delivered fewer tokens per
+         * second than the plain ones at this number of slots, nobody drafts (nor probes), but
+         * for one step in SRV_GUARD_EVERY, which keeps the drafting side's rate current. The
+         * cost model's search is skipped (about 2 µs for 8 slots: small, but for nothing). */
+        e->m.spec_vetoed_steps++;
     } else {
         srv_step_cost c;
         fit_get(&e->fit_v, &c.v0, &c.v1);
@@ -547,17 +553,9 @@ static void choose_drafts(srv_engine *e, int n) {
         int rows = n, drows = 0;
         double tok = srv_best_drafts(&c, n, p, cap, fixed, nd, &rows, &drows);
         double base_rate = (double)n / cost_of(&c, n, 0);
-        /* The realized-rate guard: where the steps that drafted have delivered fewer tokens per
-         * second than the plain ones at this number of slots, nobody drafts (nor probes), but
-         * for one step in SRV_GUARD_EVERY, which keeps the drafting side's rate current. */
-        const bool veto = srv_guard_veto(e->real, n, SRV_GUARD_W) && e->n_steps % SRV_GUARD_EVERY != 0;
-        if (veto || tok / cost_of(&c, rows, drows) < base_rate * e->p.min_gain) {
+        if (tok / cost_of(&c, rows, drows) < base_rate * e->p.min_gain) {
             for (int i = 0; i < n; i++) nd[i] = 0;
             rows = n, drows = 0;
-        }
-        if (veto) {
-            for (int i = 0; i < n; i++) due[i] = false;
-            e->m.spec_vetoed_steps++;
         }
         /* Probes. A slot that drafts refreshes its acceptance estimate by drafting; one that
          * has not drafted for SRV_PROBE_EVERY steps may be kept off by a stale, low p_s. It
@@ -933,7 +931,7 @@ char *srv_engine_metrics(srv_engine *e) {
     metric(&b, "spex:spec_disabled_steps_total", "counter", "Steps where the adaptive rule drafted nothing.",
            (double)m->spec_disabled_steps);
     metric(&b, "spex:spec_vetoed_steps_total", "counter",
-           "Steps where the realized-rate guard stopped drafting (drafting steps measured slower than plain ones).",
+           "Steps the realized-rate guard kept plain (drafting steps measured slower than plain ones there).",
            (double)m->spec_vetoed_steps);
     metric(&b, "spex:verify_rows_total", "counter", "Target rows verified by decode steps.", (double)m->verify_rows);
     metric(&b, "spex:requests_total", "counter", "Requests that reached the engine and ended.",
