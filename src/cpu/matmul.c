@@ -25,7 +25,10 @@
  *    (TILE_BYTES) stay in L2 while all threads sweep the weights; tiles are the outer
  *    index, so threads work on the same tile at the same time.
  * Chunks hold a multiple of 16 output rows (the kernels' register tiles) and about
- * CHUNK_BYTES of weights, fewer when that would leave fewer than 4 chunks per thread.
+ * CHUNK_BYTES of weights, fewer when that would leave fewer than 4 chunks per thread; with
+ * several threads the last ~nth chunks' rows of a tile come in quarter-size chunks, so the
+ * threads reach the end of a matrix within a small chunk of each other (the one that is
+ * done first waits for the other at the phase's end).
  * The kernels compute every output with the same instruction sequence whatever the tile
  * shape, so results do not depend on the number of threads (tests check bit equality).
  */
@@ -182,10 +185,20 @@ static uint8_t *ws_base(void *ws) {
     return (uint8_t *)((p + WS_ALIGN - 1) & ~(uintptr_t)(WS_ALIGN - 1));
 }
 
-/* How phase 2 is cut: tiles of `tile` activation rows × chunks of `crows` output rows. */
+/* How phase 2 is cut: tiles of `tile` activation rows × chunks of output rows: n_body chunks
+ * of `crows`, then the rest (about nth chunks' worth) in chunks of `tcrows`, so the threads
+ * finish a matrix within a small chunk of each other instead of a large one. */
 typedef struct {
-    int64_t tile, n_tiles, crows, n_wchunks;
+    int64_t tile, n_tiles, crows, n_wchunks, n_body, tcrows;
 } mm_plan;
+
+/* Output rows [*o0, *o0 + *no) of weight chunk wc under plan p. */
+static inline void plan_chunk(const mm_plan *p, int64_t n_out, int64_t wc, int64_t *o0, int64_t *no) {
+    if (wc < p->n_body) *o0 = wc * p->crows;
+    else *o0 = p->n_body * p->crows + (wc - p->n_body) * p->tcrows;
+    const int64_t sz = wc < p->n_body ? p->crows : p->tcrows;
+    *no = n_out - *o0 < sz ? n_out - *o0 : sz;
+}
 
 static mm_plan make_plan(const spex_matmul_args *a, size_t wrow, size_t xs, int nth) {
     mm_plan p;
@@ -203,7 +216,15 @@ static mm_plan make_plan(const spex_matmul_args *a, size_t wrow, size_t xs, int 
     /* load balance: at least 4 chunks per thread when the matrix allows it */
     while (cr > ROW_QUANTUM && p.n_tiles * ((a->n_out + cr - 1) / cr) < 4 * (int64_t)nth) cr -= ROW_QUANTUM;
     p.crows = cr;
-    p.n_wchunks = (a->n_out + cr - 1) / cr;
+    /* the tail: the last nth chunks' rows (at most half the matrix) in quarter-size chunks */
+    int64_t tc = (int64_t)round_up((size_t)(cr / 4), ROW_QUANTUM);
+    if (tc < ROW_QUANTUM) tc = ROW_QUANTUM;
+    int64_t tail = (int64_t)nth * cr;
+    if (tail > a->n_out / 2) tail = a->n_out / 2;
+    p.n_body = nth > 1 && tc < cr ? (a->n_out - tail) / cr : (a->n_out + cr - 1) / cr;
+    p.tcrows = tc;
+    const int64_t rest = a->n_out - p.n_body * cr;
+    p.n_wchunks = p.n_body + (rest > 0 ? (rest + tc - 1) / tc : 0);
     return p;
 }
 
@@ -252,9 +273,10 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
         const spex_matmul_args *m = &a[i];
         const int64_t lc = c - first[i];
         const int64_t t = lc / p[i].n_wchunks, wc = lc % p[i].n_wchunks;
-        const int64_t r0 = t * p[i].tile, o0 = wc * p[i].crows;
+        const int64_t r0 = t * p[i].tile;
         const int64_t nr = m->n_rows - r0 < p[i].tile ? m->n_rows - r0 : p[i].tile;
-        const int64_t no = m->n_out - o0 < p[i].crows ? m->n_out - o0 : p[i].crows;
+        int64_t o0, no;
+        plan_chunk(&p[i], m->n_out, wc, &o0, &no);
         const spex_dot_fn dot = m->w_r16 ? k->dot_r16[m->wtype] : k->dot[m->wtype];
         dot(m->n, (const uint8_t *)m->W + (size_t)o0 * wrow[i], wrow[i], (int)no, xq + (size_t)r0 * xs, xs, (int)nr,
             m->Y + r0 * m->ldy + o0, (size_t)m->ldy);
