@@ -23,9 +23,10 @@
  * Attention runs inside the prologue of the W_o phase (one spex_attention call per sequence,
  * all threads taking part, then a barrier). W_q, W_k, W_v share one phase (their input is the
  * same xn: converted once, one barrier, one chunk sequence over the three), and so do W_gate
- * and W_up: 4 pool runs per layer plus one for the head, for any batch size. A single run per forward with a barrier
- * between matmuls would need the matmul driver to take a chunk counter of its own: today
- * spex_matmul_task uses the pool's one counter, which only resets at spex_pool_run.
+ * and W_up: 4 pool runs per layer plus one for the head, for any batch size. A single run per
+ * forward with a barrier between matmuls would need the matmul driver to take a chunk counter
+ * of its own: today spex_matmul_task uses the pool's one counter, which only resets at
+ * spex_pool_run.
  *
  * Determinism. Every op computes a row the same way whatever the other rows of the batch
  * are (the matmul kernels use one instruction sequence for any tile shape, attention scores
@@ -62,24 +63,15 @@ static spex_matmul_args mm_args(const spex_context *c, const model_weight *w, co
 
 void spex_fwd_run_phase(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *w,
                       const float *X, int64_t n_rows, float *Y) {
-    ph->pre = pre;
-    ph->layer = layer;
-    ph->n_mm = w != NULL && n_rows > 0;
-    if (ph->n_mm) ph->mm[0] = mm_args(c, w, X, n_rows, Y);
-    c->phase = ph;
-    spex_pool_run(c->pool, phase_task, c);
+    spex_fwd_run_phase_multi(c, ph, pre, layer, &w, &Y, w != NULL, X, n_rows);
 }
 
 void spex_fwd_run_phase_multi(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *const *w,
                               float *const *Y, int n_w, const float *X, int64_t n_rows) {
-    if (n_rows <= 0) {
-        spex_fwd_run_phase(c, ph, pre, layer, NULL, X, n_rows, NULL);
-        return;
-    }
     ph->pre = pre;
     ph->layer = layer;
     ph->n_mm = 0;
-    for (int i = 0; i < n_w; i++) {
+    for (int i = 0; i < n_w && n_rows > 0; i++) {
         spex_matmul_args a = mm_args(c, w[i], X, n_rows, Y[i]);
         if (ph->n_mm > 0 && !spex_matmul_can_share(&ph->mm[0], &a)) {
             c->phase = ph;   /* a different activation type: run what is gathered, start anew */
