@@ -71,7 +71,7 @@ TEST(ops_tables) {
         const spex_ops_kernels *k = g_k[i];
         CHECK(k->rmsnorm && k->rope && k->softmax && k->silu && k->swiglu && k->add && k->mul && k->scale &&
               k->acc && k->axpy && k->argmax && k->topk && k->max && k->exp_sum && k->cvt_f16_f32 &&
-              k->attn_scores && k->attn_accum);
+              k->attn_scores && k->attn_accum && k->attn_scores_f16 && k->attn_accum_f16);
         /* spex_ops_get follows spex_cpu_set_isa */
         CHECK_OK(spex_cpu_set_isa(k->isa));
         CHECK(spex_ops_get() == k);
@@ -601,6 +601,40 @@ TEST(ops_attn_blocks) {
                             CHECK_MSG(fabs(acc[r * DMAX + i] - want) <= 1e-6 * mag + 1e-30, "%s accum d=%d", ISA(k), d);
                         }
                     for (int i = d; i < DMAX; i++) CHECK_MSG(same_bits(acc[i], acc_ref[i]), "%s accum wrote past d", ISA(k));
+                }
+        }
+    }
+}
+
+/* The F16 twins read rows in place with a stride (as the cache is laid out) and give the bits
+ * of converting the rows first and running the f32 kernels of the same table. */
+TEST(ops_attn_blocks_f16_equal_converted) {
+    enum { NQ = 11, NK = 37, DMAX = 257, LD = DMAX + 6 };
+    static float q[NQ * DMAX], kf[NK * LD], s[NQ * NK], s_ref[NQ * NK], acc[NQ * DMAX], acc_ref[NQ * DMAX];
+    static uint16_t kh[NK * LD];
+    const int ds[] = {1, 7, 8, 16, 17, 33, 64, 80, 128, 255, 257};
+    FOR_EACH_ISA(k) {
+        for (int di = 0; di < (int)(sizeof ds / sizeof ds[0]); di++) {
+            const int d = ds[di];
+            fill(q, NQ * DMAX, -1.0f, 1.0f);
+            fill(kf, NK * LD, -2.0f, 2.0f);
+            for (int i = 0; i < NK * LD; i++) kh[i] = spex_f32_to_fp16(kf[i]);
+            for (int i = 0; i < NK * LD; i++) kf[i] = spex_fp16_to_f32(kh[i]); /* the converted rows */
+            for (int nq = 1; nq <= NQ; nq += 2)
+                for (int nk = 1; nk <= NK; nk += 6) {
+                    k->attn_scores_f16(nq, q, DMAX, nk, kh, LD, d, s, NK);
+                    k->attn_scores(nq, q, DMAX, nk, kf, LD, d, s_ref, NK);
+                    bool same = true;
+                    for (int r = 0; r < nq; r++)
+                        for (int t = 0; t < nk; t++) same &= same_bits(s[r * NK + t], s_ref[r * NK + t]);
+                    CHECK_MSG(same, "%s scores_f16 d=%d nq=%d nk=%d", ISA(k), d, nq, nk);
+                    fill(acc, NQ * DMAX, -1.0f, 1.0f);
+                    memcpy(acc_ref, acc, sizeof acc);
+                    fill(s, NQ * NK, 0.0f, 1.0f);
+                    k->attn_accum_f16(nq, acc, DMAX, s, NK, nk, kh, LD, d);
+                    k->attn_accum(nq, acc_ref, DMAX, s, NK, nk, kf, LD, d);
+                    CHECK_MSG(memcmp(acc, acc_ref, sizeof acc) == 0, "%s accum_f16 d=%d nq=%d nk=%d", ISA(k), d, nq,
+                              nk);
                 }
         }
     }

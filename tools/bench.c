@@ -352,8 +352,10 @@ int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "kernels")) return bench_kernels(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "model")) return bench_model(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "spec")) return bench_spec(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "attn")) return bench_attn(argc - 1, argv + 1);
     fprintf(stderr, "usage: spex bench kernels [-t N] [--types list] [--size MiB] [--reps R] [--passes P] [--cached]\n"
                     "       spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--reps R]\n"
-                    "       spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--prompts FILE] [-n N] [-t N] ...\n");
+                    "       spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--prompts FILE] [-n N] [-t N] ...\n"
+                    "       spex bench attn [--nq 1,2,4,8,16] [--nkv 128,512,2048] [--heads 16/8] [--hd 128] ...\n");
     return 2;
 }

@@ -17,6 +17,7 @@ int cmd_demo(int argc, char **argv);          /* tools/demo.c: the README's main
 int cmd_serve(int argc, char **argv);         /* tools/serve.c: the HTTP server (src/server) */
 int cmd_inflate(int argc, char **argv);       /* tools/inflate.c: function-preserving widening */
 int bench_model(int argc, char **argv); /* `spex bench model`, tools/bench_model.c */
+int bench_attn(int argc, char **argv);  /* `spex bench attn`, tools/bench_attn.c */
 int bench_spec(int argc, char **argv);  /* `spex bench spec`, tools/bench_spec.c */
 
 /* Parses "-t N" style integers; prints an error naming the flag and returns false on bad input. */

@@ -13,9 +13,9 @@
  * Attention. One work unit is (kv head hk, block of up to QB query rows). Its R = QB * G
  * (row, head) pairs — every query head that reads kv head hk, for every row of the block —
  * are copied (pre-scaled) into Qs [R][d], and the KV cache is walked in tiles of T rows:
- * a tile of K is converted to f32 once (F16 caches) and scored against all R pairs
- * (S [R][T]), masked, folded into each pair's online softmax (running max m, running sum l,
- * accumulator acc [R][d] rescaled by exp(m_old - m_new) when the max moves — the single-pass
+ * a tile of K is scored against all R pairs (S [R][T]; an F16 cache is read in place,
+ * the kernels convert in registers and load each K/V chunk once for a few pairs), masked,
+ * folded into each pair's online softmax (running max m, running sum l, accumulator acc [R][d] rescaled by exp(m_old - m_new) when the max moves — the single-pass
  * form of Milakov & Gimelshein 2018 used by FlashAttention), and the V tile is accumulated
  * for all R pairs. So every K/V row is read from memory once per unit instead of once per
  * query row and head: the verify/draft regime (n_q 2..64) reuses each tile QB * G times.
@@ -141,18 +141,15 @@ typedef struct attn_scratch {
     float *s;    /* [R][T] scores, then probabilities  */
     float *m;    /* [R] running max                    */
     float *l;    /* [R] running sum                    */
-    float *kt;   /* [T][d] K tile converted to f32     */
-    float *vt;   /* [T][d] V tile converted to f32     */
 } attn_scratch;
 
 static size_t attn_carve(const spex_attn_args *a, float *base, attn_scratch *sc) {
     const size_t d = (size_t)a->head_dim, T = SPEX_ATTN_TILE;
     const size_t R = (size_t)attn_qblock(a) * (size_t)(a->n_head / a->n_head_kv);
-    const size_t parts[7] = {pad16(R * d), pad16(R * d), pad16(R * T), pad16(R), pad16(R),
-                             pad16(T * d), pad16(T * d)};
-    float **dst[7] = {&sc->qs, &sc->acc, &sc->s, &sc->m, &sc->l, &sc->kt, &sc->vt};
+    const size_t parts[5] = {pad16(R * d), pad16(R * d), pad16(R * T), pad16(R), pad16(R)};
+    float **dst[5] = {&sc->qs, &sc->acc, &sc->s, &sc->m, &sc->l};
     size_t off = 0;
-    for (int i = 0; i < 7; i++) {
+    for (int i = 0; i < 5; i++) {
         if (base) *dst[i] = base + off;
         off += parts[i];
     }
@@ -202,26 +199,14 @@ static inline bool attn_visible(const spex_attn_args *a, int64_t qp, int64_t kp)
     return true;
 }
 
-/* Returns a pointer to rows [t0, t0+nt) of kv head hk as f32 (converting F16 into buf) and
- * their stride in floats. */
-static const float *attn_tile(const spex_ops_kernels *k, const spex_attn_args *a, const void *base,
-                              size_t stride, int t0, int nt, int hk, float *buf, int64_t *ld) {
-    const int d = a->head_dim;
-    const char *row0 = (const char *)base + (size_t)t0 * stride;
-    if (a->kv_type == SPEX_TYPE_F32) {
-        *ld = (int64_t)(stride / sizeof(float));
-        return (const float *)row0 + (size_t)hk * d;
-    }
-    for (int t = 0; t < nt; t++)
-        k->cvt_f16_f32((const uint16_t *)(row0 + (size_t)t * stride) + (size_t)hk * d, buf + (size_t)t * d, d);
-    *ld = d;
-    return buf;
-}
-
 static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk, int q0, int nq,
                       const attn_scratch *sc) {
     const int d = a->head_dim, G = a->n_head / a->n_head_kv, T = SPEX_ATTN_TILE, R = nq * G;
     const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)d);
+    /* An F16 cache is read in place by the F16 kernels, each element converted in a register
+     * (converting a tile into scratch first measured 1.0-1.7x slower at 1 to 32 query rows
+     * per kv row, docs/performance.md); same bits either way (ops.h). */
+    const bool f16 = a->kv_type == SPEX_TYPE_F16;
 
     /* Pair r = qi * G + g is query row q0 + qi, head hk * G + g. */
     for (int qi = 0; qi < nq; qi++)
@@ -249,9 +234,13 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
         }
         if (!any) continue;
 
-        int64_t ldk, ldv;
-        const float *kt = attn_tile(k, a, a->k, a->k_stride, t0, nt, hk, sc->kt, &ldk);
-        k->attn_scores(R, sc->qs, d, nt, kt, ldk, d, sc->s, T);
+        const char *krow = (const char *)a->k + (size_t)t0 * a->k_stride;
+        if (f16)
+            k->attn_scores_f16(R, sc->qs, d, nt, (const uint16_t *)krow + (size_t)hk * d, (int64_t)(a->k_stride / 2),
+                               d, sc->s, T);
+        else
+            k->attn_scores(R, sc->qs, d, nt, (const float *)krow + (size_t)hk * d, (int64_t)(a->k_stride / 4), d,
+                           sc->s, T);
 
         for (int qi = 0; qi < nq; qi++)
             for (int t = 0; t < nt; t++)
@@ -277,8 +266,13 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
             sc->m[r] = m_new;
         }
 
-        const float *vt = attn_tile(k, a, a->v, a->v_stride, t0, nt, hk, sc->vt, &ldv);
-        k->attn_accum(R, sc->acc, d, sc->s, T, nt, vt, ldv, d);
+        const char *vrow = (const char *)a->v + (size_t)t0 * a->v_stride;
+        if (f16)
+            k->attn_accum_f16(R, sc->acc, d, sc->s, T, nt, (const uint16_t *)vrow + (size_t)hk * d,
+                              (int64_t)(a->v_stride / 2), d);
+        else
+            k->attn_accum(R, sc->acc, d, sc->s, T, nt, (const float *)vrow + (size_t)hk * d,
+                          (int64_t)(a->v_stride / 4), d);
     }
 
     for (int qi = 0; qi < nq; qi++)

@@ -91,6 +91,14 @@ typedef struct spex_ops_kernels {
     /* acc[r*ldacc + i] += sum_t p[r*ldp + t] * v[t*ldv + i] for r < n_q, i < d. */
     void (*attn_accum)(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
                        const float *v, int64_t ldv, int d);
+    /* The same two with F16 K / V rows (ldk, ldv in elements): the bits of cvt_f16_f32 on
+     * the rows followed by attn_scores / attn_accum of the same table (the conversion is
+     * exact; each element is converted in a register where it is used). Attention reads
+     * an F16 cache with these, in place (ops.c, attn_unit). */
+    void (*attn_scores_f16)(int n_q, const float *q, int64_t ldq, int n_k, const uint16_t *k, int64_t ldk,
+                            int d, float *s, int64_t lds);
+    void (*attn_accum_f16)(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
+                           const uint16_t *v, int64_t ldv, int d);
 } spex_ops_kernels;
 
 #define SPEX_TOPK_MAX 1024
@@ -146,7 +154,7 @@ void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, in
 
 /* ---- attention over a KV cache ---------------------------------------------------------- */
 
-#define SPEX_ATTN_TILE 32      /* T: kv rows converted and scored together              */
+#define SPEX_ATTN_TILE 32      /* T: kv rows scored together                            */
 #define SPEX_ATTN_QBLOCK 16    /* most query rows per work unit                          */
 
 typedef struct spex_attn_args {

@@ -233,6 +233,27 @@ static void attn_accum_ref(int n_q, float *acc, int64_t ldacc, const float *p, i
         }
 }
 
+/* F16 rows: each element converted where it is used, the same products and order as the
+ * two above (the conversion is exact, so the bits equal converting the rows first). */
+static void attn_scores_f16_ref(int n_q, const float *q, int64_t ldq, int n_k, const uint16_t *k, int64_t ldk,
+                                int d, float *s, int64_t lds) {
+    for (int r = 0; r < n_q; r++)
+        for (int t = 0; t < n_k; t++) {
+            float acc = 0.0f;
+            for (int i = 0; i < d; i++) acc += q[r * ldq + i] * spex_fp16_to_f32(k[t * ldk + i]);
+            s[r * lds + t] = acc;
+        }
+}
+
+static void attn_accum_f16_ref(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
+                               const uint16_t *v, int64_t ldv, int d) {
+    for (int r = 0; r < n_q; r++)
+        for (int t = 0; t < n_k; t++) {
+            float pt = p[r * ldp + t];
+            for (int i = 0; i < d; i++) acc[r * ldacc + i] += pt * spex_fp16_to_f32(v[t * ldv + i]);
+        }
+}
+
 void spex_ops_register_scalar(spex_ops_kernels *k) {
     k->rmsnorm = rmsnorm_ref;
     k->rope = rope_ref;
@@ -252,4 +273,6 @@ void spex_ops_register_scalar(spex_ops_kernels *k) {
     k->cvt_f32_f16 = cvt_f32_f16_ref;
     k->attn_scores = attn_scores_ref;
     k->attn_accum = attn_accum_ref;
+    k->attn_scores_f16 = attn_scores_f16_ref;
+    k->attn_accum_f16 = attn_accum_f16_ref;
 }

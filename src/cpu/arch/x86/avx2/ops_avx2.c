@@ -22,6 +22,7 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <string.h>
 
 #define EXP_LO (-87.33654f)
 #define EXP_HI 88.3f
@@ -308,79 +309,158 @@ static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
+/* Loads 8 (masked: the mk lanes of) K or V elements at element i of a row as f32; with
+ * F16 converted in the register (exact), so the F16 variants below compute the bits of
+ * converting the rows first and running the f32 ones. */
+static inline __m256 ld8(const void *row, int i, const int f16) {
+    if (f16) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)((const uint16_t *)row + i)));
+    return _mm256_loadu_ps((const float *)row + i);
+}
+
+static inline __m256 ld8m(const void *row, int i, int n, __m256i mk, const int f16) {
+    if (f16) { /* n < 8 valid elements: no masked 16-bit load in AVX2 */
+        uint16_t tmp[8] = {0};
+        memcpy(tmp, (const uint16_t *)row + i, sizeof(uint16_t) * (size_t)n);
+        return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)tmp));
+    }
+    return _mm256_maskload_ps((const float *)row + i, mk);
+}
+
 /* Every score goes through the same sequence (fma over 8-lane chunks of d, masked last
- * chunk, reduce4) whether computed in the 4-wide block or alone, so a score never depends
- * on its neighbours. */
-static void attn_scores_avx2(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
-                             int d, float *s, int64_t lds) {
+ * chunk, reduce4) whether computed in a block or alone, so a score never depends on its
+ * neighbours. Blocks are RB query rows × 4 keys (RB = 2: 8 of the 16 ymm registers
+ * accumulate), each key chunk loaded (F16: converted) once for the RB rows. k rows are
+ * ldk elements apart (f32, or F16 with f16). */
+#define ATT_RB 2
+static inline __attribute__((always_inline)) void attn_scores_blk(const float *q, int64_t ldq, const void *k,
+                                                                 size_t kst, int nk4, int d, float *s, int64_t lds,
+                                                                 const int rb, const int f16) {
     const int d8 = d & ~7;
     const __m256i mk = tail_mask(d - d8);
-    for (int r = 0; r < n_q; r++) {
-        const float *qr = q + r * ldq;
-        int t = 0;
-        for (; t + 4 <= n_k; t += 4) {
-            const float *k0 = k + t * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            int i = 0;
-            for (; i < d8; i += 8) {
-                __m256 qv = _mm256_loadu_ps(qr + i);
-                a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
-                a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
-                a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
-                a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
-            }
-            if (i < d) {
-                __m256 qv = _mm256_maskload_ps(qr + i, mk);
-                a0 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k0 + i, mk), a0);
-                a1 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k1 + i, mk), a1);
-                a2 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k2 + i, mk), a2);
-                a3 = _mm256_fmadd_ps(qv, _mm256_maskload_ps(k3 + i, mk), a3);
-            }
-            _mm_storeu_ps(s + r * lds + t, reduce4(a0, a1, a2, a3));
+    const void *kr[4];
+    for (int j = 0; j < 4; j++) kr[j] = (const char *)k + (size_t)j * kst;
+    __m256 a[ATT_RB][4];
+    for (int r = 0; r < rb; r++)
+        for (int j = 0; j < nk4; j++) a[r][j] = _mm256_setzero_ps();
+    int i = 0;
+    for (; i < d8; i += 8) {
+        __m256 kv[4];
+        for (int j = 0; j < nk4; j++) kv[j] = ld8(kr[j], i, f16);
+        for (int r = 0; r < rb; r++) {
+            const __m256 qv = _mm256_loadu_ps(q + r * ldq + i);
+            for (int j = 0; j < nk4; j++) a[r][j] = _mm256_fmadd_ps(qv, kv[j], a[r][j]);
         }
-        for (; t < n_k; t++) {
-            const float *k0 = k + t * ldk;
-            __m256 a0 = _mm256_setzero_ps();
-            int i = 0;
-            for (; i < d8; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(qr + i), _mm256_loadu_ps(k0 + i), a0);
-            if (i < d) a0 = _mm256_fmadd_ps(_mm256_maskload_ps(qr + i, mk), _mm256_maskload_ps(k0 + i, mk), a0);
-            s[r * lds + t] = _mm_cvtss_f32(reduce4(a0, a0, a0, a0));
+    }
+    if (i < d) {
+        __m256 kv[4];
+        for (int j = 0; j < nk4; j++) kv[j] = ld8m(kr[j], i, d - i, mk, f16);
+        for (int r = 0; r < rb; r++) {
+            const __m256 qv = _mm256_maskload_ps(q + r * ldq + i, mk);
+            for (int j = 0; j < nk4; j++) a[r][j] = _mm256_fmadd_ps(qv, kv[j], a[r][j]);
+        }
+    }
+    for (int r = 0; r < rb; r++) {
+        if (nk4 == 4) _mm_storeu_ps(s + r * lds, reduce4(a[r][0], a[r][1], a[r][2], a[r][3]));
+        else s[r * lds] = _mm_cvtss_f32(reduce4(a[r][0], a[r][0], a[r][0], a[r][0]));
+    }
+}
+
+static inline __attribute__((always_inline)) void attn_scores_impl(int n_q, const float *q, int64_t ldq, int n_k,
+                                                                  const void *k, int64_t ldk, int d, float *s,
+                                                                  int64_t lds, const int f16) {
+    const size_t kst = (size_t)ldk * (f16 ? 2 : 4);
+    for (int r0 = 0; r0 < n_q; r0 += ATT_RB) {
+        const int rb = n_q - r0 < ATT_RB ? n_q - r0 : ATT_RB;
+        const float *qr = q + r0 * ldq;
+        float *sr = s + r0 * lds;
+        for (int t = 0; t < n_k;) {
+            const int nk4 = n_k - t >= 4 ? 4 : 1;
+            const void *kt = (const char *)k + (size_t)t * kst;
+#define ATT_S(RB_, NK_) attn_scores_blk(qr, ldq, kt, kst, NK_, d, sr + t, lds, RB_, f16)
+            if (nk4 == 4) {
+                if (rb == 1) ATT_S(1, 4);
+                else ATT_S(2, 4);
+            } else {
+                if (rb == 1) ATT_S(1, 1);
+                else ATT_S(2, 1);
+            }
+#undef ATT_S
+            t += nk4;
         }
     }
 }
 
-/* acc[r] += sum_t p[r][t] v[t]: 32 columns of acc held in registers while t runs, so each
- * accumulator element sees the same fma chain in t order whatever the column blocking. */
-static void attn_accum_avx2(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
-                            const float *v, int64_t ldv, int d) {
-    for (int r = 0; r < n_q; r++) {
-        float *ar = acc + r * ldacc;
-        const float *pr = p + r * ldp;
-        int i = 0;
-        for (; i + 32 <= d; i += 32) {
-            __m256 c0 = _mm256_loadu_ps(ar + i), c1 = _mm256_loadu_ps(ar + i + 8);
-            __m256 c2 = _mm256_loadu_ps(ar + i + 16), c3 = _mm256_loadu_ps(ar + i + 24);
-            for (int t = 0; t < n_k; t++) {
-                const __m256 pt = _mm256_broadcast_ss(pr + t);
-                const float *vt = v + t * ldv + i;
-                c0 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt), c0);
-                c1 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt + 8), c1);
-                c2 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt + 16), c2);
-                c3 = _mm256_fmadd_ps(pt, _mm256_loadu_ps(vt + 24), c3);
-            }
-            _mm256_storeu_ps(ar + i, c0);
-            _mm256_storeu_ps(ar + i + 8, c1);
-            _mm256_storeu_ps(ar + i + 16, c2);
-            _mm256_storeu_ps(ar + i + 24, c3);
-        }
-        for (; i < d; i += 8) {
-            const __m256i mk = tail_mask(d - i < 8 ? d - i : 8);
-            __m256 c0 = _mm256_maskload_ps(ar + i, mk);
-            for (int t = 0; t < n_k; t++)
-                c0 = _mm256_fmadd_ps(_mm256_broadcast_ss(pr + t), _mm256_maskload_ps(v + t * ldv + i, mk), c0);
-            _mm256_maskstore_ps(ar + i, mk, c0);
+static void attn_scores_avx2(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
+                             int d, float *s, int64_t lds) {
+    attn_scores_impl(n_q, q, ldq, n_k, k, ldk, d, s, lds, 0);
+}
+
+static void attn_scores_f16_avx2(int n_q, const float *q, int64_t ldq, int n_k, const uint16_t *k, int64_t ldk,
+                                 int d, float *s, int64_t lds) {
+    attn_scores_impl(n_q, q, ldq, n_k, k, ldk, d, s, lds, 1);
+}
+
+/* acc[r] += sum_t p[r][t] v[t]: 32 columns of RB rows' acc in registers while t runs, each
+ * v chunk loaded (F16: converted) once for the RB rows; every accumulator element sees the
+ * same fma chain in t order whatever the row or column blocking. */
+static inline __attribute__((always_inline)) void attn_accum_blk(float *acc, int64_t ldacc, const float *p,
+                                                                int64_t ldp, int n_k, const void *v, size_t vst,
+                                                                int i, int nc, int nv, const int rb, const int f16) {
+    /* nc: 4 full chunks of 8 columns, or 1 chunk of nv <= 8 columns */
+    const __m256i mk = tail_mask(nv);
+    __m256 c[ATT_RB][4];
+    for (int r = 0; r < rb; r++)
+        for (int j = 0; j < nc; j++)
+            c[r][j] = nc == 4 ? _mm256_loadu_ps(acc + r * ldacc + i + 8 * j) : _mm256_maskload_ps(acc + r * ldacc + i, mk);
+    for (int t = 0; t < n_k; t++) {
+        const void *vt = (const char *)v + (size_t)t * vst;
+        __m256 vv[4];
+        for (int j = 0; j < nc; j++) vv[j] = nc == 4 ? ld8(vt, i + 8 * j, f16) : ld8m(vt, i, nv, mk, f16);
+        for (int r = 0; r < rb; r++) {
+            const __m256 pt = _mm256_broadcast_ss(p + r * ldp + t);
+            for (int j = 0; j < nc; j++) c[r][j] = _mm256_fmadd_ps(pt, vv[j], c[r][j]);
         }
     }
+    for (int r = 0; r < rb; r++)
+        for (int j = 0; j < nc; j++) {
+            if (nc == 4) _mm256_storeu_ps(acc + r * ldacc + i + 8 * j, c[r][j]);
+            else _mm256_maskstore_ps(acc + r * ldacc + i, mk, c[r][j]);
+        }
+}
+
+static inline __attribute__((always_inline)) void attn_accum_impl(int n_q, float *acc, int64_t ldacc, const float *p,
+                                                                 int64_t ldp, int n_k, const void *v, int64_t ldv,
+                                                                 int d, const int f16) {
+    const size_t vst = (size_t)ldv * (f16 ? 2 : 4);
+    for (int r0 = 0; r0 < n_q; r0 += ATT_RB) {
+        const int rb = n_q - r0 < ATT_RB ? n_q - r0 : ATT_RB;
+        float *ar = acc + r0 * ldacc;
+        const float *pr = p + r0 * ldp;
+        for (int i = 0; i < d;) {
+            const int nc = d - i >= 32 ? 4 : 1;
+            const int nv = nc == 4 ? 8 : (d - i < 8 ? d - i : 8);
+#define ATT_A(RB_, NC_) attn_accum_blk(ar, ldacc, pr, ldp, n_k, v, vst, i, NC_, nv, RB_, f16)
+            if (nc == 4) {
+                if (rb == 1) ATT_A(1, 4);
+                else ATT_A(2, 4);
+            } else {
+                if (rb == 1) ATT_A(1, 1);
+                else ATT_A(2, 1);
+            }
+#undef ATT_A
+            i += nc == 4 ? 32 : 8;
+        }
+    }
+}
+
+static void attn_accum_avx2(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
+                            const float *v, int64_t ldv, int d) {
+    attn_accum_impl(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 0);
+}
+
+static void attn_accum_f16_avx2(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
+                                const uint16_t *v, int64_t ldv, int d) {
+    attn_accum_impl(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 1);
 }
 
 void spex_ops_register_avx2(spex_ops_kernels *k) {
@@ -401,4 +481,6 @@ void spex_ops_register_avx2(spex_ops_kernels *k) {
     k->cvt_f32_f16 = cvt_f32_f16_avx2;
     k->attn_scores = attn_scores_avx2;
     k->attn_accum = attn_accum_avx2;
+    k->attn_scores_f16 = attn_scores_f16_avx2;
+    k->attn_accum_f16 = attn_accum_f16_avx2;
 }

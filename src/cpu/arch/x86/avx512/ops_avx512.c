@@ -277,76 +277,170 @@ static inline __m128 reduce4_512(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
+/* Loads 16 (masked: the mk lanes of) K or V elements at element i of a row as f32: the
+ * row is f32 or, with F16, converted in the register (exact), so the F16 variants below
+ * compute the same bits as converting the rows first and running the f32 ones. */
+static inline __m512 ld16(const void *row, int i, const int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)row + i)));
+    return _mm512_loadu_ps((const float *)row + i);
+}
+
+static inline __m512 ld16m(const void *row, int i, __mmask16 mk, const int f16) {
+    if (f16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mk, (const uint16_t *)row + i));
+    return _mm512_maskz_loadu_ps(mk, (const float *)row + i);
+}
+
 /* Every score goes through the same sequence (fma over 16-lane chunks of d, masked last
- * chunk, reduce4_512) whether computed in the 4-wide block or alone. */
-static void attn_scores_avx512(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
-                               int d, float *s, int64_t lds) {
+ * chunk, reduce4_512) whether computed in a block or alone. Blocks are RB query rows × 4
+ * keys: each key chunk is loaded (and, F16, converted) once for the RB rows, 16
+ * accumulators, half a load per fma instead of 1.25. k rows are ldk elements apart (f32,
+ * or F16 with f16). */
+#define ATT_RB 4
+static inline __attribute__((always_inline)) void attn_scores_blk(const float *q, int64_t ldq, const void *k,
+                                                                 size_t kst, int nk4, int d, float *s, int64_t lds,
+                                                                 const int rb, const int f16) {
     const int d16 = d & ~15;
     const __mmask16 mk = tail16(d - d16);
-    for (int r = 0; r < n_q; r++) {
-        const float *qr = q + r * ldq;
-        int t = 0;
-        for (; t + 4 <= n_k; t += 4) {
-            const float *k0 = k + t * ldk, *k1 = k0 + ldk, *k2 = k1 + ldk, *k3 = k2 + ldk;
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            int i = 0;
-            for (; i < d16; i += 16) {
-                __m512 qv = _mm512_loadu_ps(qr + i);
-                a0 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k0 + i), a0);
-                a1 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k1 + i), a1);
-                a2 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k2 + i), a2);
-                a3 = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k3 + i), a3);
-            }
-            if (i < d) {
-                __m512 qv = _mm512_maskz_loadu_ps(mk, qr + i);
-                a0 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, k0 + i), a0);
-                a1 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, k1 + i), a1);
-                a2 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, k2 + i), a2);
-                a3 = _mm512_fmadd_ps(qv, _mm512_maskz_loadu_ps(mk, k3 + i), a3);
-            }
-            _mm_storeu_ps(s + r * lds + t, reduce4_512(a0, a1, a2, a3));
+    const void *kr[4];
+    for (int j = 0; j < 4; j++) kr[j] = (const char *)k + (size_t)j * kst;
+    __m512 a[ATT_RB][4];
+    for (int r = 0; r < rb; r++)
+        for (int j = 0; j < nk4; j++) a[r][j] = _mm512_setzero_ps();
+    int i = 0;
+    for (; i < d16; i += 16) {
+        __m512 kv[4];
+        for (int j = 0; j < nk4; j++) kv[j] = ld16(kr[j], i, f16);
+        for (int r = 0; r < rb; r++) {
+            const __m512 qv = _mm512_loadu_ps(q + r * ldq + i);
+            for (int j = 0; j < nk4; j++) a[r][j] = _mm512_fmadd_ps(qv, kv[j], a[r][j]);
         }
-        for (; t < n_k; t++) {
-            const float *k0 = k + t * ldk;
-            __m512 a0 = _mm512_setzero_ps();
-            int i = 0;
-            for (; i < d16; i += 16) a0 = _mm512_fmadd_ps(_mm512_loadu_ps(qr + i), _mm512_loadu_ps(k0 + i), a0);
-            if (i < d) a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mk, qr + i), _mm512_maskz_loadu_ps(mk, k0 + i), a0);
-            s[r * lds + t] = _mm_cvtss_f32(reduce4_512(a0, a0, a0, a0));
+    }
+    if (i < d) {
+        __m512 kv[4];
+        for (int j = 0; j < nk4; j++) kv[j] = ld16m(kr[j], i, mk, f16);
+        for (int r = 0; r < rb; r++) {
+            const __m512 qv = _mm512_maskz_loadu_ps(mk, q + r * ldq + i);
+            for (int j = 0; j < nk4; j++) a[r][j] = _mm512_fmadd_ps(qv, kv[j], a[r][j]);
+        }
+    }
+    for (int r = 0; r < rb; r++) {
+        if (nk4 == 4) _mm_storeu_ps(s + r * lds, reduce4_512(a[r][0], a[r][1], a[r][2], a[r][3]));
+        else s[r * lds] = _mm_cvtss_f32(reduce4_512(a[r][0], a[r][0], a[r][0], a[r][0]));
+    }
+}
+
+static inline __attribute__((always_inline)) void attn_scores_impl(int n_q, const float *q, int64_t ldq, int n_k,
+                                                                  const void *k, int64_t ldk, int d, float *s,
+                                                                  int64_t lds, const int f16) {
+    const size_t kst = (size_t)ldk * (f16 ? 2 : 4);
+    for (int r0 = 0; r0 < n_q; r0 += ATT_RB) {
+        const int rb = n_q - r0 < ATT_RB ? n_q - r0 : ATT_RB;
+        const float *qr = q + r0 * ldq;
+        float *sr = s + r0 * lds;
+        for (int t = 0; t < n_k;) {
+            const int nk4 = n_k - t >= 4 ? 4 : 1;
+            const void *kt = (const char *)k + (size_t)t * kst;
+#define ATT_S(RB_, NK_) attn_scores_blk(qr, ldq, kt, kst, NK_, d, sr + t, lds, RB_, f16)
+            if (nk4 == 4) {
+                switch (rb) {
+                case 1: ATT_S(1, 4); break;
+                case 2: ATT_S(2, 4); break;
+                case 3: ATT_S(3, 4); break;
+                default: ATT_S(4, 4); break;
+                }
+            } else {
+                switch (rb) {
+                case 1: ATT_S(1, 1); break;
+                case 2: ATT_S(2, 1); break;
+                case 3: ATT_S(3, 1); break;
+                default: ATT_S(4, 1); break;
+                }
+            }
+#undef ATT_S
+            t += nk4;
+        }
+    }
+}
+
+static void attn_scores_avx512(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
+                               int d, float *s, int64_t lds) {
+    attn_scores_impl(n_q, q, ldq, n_k, k, ldk, d, s, lds, 0);
+}
+
+static void attn_scores_f16_avx512(int n_q, const float *q, int64_t ldq, int n_k, const uint16_t *k, int64_t ldk,
+                                   int d, float *s, int64_t lds) {
+    attn_scores_impl(n_q, q, ldq, n_k, k, ldk, d, s, lds, 1);
+}
+
+/* acc[r] += sum_t p[r][t] v[t]: 64 columns of RB rows' acc in registers while t runs, each
+ * v chunk loaded (F16: converted) once for the RB rows; every accumulator element sees the
+ * same fma chain in t order whatever the row or column blocking. */
+static inline __attribute__((always_inline)) void attn_accum_blk(float *acc, int64_t ldacc, const float *p,
+                                                                int64_t ldp, int n_k, const void *v, size_t vst,
+                                                                int i, int nc, __mmask16 mk, const int rb,
+                                                                const int f16) {
+    /* nc: 4 full chunks of 16 columns, or 1 chunk of the mk columns */
+    __m512 c[ATT_RB][4];
+    for (int r = 0; r < rb; r++)
+        for (int j = 0; j < nc; j++)
+            c[r][j] = nc == 4 ? _mm512_loadu_ps(acc + r * ldacc + i + 16 * j) : _mm512_maskz_loadu_ps(mk, acc + r * ldacc + i);
+    for (int t = 0; t < n_k; t++) {
+        const void *vt = (const char *)v + (size_t)t * vst;
+        __m512 vv[4];
+        for (int j = 0; j < nc; j++) vv[j] = nc == 4 ? ld16(vt, i + 16 * j, f16) : ld16m(vt, i, mk, f16);
+        for (int r = 0; r < rb; r++) {
+            const __m512 pt = _mm512_set1_ps(p[r * ldp + t]);
+            for (int j = 0; j < nc; j++) c[r][j] = _mm512_fmadd_ps(pt, vv[j], c[r][j]);
+        }
+    }
+    for (int r = 0; r < rb; r++)
+        for (int j = 0; j < nc; j++) {
+            if (nc == 4) _mm512_storeu_ps(acc + r * ldacc + i + 16 * j, c[r][j]);
+            else _mm512_mask_storeu_ps(acc + r * ldacc + i, mk, c[r][j]);
+        }
+}
+
+static inline __attribute__((always_inline)) void attn_accum_impl(int n_q, float *acc, int64_t ldacc, const float *p,
+                                                                 int64_t ldp, int n_k, const void *v, int64_t ldv,
+                                                                 int d, const int f16) {
+    const size_t vst = (size_t)ldv * (f16 ? 2 : 4);
+    for (int r0 = 0; r0 < n_q; r0 += ATT_RB) {
+        const int rb = n_q - r0 < ATT_RB ? n_q - r0 : ATT_RB;
+        float *ar = acc + r0 * ldacc;
+        const float *pr = p + r0 * ldp;
+        for (int i = 0; i < d;) {
+            const int nc = d - i >= 64 ? 4 : 1;
+            const __mmask16 mk = nc == 4 || d - i >= 16 ? (__mmask16)0xffff : tail16(d - i);
+#define ATT_A(RB_, NC_) attn_accum_blk(ar, ldacc, pr, ldp, n_k, v, vst, i, NC_, mk, RB_, f16)
+            if (nc == 4) {
+                switch (rb) {
+                case 1: ATT_A(1, 4); break;
+                case 2: ATT_A(2, 4); break;
+                case 3: ATT_A(3, 4); break;
+                default: ATT_A(4, 4); break;
+                }
+            } else {
+                switch (rb) {
+                case 1: ATT_A(1, 1); break;
+                case 2: ATT_A(2, 1); break;
+                case 3: ATT_A(3, 1); break;
+                default: ATT_A(4, 1); break;
+                }
+            }
+#undef ATT_A
+            i += nc == 4 ? 64 : 16;
         }
     }
 }
 
 static void attn_accum_avx512(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
                               const float *v, int64_t ldv, int d) {
-    for (int r = 0; r < n_q; r++) {
-        float *ar = acc + r * ldacc;
-        const float *pr = p + r * ldp;
-        int i = 0;
-        for (; i + 64 <= d; i += 64) {
-            __m512 c0 = _mm512_loadu_ps(ar + i), c1 = _mm512_loadu_ps(ar + i + 16);
-            __m512 c2 = _mm512_loadu_ps(ar + i + 32), c3 = _mm512_loadu_ps(ar + i + 48);
-            for (int t = 0; t < n_k; t++) {
-                const __m512 pt = _mm512_set1_ps(pr[t]);
-                const float *vt = v + t * ldv + i;
-                c0 = _mm512_fmadd_ps(pt, _mm512_loadu_ps(vt), c0);
-                c1 = _mm512_fmadd_ps(pt, _mm512_loadu_ps(vt + 16), c1);
-                c2 = _mm512_fmadd_ps(pt, _mm512_loadu_ps(vt + 32), c2);
-                c3 = _mm512_fmadd_ps(pt, _mm512_loadu_ps(vt + 48), c3);
-            }
-            _mm512_storeu_ps(ar + i, c0);
-            _mm512_storeu_ps(ar + i + 16, c1);
-            _mm512_storeu_ps(ar + i + 32, c2);
-            _mm512_storeu_ps(ar + i + 48, c3);
-        }
-        for (; i < d; i += 16) {
-            const __mmask16 mk = d - i >= 16 ? (__mmask16)0xffff : tail16(d - i);
-            __m512 c0 = _mm512_maskz_loadu_ps(mk, ar + i);
-            for (int t = 0; t < n_k; t++)
-                c0 = _mm512_fmadd_ps(_mm512_set1_ps(pr[t]), _mm512_maskz_loadu_ps(mk, v + t * ldv + i), c0);
-            _mm512_mask_storeu_ps(ar + i, mk, c0);
-        }
-    }
+    attn_accum_impl(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 0);
+}
+
+static void attn_accum_f16_avx512(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
+                                  const uint16_t *v, int64_t ldv, int d) {
+    attn_accum_impl(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 1);
 }
 
 void spex_ops_register_avx512(spex_ops_kernels *k) {
@@ -367,4 +461,6 @@ void spex_ops_register_avx512(spex_ops_kernels *k) {
     k->cvt_f32_f16 = cvt_f32_f16_avx512;
     k->attn_scores = attn_scores_avx512;
     k->attn_accum = attn_accum_avx512;
+    k->attn_scores_f16 = attn_scores_f16_avx512;
+    k->attn_accum_f16 = attn_accum_f16_avx512;
 }
