@@ -109,8 +109,8 @@ TEST(default_pair_table_and_json) {
     CHECK_MSG(strstr(r.out, TABLE_HEAD), "no table header in:\n%s", r.out);
     CHECK(strstr(r.out, "| AR | - | - | 0 | "));
     CHECK(strstr(r.out, "| AR | - | - | 1 | "));
-    CHECK(strstr(r.out, "| DFlash2 | F32 | 8 | 0 | "));
-    CHECK(strstr(r.out, "| DFlash2 | F32 | 8 | 1 | "));
+    CHECK(strstr(r.out, "| DFlash2 | Q8_0 | 8 | 0 | "));   /* the shipped drafter is Q8_0 */
+    CHECK(strstr(r.out, "| DFlash2 | Q8_0 | 8 | 1 | "));
     CHECK(strstr(r.out, "| 1.00x | - | "));   /* AR is its own reference */
     CHECK(strstr(r.out, "| Method | Draft quant | Temp | Steps | Draft ms | Verify ms | Other ms | Step ms |"));
     CHECK_MSG(verify_rows(r.out, 4), "verify(k) table for k = 1..4 missing in:\n%s", r.out);

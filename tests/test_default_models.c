@@ -266,6 +266,8 @@ TEST(drafter_matches_pytorch_golden) {
     CHECK_OK(spex_model_load(TARGET, NULL, &m, &e));
     CHECK_OK(spex_drafter_load(DRAFTER, m, NULL, &d, &e));
     const spex_drafter_hparams *dh = spex_drafter_get_hparams(d);
+    const spex_tensor_info *fc = spex_gguf_find_tensor(spex_drafter_gguf(d), "fc.weight");
+    const double slack = fc && fc->type != SPEX_TYPE_F32 ? 0.20 : 0.05; /* see the end */
     spex_context_params cp = spex_context_default_params();
     cp.n_ctx_per_seq = 512;
     cp.kv_type = SPEX_TYPE_F32;
@@ -366,8 +368,11 @@ TEST(drafter_matches_pytorch_golden) {
     spex_model_free(m);
     spex_gguf_close(g);
     CHECK(ok);
-    /* spex quantizes the target's activations to Q8_0 (the features, the head): ~1e-2. */
-    CHECK_MSG(worst < 0.25 * min_margin + 0.05, "U differs by %.3g", worst);
+    /* spex quantizes the target's activations to Q8_0 (the features, the head): measured 0.051
+     * with an F32 drafter. A quantized drafter (the shipped one is Q8_0) also rounds its own
+     * activations to Q8_0 at each of its matmuls, which the golden (float64 on its dequantized
+     * weights) does not: measured 0.151. The candidate sets and walks above are the exact part. */
+    CHECK_MSG(worst < 0.25 * min_margin + slack, "U differs by %.3g (bound %.3g)", worst, 0.25 * min_margin + slack);
 }
 
 TEST_MAIN()

@@ -54,7 +54,7 @@ static bool one_error_line(const char *err) {
 /* The fixture: the inflated pair and the dequantized original, made once    */
 /* ======================================================================== */
 
-static char g_dir[512], g_inf_t[600], g_inf_d[600], g_orig_t[600];
+static char g_dir[512], g_inf_t[600], g_inf_d[600], g_orig_t[600], g_orig_d[600];
 static int g_state; /* 0 not tried, 1 ready, -1 failed, -2 skipped */
 static char g_why[256];
 
@@ -74,6 +74,7 @@ static int fixture(void) {
     snprintf(g_inf_t, sizeof g_inf_t, "%s/target.gguf", g_dir);
     snprintf(g_inf_d, sizeof g_inf_d, "%s/drafter.gguf", g_dir);
     snprintf(g_orig_t, sizeof g_orig_t, "%s", test_tmp_path("target.f32.gguf"));
+    snprintf(g_orig_d, sizeof g_orig_d, "%s", test_tmp_path("drafter.f32.gguf"));
     run_result r;
     const char *const a[] = {"inflate", "-m", TARGET, "-md", DRAFTER, "-o", g_dir, "--embd", "512", "--layers", "10",
                              "--head-dim", "128", "--heads", "8", "--heads-kv", "4", "--ff", "1280", "--type", "f32",
@@ -88,7 +89,9 @@ static int fixture(void) {
             p += len + (nl != NULL);
         }
     run_free(&r);
-    if (ok && !test_write_dequantized(TARGET, g_orig_t)) {
+    /* The inflated pair computes with F32 weights (--type f32), so it is compared with the
+     * originals dequantized to F32: the same weights without the Q8_0 activation rounding. */
+    if (ok && (!test_write_dequantized(TARGET, g_orig_t) || !test_write_dequantized(DRAFTER, g_orig_d))) {
         snprintf(g_why, sizeof g_why, "cannot write the dequantized original");
         ok = false;
     }
@@ -224,7 +227,7 @@ TEST(target_logits_and_greedy_match) {
 TEST(drafter_block_matches) {
     REQUIRE_FIXTURE();
     spex_error e = {0};
-    const char *tp[2] = {g_orig_t, g_inf_t}, *dp[2] = {DRAFTER, g_inf_d};
+    const char *tp[2] = {g_orig_t, g_inf_t}, *dp[2] = {g_orig_d, g_inf_d};
     spex_model *m[2] = {0};
     spex_drafter *d[2] = {0};
     spex_context *c[2] = {0};
@@ -317,7 +320,7 @@ static const char *line_of(const char *text, const char *key, char *buf, size_t 
 TEST(spec_run_prints_the_same_text) {
     REQUIRE_FIXTURE();
     run_result r[2];
-    const char *tp[2] = {g_orig_t, g_inf_t}, *dp[2] = {DRAFTER, g_inf_d};
+    const char *tp[2] = {g_orig_t, g_inf_t}, *dp[2] = {g_orig_d, g_inf_d};
     for (int i = 0; i < 2; i++) {
         const char *const a[] = {"run", "-m", tp[i], "-md", dp[i], "--chat", "-p", PROBLEM, "-n", "48", "--temp", "0",
                                  "-t", "2", NULL};

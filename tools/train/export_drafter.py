@@ -108,8 +108,8 @@ def _kv_int(g, k, default=None):
 
 
 def load_gguf(path, embed, head):
-    """A Drafter holding exactly the weights of a dflash2 GGUF (F32 tensors), with the target's
-    embed / head (V, D) torch tensors borrowed."""
+    """A Drafter holding exactly the weights of a dflash2 GGUF (F32 tensors as they are, quantized
+    ones dequantized), with the target's embed / head (V, D) torch tensors borrowed."""
     g = gio.read(path)
     c = DrafterConfig(
         D=_kv_int(g, "dflash.embedding_length"), V=embed.shape[0],
@@ -133,9 +133,15 @@ def load_gguf(path, embed, head):
 
     def arr(name):
         t = g.tensors[name]
-        if t.type != gio.GGML_F32:
-            raise ValueError(f"{path}: {name} is not F32 (load_gguf reads F32 drafters only)")
-        return torch.from_numpy(np.asarray(t.data, dtype=np.float32).reshape(tuple(reversed(t.ne))).copy())
+        if t.type == gio.GGML_F32:
+            a = np.asarray(t.data, dtype=np.float32)
+        else:  # a requantized drafter (spex quantize): its weights as stored, dequantized
+            import ggml_formats
+            kind = ggml_formats.TYPE_BY_ID.get(t.type)
+            if kind is None:
+                raise ValueError(f"{path}: {name}: ggml type {t.type} not supported")
+            a = ggml_formats.dequantize(kind, t.data).astype(np.float32)
+        return torch.from_numpy(a.reshape(tuple(reversed(t.ne))).copy())
 
     with torch.no_grad():
         for gname, attr in GLOBAL_TENSORS:
