@@ -215,4 +215,38 @@ TEST(guard_inherits_lighter_veto) {
     CHECK(srv_guard_veto(real, 5, 8.0));    /* so 4's veto holds there */
 }
 
+/* A load that drafts but has too few plain steps gets a plain step in every `every`, until the
+ * guard can compare there; a load that never drafted, or one measured both ways, gets none. */
+TEST(guard_explores_unmeasured_plain_side) {
+    srv_realized real[5];
+    memset(real, 0, sizeof real);
+    CHECK(!srv_guard_explore(real, 4, 8.0, 0, 16));   /* nothing drafted at 4 yet */
+    srv_realized_add(&real[4], true, 20, 3e-3);
+    int plain = 0;
+    for (uint64_t step = 1; step <= 1000; step++) {
+        if (srv_guard_explore(real, 4, 8.0, step, 16)) {
+            CHECK(step % 16 == 0);
+            srv_realized_add(&real[4], false, 4, 1e-3);
+            plain++;
+        } else {
+            srv_realized_add(&real[4], true, 20, 3e-3);
+        }
+    }
+    int need = 0;                   /* plain steps until the decayed weight reaches 8 */
+    for (double w = 0; w < 8.0; need++) w = w * 0.97 + 1.0;
+    CHECK(real[4].w[0] >= 8.0);     /* explored until measured ... */
+    CHECK_EQ_INT(plain, need);      /* ... and not one step more */
+    CHECK(!srv_guard_veto(real, 4, 8.0));   /* 6667 tokens/s drafting against 4000 plain */
+    srv_realized slow[5];           /* the same with drafting slower: the exploration finds it */
+    memset(slow, 0, sizeof slow);
+    srv_realized_add(&slow[4], true, 5, 3e-3);
+    for (uint64_t step = 1; step <= 1000; step++) {
+        const bool plain_step = srv_guard_explore(slow, 4, 8.0, step, 16);
+        srv_realized_add(&slow[4], !plain_step, plain_step ? 4 : 5, plain_step ? 1e-3 : 2e-3);
+    }
+    CHECK(srv_guard_veto(slow, 4, 8.0));    /* 2500 tokens/s drafting against 4000 plain */
+    CHECK(!srv_guard_explore(real, 3, 8.0, 16, 16));  /* another load, never drafted: no */
+    CHECK(!srv_guard_explore(real, 4, 8.0, 16, 0));   /* every 0: off */
+}
+
 TEST_MAIN()

@@ -58,6 +58,7 @@ static void usage(FILE *f) {
             "  bench kernels             matmul throughput vs memory bandwidth\n"
             "  bench model -m MODEL      prefill and decode throughput of a whole model\n"
             "  bench spec [-m T -md D]   speculative decoding end to end: AR vs DFlash/MTP table\n"
+            "  bench attn                one layer's attention for new rows over a KV cache\n"
             "  gen-smoke OUT             write the small synthetic GGUF used by the smoke run\n"
             "  convert-vocab ... -o OUT  vocab-only GGUF from tokenizer.json or tokenizer.model\n"
             "  gen-model --shape S --type T -o OUT   random-weight qwen3 / qwen35 GGUF in real shapes\n"

@@ -37,10 +37,13 @@
  *  - realized-rate guard: per number of stepping slots, decayed tokens and seconds of the
  *    steps that drafted and of those that did not; where the drafting ones measured fewer
  *    tokens per second, nobody drafts or probes but for one step in SRV_GUARD_EVERY. A load
- *    not yet measured inherits the veto of the nearest lighter load that was;
+ *    not yet measured inherits the veto of the nearest lighter load that was; a load that
+ *    drafts without plain-step measurements gets a plain step in SRV_GUARD_EXPLORE until it has
+ *    them (else the guard could never see drafting lose there);
  *  - backlogs: a slot that starts drafting first injects the features it deferred (its prompt,
  *    its plain steps; spex_spec_stats.t_flush). That one-off cost stays out of the drafter fit
- *    and the guard's rates, which describe steady drafting; /metrics shows it apart.
+ *    (which prices a step's rows) but counts in the guard's drafted rate (it is a price of
+ *    drafting, spread by the decay over the steps around it); /metrics shows it apart.
  */
 #include "server/server.h"
 
@@ -58,6 +61,7 @@
 #define SRV_PRIOR_STEPS 2.0  /* weight of the server-wide acceptance in a new request's estimate */
 #define SRV_DECAY 0.97       /* forgetting factor of the cost fits and acceptance counts */
 #define SRV_GUARD_W 8.0      /* steps of each kind (decayed) before the realized-rate guard acts */
+#define SRV_GUARD_EXPLORE 16 /* a load without plain-step measurements gets a plain step in this many */
 #define SRV_GUARD_EVERY 256  /* a vetoed load still drafts one step in this many, so its rate stays fresh
                              * (rarely: such a step injects every pending feature of its slots) */
 
@@ -514,6 +518,11 @@ bool srv_guard_veto(const srv_realized *real, int n, double min_w) {
     return false;
 }
 
+bool srv_guard_explore(const srv_realized *real, int n, double min_w, uint64_t step, int every) {
+    const srv_realized *r = &real[n];
+    return every > 0 && r->w[1] > 0 && r->w[0] < min_w && step % (uint64_t)every == 0;
+}
+
 /* max_emit for each stepping task (§14.2 rule 5; the header comment says how). */
 static void choose_drafts(srv_engine *e, int n) {
     int nd[64], cap[64];
@@ -538,6 +547,8 @@ static void choose_drafts(srv_engine *e, int n) {
         /* warm-up: full drafts and plain steps alternate, so both fits see two row counts */
         if (e->n_steps % 2 == 0)
             for (int i = 0; i < n; i++) nd[i] = cap[i];
+    } else if (srv_guard_explore(e->real, n, SRV_GUARD_W, e->n_steps, SRV_GUARD_EXPLORE)) {
+        /* a plain step, so that the guard learns this load's plain rate (see srv_guard_explore) */
     } else if (srv_guard_veto(e->real, n, SRV_GUARD_W) && e->n_steps % SRV_GUARD_EVERY != 0) {
         /* The realized-rate guard: where the steps that drafted have delivered fewer tokens per
          * second than the plain ones at this number of slots, nobody drafts (nor probes), but
@@ -621,8 +632,10 @@ static void engine_step(srv_engine *e) {
     double dt_d = tot->t_draft - td0, dt_v = tot->t_verify + tot->t_other - tv0;
     /* A slot that drafts after steps without a draft first injects that backlog (its prompt,
      * its plain steps): a one-off cost of the switch, not of this step's rows. It stays out of
-     * the drafter fit and of the guard's rates, which describe steady drafting (whose own
-     * injection, one accepted row at a time, is in dt_v); counted in the drafting time. */
+     * the drafter fit (the cost model prices a step's rows), but the guard's drafted rate
+     * includes it: with short requests the prompts' injection is a real price of drafting
+     * (at -np 4 on the default pair, 0.18 s of 2.4 s of decoding), and the guard's decayed
+     * sums spread each one-off over the steps around it. */
     double dt_f = tot->t_flush - tf0;
     if (dt_f > dt_d) dt_f = dt_d;
     int rows = 0, drows = 0, drafted_seqs = 0;
@@ -635,7 +648,7 @@ static void engine_step(srv_engine *e) {
     if (e->has_draft && n <= 64) {
         int emitted = 0;
         for (int i = 0; i < n; i++) emitted += e->outs[i].n;
-        srv_realized_add(&e->real[n], drafted_seqs > 0, emitted, dt_d - dt_f + dt_v);
+        srv_realized_add(&e->real[n], drafted_seqs > 0, emitted, dt_d + dt_v);
     }
     if (drows) {
         fit_add(&e->fit_d, drows, dt_d - dt_f);

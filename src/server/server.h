@@ -332,8 +332,8 @@ typedef struct {
 } srv_step_cost;
 
 /* The realized-rate guard (engine.c): per number of stepping slots, decayed sums of the tokens
- * emitted and the seconds spent (draft + verify + other) by steps in which some slot drafted
- * ([1]) and by steps in which none did ([0]). */
+ * emitted and the seconds spent (draft, backlog injection, verify, other) by steps in which
+ * some slot drafted ([1]) and by steps in which none did ([0]). */
 typedef struct {
     double tok[2], sec[2], w[2];
 } srv_realized;
@@ -350,6 +350,11 @@ bool srv_realized_veto(const srv_realized *r, double min_w);
  * adds verify rows to a batch that is already wider), so a load does not have to pay its own
  * learning steps to find out what a lighter one showed. */
 bool srv_guard_veto(const srv_realized *real, int n, double min_w);
+/* True when step number `step` at n stepping slots should be a plain one so that the guard can
+ * compare: this load has drafted (w[1] > 0) but has fewer than min_w plain steps, and step is a
+ * multiple of `every`. Without it a load where the cost model always drafts never measures
+ * the alternative, and the guard cannot see that drafting loses there. */
+bool srv_guard_explore(const srv_realized *real, int n, double min_w, uint64_t step, int every);
 
 /* Expected tokens of a step that drafts n with per-position acceptance p: Σ_{k=0..n} p^k. */
 double srv_expect_tokens(double p, int n);
