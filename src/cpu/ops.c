@@ -199,6 +199,23 @@ static inline bool attn_visible(const spex_attn_args *a, int64_t qp, int64_t kp)
     return true;
 }
 
+/* True when every query position in [qmin, qmax] sees every kv row t0 .. t0+nt-1 (no empty
+ * slot, nothing in a query's future or outside its window): attn_visible for each pair would
+ * say so, at the cost of nq * nt calls. */
+static bool tile_all_visible(const spex_attn_args *a, int t0, int nt, int64_t qmin, int64_t qmax) {
+    int64_t kmin = INT64_MAX, kmax = INT64_MIN;
+    for (int t = 0; t < nt; t++) {
+        const int64_t kp = a->kv_pos ? a->kv_pos[t0 + t] : t0 + t;
+        kmin = kp < kmin ? kp : kmin;
+        kmax = kp > kmax ? kp : kmax;
+    }
+    if (kmin < 0) return false;
+    if (a->causal && kmax > qmin) return false;
+    if (a->window > 0 && kmin <= qmax - a->window) return false;
+    if (a->window > 0 && a->window_symmetric && kmax >= qmin + a->window) return false;
+    return true;
+}
+
 static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk, int q0, int nq,
                       const attn_scratch *sc) {
     const int d = a->head_dim, G = a->n_head / a->n_head_kv, T = SPEX_ATTN_TILE, R = nq * G;
@@ -220,11 +237,19 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
     }
     memset(sc->acc, 0, sizeof(float) * (size_t)R * d);
 
+    int64_t qmin = INT64_MAX, qmax = INT64_MIN;
+    for (int qi = 0; qi < nq; qi++) {
+        const int64_t qp = a->q_pos ? a->q_pos[q0 + qi] : 0;
+        qmin = qp < qmin ? qp : qmin;
+        qmax = qp > qmax ? qp : qmax;
+    }
     uint8_t vis[SPEX_ATTN_QBLOCK][SPEX_ATTN_TILE];
     for (int t0 = 0; t0 < a->n_kv; t0 += T) {
         const int nt = a->n_kv - t0 < T ? a->n_kv - t0 : T;
-        bool any = false;
-        for (int qi = 0; qi < nq; qi++) {
+        /* The common tile (the cache's past) is seen whole by every pair: no per-pair mask. */
+        const bool all = tile_all_visible(a, t0, nt, qmin, qmax);
+        bool any = all;
+        for (int qi = 0; qi < nq && !all; qi++) {
             const int64_t qp = a->q_pos ? a->q_pos[q0 + qi] : 0;
             for (int t = 0; t < nt; t++) {
                 const int64_t kp = a->kv_pos ? a->kv_pos[t0 + t] : t0 + t;
@@ -242,7 +267,7 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
             k->attn_scores(R, sc->qs, d, nt, (const float *)krow + (size_t)hk * d, (int64_t)(a->k_stride / 4), d,
                            sc->s, T);
 
-        for (int qi = 0; qi < nq; qi++)
+        for (int qi = 0; qi < nq && !all; qi++)
             for (int t = 0; t < nt; t++)
                 if (!vis[qi][t])
                     for (int g = 0; g < G; g++) sc->s[(size_t)(qi * G + g) * T + t] = -INFINITY;
