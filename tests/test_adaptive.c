@@ -249,4 +249,28 @@ TEST(guard_explores_unmeasured_plain_side) {
     CHECK(!srv_guard_explore(real, 4, 8.0, 16, 0));   /* every 0: off */
 }
 
+/* The backlog price: a share of the one-off injection by the step's part of the remaining
+ * tokens; and in the search, a slot whose start is dear stays off while its twin drafts. */
+TEST(backlog_price_keeps_a_dear_start_off) {
+    CHECK_NEAR(srv_backlog_price(0, 1e-4, 4, 100), 0.0, 1e-15);
+    CHECK_NEAR(srv_backlog_price(50, 1e-4, 4, 100), 50 * 1e-4 * 0.04, 1e-15);
+    CHECK_NEAR(srv_backlog_price(50, 1e-4, 4, 2), 50 * 1e-4, 1e-15);   /* the whole price: last step */
+    CHECK_NEAR(srv_backlog_price(50, 0, 4, 100), 0.0, 1e-15);
+    /* v 1 + 0.1·rows, drafter 0.2 + 0.05·drows, p 0.8, cap 7: drafting pays for a free start */
+    const double start[2] = {0.0, 5.0};
+    srv_step_cost c = {.v0 = 1.0, .v1 = 0.1, .d0 = 0.2, .d1 = 0.05, .start = start};
+    const double p[2] = {0.8, 0.8};
+    const int cap[2] = {7, 7};
+    const bool fixed[2] = {false, false};
+    int nd[2] = {0, 0}, rows = 2, drows = 0;
+    srv_best_drafts(&c, 2, p, cap, fixed, nd, &rows, &drows);
+    CHECK(nd[0] > 0);
+    CHECK_EQ_INT(nd[1], 0);                 /* 5 s to start is more than its block gains */
+    const double cheap[2] = {0.0, 0.01};
+    c.start = cheap;
+    nd[0] = nd[1] = 0, rows = 2, drows = 0;
+    srv_best_drafts(&c, 2, p, cap, fixed, nd, &rows, &drows);
+    CHECK(nd[0] > 0 && nd[1] > 0);          /* a small price does not stop it */
+}
+
 TEST_MAIN()

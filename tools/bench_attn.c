@@ -54,7 +54,7 @@ int bench_attn(int argc, char **argv) {
     int nq[BA_MAX_LIST] = {1, 2, 4, 8, 16}, nkv[BA_MAX_LIST] = {128, 512, 2048};
     int n_nq = 5, n_nkv = 3, H = 16, HKV = 8, D = 128, reps = 50;
     spex_type kvt = SPEX_TYPE_F16;
-    for (int i = 1; i < argc; i++) {
+    for (int i = 1; i < argc; i += 2) { /* every flag but --help takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -74,7 +74,6 @@ int bench_attn(int argc, char **argv) {
             ba_usage();
             return 2;
         }
-        i++;
     }
     int max_q = 0, max_kv = 0;
     for (int i = 0; i < n_nq; i++) max_q = nq[i] > max_q ? nq[i] : max_q;

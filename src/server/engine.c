@@ -155,6 +155,10 @@ struct srv_engine {
     srv_bucket vb[SRV_BUCKETS], db[SRV_BUCKETS];   /* measured times by rows / drafted rows */
     double g_acc_s, g_acc_f;   /* acceptance counts over all requests (prior of a new one) */
     srv_realized real[65];     /* the realized-rate guard, by stepping slots (1..64)         */
+    double bl_sec, bl_tok;     /* decayed backlog injection: seconds and features injected  */
+    double len_s, len_w;       /* decayed sum / weight of finished requests' generated tokens */
+    int32_t pend[64];          /* this step's slots' pending features (choose_drafts)        */
+    double start[64];          /* their backlog prices (srv_step_cost.start)                  */
     int32_t **hist;           /* [n_slots][hist_cap] tokens in each slot's cache, in order  */
     int32_t *hist_len;        /* [n_slots] (valid up to spex_spec_seq_len of the slot)      */
     int32_t hist_cap;
@@ -256,6 +260,10 @@ static void task_finish(srv_engine *e, srv_task *t, const char *finish, int err_
                 t->slot, (double)tm.draft_n_accepted / (double)tm.draft_n, (long long)tm.draft_n_accepted,
                 (long long)tm.draft_n, 1.0 + (double)tm.draft_n_accepted / (double)(n_steps ? n_steps : 1));
 
+    if (t->t_prefilled > 0 && !err_code) {   /* the backlog price's view of request lengths */
+        e->len_s = e->len_s * SRV_DECAY + (double)t->n_gen;
+        e->len_w = e->len_w * SRV_DECAY + 1.0;
+    }
     pthread_mutex_lock(&e->mu);
     if (t->slot >= 0) {
         e->slots[t->slot] = NULL;
@@ -443,6 +451,21 @@ static double cost_of(const srv_step_cost *c, int rows, int drows) {
            (drows > 0 ? measured_or_fit(c->db, c->d0, c->d1, drows) - sunk : 0);
 }
 
+/* cost_of plus the start prices of the slots that draft in nd. */
+static double cost_nd(const srv_step_cost *c, int n, const int *nd, int rows, int drows) {
+    double t = cost_of(c, rows, drows);
+    if (c->start)
+        for (int i = 0; i < n; i++)
+            if (nd[i] > 0) t += c->start[i];
+    return t;
+}
+
+double srv_backlog_price(int32_t pending, double sec_per_tok, double step_tok, double remaining) {
+    if (pending <= 0 || sec_per_tok <= 0) return 0;
+    const double share = remaining > step_tok ? step_tok / remaining : 1.0;
+    return (double)pending * sec_per_tok * share;
+}
+
 /* Each move lengthens one slot's draft to ANY longer length, not just by one: the drafter's
  * per-step cost d0 and the block's extra row make the first drafted position expensive, so
  * one-position moves would stop at 0 where a whole block pays (the fit has d1 = 0 when every
@@ -453,22 +476,28 @@ static double greedy_drafts(const srv_step_cost *c, bool d0_sunk, int n, const d
     srv_step_cost cc = *c;
     cc.d0_sunk = d0_sunk;
     int rows = *rows_io, drows = *drows_io;
-    double tok = 0;
-    for (int i = 0; i < n; i++) tok += srv_expect_tokens(p[i], nd[i]);
+    double tok = 0, extra = 0;
+    for (int i = 0; i < n; i++) {
+        tok += srv_expect_tokens(p[i], nd[i]);
+        if (c->start && nd[i] > 0) extra += c->start[i];
+    }
     for (;;) {
-        double best = tok / cost_of(&cc, rows, drows);
+        double best = tok / (cost_of(&cc, rows, drows) + extra);
         int bi = -1, bn = 0;
         for (int i = 0; i < n; i++) {
             if (fixed[i]) continue;
             double e0 = srv_expect_tokens(p[i], nd[i]);
+            const double ex = extra + (c->start && !nd[i] ? c->start[i] : 0);
             for (int m = nd[i] + 1; m <= cap[i]; m++) {
                 int add = m - nd[i];
-                double r = (tok + srv_expect_tokens(p[i], m) - e0) / cost_of(&cc, rows + add, drows + add + (nd[i] ? 0 : 1));
+                double r = (tok + srv_expect_tokens(p[i], m) - e0) /
+                           (cost_of(&cc, rows + add, drows + add + (nd[i] ? 0 : 1)) + ex);
                 if (r > best * 1.0001) best = r, bi = i, bn = m;
             }
         }
         if (bi < 0) break;
         int add = bn - nd[bi];
+        if (c->start && !nd[bi]) extra += c->start[bi];
         tok += srv_expect_tokens(p[bi], bn) - srv_expect_tokens(p[bi], nd[bi]);
         drows += add + (nd[bi] ? 0 : 1);
         rows += add;
@@ -488,7 +517,7 @@ double srv_best_drafts(const srv_step_cost *c, int n, const double *p, const int
     double tok = greedy_drafts(c, false, n, p, cap, fixed, nd, rows_io, drows_io);
     if (n > 64 || c->d0 <= 0) return tok;
     double tok2 = greedy_drafts(c, true, n, p, cap, fixed, nd2, &rows2, &drows2);
-    if (tok2 / cost_of(c, rows2, drows2) > tok / cost_of(c, *rows_io, *drows_io)) {
+    if (tok2 / cost_nd(c, n, nd2, rows2, drows2) > tok / cost_nd(c, n, nd, *rows_io, *drows_io)) {
         for (int i = 0; i < n; i++) nd[i] = nd2[i];
         *rows_io = rows2, *drows_io = drows2;
         tok = tok2;
@@ -539,6 +568,8 @@ static void choose_drafts(srv_engine *e, int n) {
         fixed[i] = false;
         p[i] = t->p_acc_s / (t->p_acc_s + t->p_acc_f);
         due[i] = c > 0 && e->n_steps - t->last_probe >= SRV_PROBE_EVERY;
+        e->pend[i] = e->has_draft ? spex_spec_seq_pending(e->spec, e->seqs[i]) : 0;
+        e->start[i] = 0;
     }
     if (!e->p.adaptive || n > 64) {
         if (!e->p.adaptive)
@@ -559,12 +590,25 @@ static void choose_drafts(srv_engine *e, int n) {
         srv_step_cost c;
         fit_get(&e->fit_v, &c.v0, &c.v1);
         fit_get(&e->fit_d, &c.d0, &c.d1);
-        c.vb = e->vb, c.db = e->db, c.d0_sunk = false;
+        c.vb = e->vb, c.db = e->db, c.d0_sunk = false, c.start = NULL;
         if (c.v0 + c.v1 <= 0) c.v0 = 1e-3;
+        /* Backlog prices: a slot with deferred features pays their injection once when it starts
+         * drafting, spread over the tokens it has left (its n_predict, and no more than the
+         * recent requests' mean length suggests). */
+        if (e->bl_tok >= 1.0 && e->bl_sec > 0) {
+            const double spt = e->bl_sec / e->bl_tok, mean_len = e->len_w >= 1.0 ? e->len_s / e->len_w : 0;
+            for (int i = 0; i < n; i++) {
+                const srv_task *t = e->step_tasks[i];
+                double rem = t->n_predict >= 0 ? (double)(t->n_predict - t->n_gen) : 1e9;
+                if (mean_len > 0 && mean_len - (double)t->n_gen < rem) rem = mean_len - (double)t->n_gen;
+                e->start[i] = srv_backlog_price(e->pend[i], spt, srv_expect_tokens(p[i], cap[i]), rem);
+            }
+            c.start = e->start;
+        }
         int rows = n, drows = 0;
         double tok = srv_best_drafts(&c, n, p, cap, fixed, nd, &rows, &drows);
         double base_rate = (double)n / cost_of(&c, n, 0);
-        if (tok / cost_of(&c, rows, drows) < base_rate * e->p.min_gain) {
+        if (tok / cost_nd(&c, n, nd, rows, drows) < base_rate * e->p.min_gain) {
             for (int i = 0; i < n; i++) nd[i] = 0;
             rows = n, drows = 0;
         }
@@ -585,7 +629,7 @@ static void choose_drafts(srv_engine *e, int n) {
             tp[i] = p_hi;
             double ttok = srv_best_drafts(&c, n, tp, cap, fixed, tnd, &trows, &tdrows);
             fixed[i] = false;
-            if (tnd[i] > 0 && ttok / cost_of(&c, trows, tdrows) >= base_rate * e->p.min_gain) {
+            if (tnd[i] > 0 && ttok / cost_nd(&c, n, tnd, trows, tdrows) >= base_rate * e->p.min_gain) {
                 nd[i] = tnd[i];
                 rows = trows, drows = tdrows;
             }
@@ -653,6 +697,15 @@ static void engine_step(srv_engine *e) {
     if (drows) {
         fit_add(&e->fit_d, drows, dt_d - dt_f);
         bucket_add(e->db, drows, dt_d - dt_f);
+    }
+    if (dt_f > 0 && n <= 64) {   /* the backlog's price per injected feature */
+        double flushed = 0;
+        for (int i = 0; i < n; i++)
+            if (e->outs[i].n_drafted) flushed += e->pend[i];
+        if (flushed >= 1.0) {
+            e->bl_sec = e->bl_sec * SRV_DECAY + dt_f;
+            e->bl_tok = e->bl_tok * SRV_DECAY + flushed;
+        }
     }
 
     pthread_mutex_lock(&e->mu);

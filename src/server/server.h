@@ -329,6 +329,9 @@ typedef struct {
      * memory-bound, a large one that is compute-bound — is priced by what it measured. */
     const srv_bucket *vb, *db;
     bool d0_sunk;   /* the drafter's fixed cost d0 counts as paid in every configuration */
+    /* Optional (NULL: none), per slot: seconds added to any configuration in which that slot
+     * drafts — its share of a one-off cost of starting to draft (the engine's backlog price). */
+    const double *start;
 } srv_step_cost;
 
 /* The realized-rate guard (engine.c): per number of stepping slots, decayed sums of the tokens
@@ -355,6 +358,12 @@ bool srv_guard_veto(const srv_realized *real, int n, double min_w);
  * multiple of `every`. Without it a load where the cost model always drafts never measures
  * the alternative, and the guard cannot see that drafting loses there. */
 bool srv_guard_explore(const srv_realized *real, int n, double min_w, uint64_t step, int every);
+
+/* The backlog price of slot drafting now (seconds): a slot that starts drafting first injects
+ * its `pending` deferred features at `sec_per_tok` each, once; that buys drafting for the rest
+ * of its request, so the step is charged the part of it that the step's `step_tok` expected
+ * tokens are of the `remaining` ones (all of it when remaining <= step_tok). */
+double srv_backlog_price(int32_t pending, double sec_per_tok, double step_tok, double remaining);
 
 /* Expected tokens of a step that drafts n with per-position acceptance p: Σ_{k=0..n} p^k. */
 double srv_expect_tokens(double p, int n);
