@@ -15,8 +15,9 @@
  * are copied (pre-scaled) into Qs [R][d], and the KV cache is walked in tiles of T rows:
  * a tile of K is scored against all R pairs (S [R][T]; an F16 cache is read in place,
  * the kernels convert in registers and load each K/V chunk once for a few pairs), masked,
- * folded into each pair's online softmax (running max m, running sum l, accumulator acc [R][d] rescaled by exp(m_old - m_new) when the max moves — the single-pass
- * form of Milakov & Gimelshein 2018 used by FlashAttention), and the V tile is accumulated
+ * folded into each pair's online softmax (running max m, running sum l, accumulator
+ * acc [R][d] rescaled by exp(m_old - m_new) when the max moves — the single-pass form of
+ * Milakov & Gimelshein 2018 used by FlashAttention), and the V tile is accumulated
  * for all R pairs. So every K/V row is read from memory once per unit instead of once per
  * query row and head: the verify/draft regime (n_q 2..64) reuses each tile QB * G times.
  * Tiles in which no pair of the unit sees any row (the causal future, outside the window,

@@ -43,7 +43,8 @@
  *  - backlogs: a slot that starts drafting first injects the features it deferred (its prompt,
  *    its plain steps; spex_spec_stats.t_flush). That one-off cost stays out of the drafter fit
  *    (which prices a step's rows) but counts in the guard's drafted rate (it is a price of
- *    drafting, spread by the decay over the steps around it); /metrics shows it apart.
+ *    drafting, spread by the decay over the steps around it), and the search charges a slot
+ *    that would start drafting its share of it (srv_backlog_price); /metrics shows it apart.
  */
 #include "server/server.h"
 
