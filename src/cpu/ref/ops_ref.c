@@ -214,44 +214,53 @@ static void cvt_f32_f16_ref(const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = spex_f32_to_fp16(src[i]);
 }
 
-static void attn_scores_ref(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
-                            int d, float *s, int64_t lds) {
+/* Element i of a K or V row, f32 or F16 (converted where it is used: the conversion is exact,
+ * so the F16 entry points give the bits of converting the rows first). */
+static inline float kv_at(const void *row, int64_t i, int f16) {
+    return f16 ? spex_fp16_to_f32(((const uint16_t *)row)[i]) : ((const float *)row)[i];
+}
+
+static void attn_scores_any(int n_q, const float *q, int64_t ldq, int n_k, const void *k, int64_t ldk, int d,
+                            float *s, int64_t lds, int f16) {
+    const size_t rs = (size_t)ldk * (f16 ? 2 : 4);
     for (int r = 0; r < n_q; r++)
         for (int t = 0; t < n_k; t++) {
+            const void *kt = (const char *)k + (size_t)t * rs;
             float acc = 0.0f;
-            for (int i = 0; i < d; i++) acc += q[r * ldq + i] * k[t * ldk + i];
+            for (int i = 0; i < d; i++) acc += q[r * ldq + i] * kv_at(kt, i, f16);
             s[r * lds + t] = acc;
         }
+}
+
+static void attn_accum_any(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k, const void *v,
+                           int64_t ldv, int d, int f16) {
+    const size_t rs = (size_t)ldv * (f16 ? 2 : 4);
+    for (int r = 0; r < n_q; r++)
+        for (int t = 0; t < n_k; t++) {
+            const void *vt = (const char *)v + (size_t)t * rs;
+            float pt = p[r * ldp + t];
+            for (int i = 0; i < d; i++) acc[r * ldacc + i] += pt * kv_at(vt, i, f16);
+        }
+}
+
+static void attn_scores_ref(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
+                            int d, float *s, int64_t lds) {
+    attn_scores_any(n_q, q, ldq, n_k, k, ldk, d, s, lds, 0);
 }
 
 static void attn_accum_ref(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
                            const float *v, int64_t ldv, int d) {
-    for (int r = 0; r < n_q; r++)
-        for (int t = 0; t < n_k; t++) {
-            float pt = p[r * ldp + t];
-            for (int i = 0; i < d; i++) acc[r * ldacc + i] += pt * v[t * ldv + i];
-        }
+    attn_accum_any(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 0);
 }
 
-/* F16 rows: each element converted where it is used, the same products and order as the
- * two above (the conversion is exact, so the bits equal converting the rows first). */
 static void attn_scores_f16_ref(int n_q, const float *q, int64_t ldq, int n_k, const uint16_t *k, int64_t ldk,
                                 int d, float *s, int64_t lds) {
-    for (int r = 0; r < n_q; r++)
-        for (int t = 0; t < n_k; t++) {
-            float acc = 0.0f;
-            for (int i = 0; i < d; i++) acc += q[r * ldq + i] * spex_fp16_to_f32(k[t * ldk + i]);
-            s[r * lds + t] = acc;
-        }
+    attn_scores_any(n_q, q, ldq, n_k, k, ldk, d, s, lds, 1);
 }
 
 static void attn_accum_f16_ref(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
                                const uint16_t *v, int64_t ldv, int d) {
-    for (int r = 0; r < n_q; r++)
-        for (int t = 0; t < n_k; t++) {
-            float pt = p[r * ldp + t];
-            for (int i = 0; i < d; i++) acc[r * ldacc + i] += pt * spex_fp16_to_f32(v[t * ldv + i]);
-        }
+    attn_accum_any(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 1);
 }
 
 void spex_ops_register_scalar(spex_ops_kernels *k) {
