@@ -19,21 +19,15 @@
  */
 #include "spex.h"
 #include "cli.h"
+#include "genset.h"
 #include "cpu/matmul.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define BENCH_N 4096
 #define MAX_TYPES 24
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Size of the largest (last-level) CPU cache from sysfs, 0 if unknown. */
 static size_t llc_bytes(void) {
@@ -112,9 +106,9 @@ static bool fill_weights(spex_type t, uint8_t *buf, int64_t n_out, size_t wrow) 
 static double time_matmul(spex_pool *pool, const spex_matmul_args *a, int reps, int inner) {
     double best = 1e30;
     for (int r = 0; r <= reps; r++) {
-        double t0 = now_s();
+        double t0 = genset_now_s();
         for (int k = 0; k < inner; k++) spex_matmul(pool, a);
-        double dt = (now_s() - t0) / inner;
+        double dt = (genset_now_s() - t0) / inner;
         if (r > 0 && dt < best) best = dt;
     }
     return best;
@@ -130,9 +124,9 @@ static double time_probe(spex_pool *pool, const uint8_t *buf, size_t bytes, int 
     for (int streams = 1; streams <= 4; streams *= 2) {
         p.streams = streams;
         for (int r = 0; r <= reps; r++) {
-            double t0 = now_s();
+            double t0 = genset_now_s();
             for (int k = 0; k < inner; k++) spex_pool_run(pool, probe_task, &p);
-            double dt = (now_s() - t0) / inner;
+            double dt = (genset_now_s() - t0) / inner;
             if (r > 0 && dt < best) best = dt;
         }
     }
@@ -261,7 +255,7 @@ static int bench_kernels(int argc, char **argv) {
     printf("%-6s %4s | %10s | %10s %7s | %10s %7s | %11s\n", "type", "thr", "probe GB/s", "1-row GB/s", "%probe",
            "8-row GB/s", "%probe", "8-row/1-row");
     printf("-------------+------------+--------------------+--------------------+------------\n");
-    const double t_start = now_s();
+    const double t_start = genset_now_s();
     /* Passes sweep all types in turn and each cell keeps its best: a burst of other load on
      * a shared machine then spoils one pass of a row, not the row. */
     static result res[MAX_TYPES][2];
@@ -338,7 +332,7 @@ static int bench_kernels(int argc, char **argv) {
         for (int it = 0; it < n_types; it++)
             if (state[it] == 1 && res[it][tp].mv / res[it][tp].mm8 > 2.0) printf(" %s", names[it]);
     }
-    printf("\n\n(%.1f s)\n", now_s() - t_start);
+    printf("\n\n(%.1f s)\n", genset_now_s() - t_start);
     for (int p = 0; p < n_thr; p++) spex_pool_free(pools[p]);
     free(buf);
     free(buf16);

@@ -13,34 +13,15 @@
  */
 #include "spex.h"
 #include "cli.h"
+#include "genset.h"
 #include "core/fp16.h"
 #include "cpu/ops.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define BA_MAX_LIST 16
-
-static double ba_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* "1,2,4" -> values in [lo, hi]; returns the count, 0 on a bad list. */
-static int ba_list(const char *s, int lo, int hi, int *out) {
-    int n = 0;
-    while (*s && n < BA_MAX_LIST) {
-        char *end;
-        long v = strtol(s, &end, 10);
-        if (end == s || v < lo || v > hi || (*end && *end != ',')) return 0;
-        out[n++] = (int)v;
-        s = *end ? end + 1 : end;
-    }
-    return *s ? 0 : n;
-}
 
 static void ba_usage(void) {
     fprintf(stderr,
@@ -51,7 +32,7 @@ static void ba_usage(void) {
 }
 
 int bench_attn(int argc, char **argv) {
-    int nq[BA_MAX_LIST] = {1, 2, 4, 8, 16}, nkv[BA_MAX_LIST] = {128, 512, 2048};
+    long nq[BA_MAX_LIST] = {1, 2, 4, 8, 16}, nkv[BA_MAX_LIST] = {128, 512, 2048};
     int n_nq = 5, n_nkv = 3, H = 16, HKV = 8, D = 128, reps = 50;
     spex_type kvt = SPEX_TYPE_F16;
     for (int i = 1; i < argc; i += 2) { /* every flag but --help takes a value */
@@ -60,8 +41,8 @@ int bench_attn(int argc, char **argv) {
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             ba_usage();
             return 0;
-        } else if (!strcmp(a, "--nq") && v) ok = (n_nq = ba_list(v, 1, 256, nq)) > 0;
-        else if (!strcmp(a, "--nkv") && v) ok = (n_nkv = ba_list(v, 1, 1 << 20, nkv)) > 0;
+        } else if (!strcmp(a, "--nq") && v) ok = cli_parse_int_list(a, v, 1, 256, nq, BA_MAX_LIST, &n_nq);
+        else if (!strcmp(a, "--nkv") && v) ok = cli_parse_int_list(a, v, 1, 1 << 20, nkv, BA_MAX_LIST, &n_nkv);
         else if (!strcmp(a, "--heads") && v) ok = sscanf(v, "%d/%d", &H, &HKV) == 2 && HKV > 0 && H > 0 && H % HKV == 0;
         else if (!strcmp(a, "--hd") && v) ok = (D = atoi(v)) > 0 && D <= 1024;
         else if (!strcmp(a, "--reps") && v) ok = (reps = atoi(v)) > 0;
@@ -76,8 +57,8 @@ int bench_attn(int argc, char **argv) {
         }
     }
     int max_q = 0, max_kv = 0;
-    for (int i = 0; i < n_nq; i++) max_q = nq[i] > max_q ? nq[i] : max_q;
-    for (int i = 0; i < n_nkv; i++) max_kv = nkv[i] > max_kv ? nkv[i] : max_kv;
+    for (int i = 0; i < n_nq; i++) max_q = nq[i] > max_q ? (int)nq[i] : max_q;
+    for (int i = 0; i < n_nkv; i++) max_kv = nkv[i] > max_kv ? (int)nkv[i] : max_kv;
     const size_t es = kvt == SPEX_TYPE_F16 ? 2 : 4, kvrow = (size_t)HKV * (size_t)D * es;
     float *q = malloc(sizeof(float) * (size_t)max_q * H * D), *out = malloc(sizeof(float) * (size_t)max_q * H * D);
     uint8_t *k = malloc(kvrow * (size_t)max_kv), *v = malloc(kvrow * (size_t)max_kv);
@@ -104,7 +85,7 @@ int bench_attn(int argc, char **argv) {
     printf("| n_q | n_kv | µs | GFLOP/s | K/V GB/s |\n|---|---|---|---|---|\n");
     for (int a = 0; a < n_nkv; a++)
         for (int b = 0; b < n_nq; b++) {
-            const int n_q = nq[b], n_kv = nkv[a];
+            const int n_q = (int)nq[b], n_kv = (int)nkv[a];
             if (n_q > n_kv) continue;
             for (int i = 0; i < n_q; i++) qpos[i] = n_kv - n_q + i;
             spex_attn_args args = {.n_q = n_q, .n_head = H, .n_head_kv = HKV, .head_dim = D, .q = q,
@@ -113,9 +94,9 @@ int bench_attn(int argc, char **argv) {
                                    .out = out, .out_stride = (int64_t)H * D};
             double best = 1e30;
             for (int r = 0; r <= reps; r++) {
-                const double t0 = ba_now_s();
+                const double t0 = genset_now_s();
                 spex_attention(ops, &args, 0, 1, scratch);
-                const double dt = ba_now_s() - t0;
+                const double dt = genset_now_s() - t0;
                 if (r > 0 && dt < best) best = dt;
             }
             double seen = 0;

@@ -20,21 +20,15 @@
  */
 #include "spex.h"
 #include "cli.h"
+#include "genset.h"
 #include "cpu/matmul.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define BM_MAX_PP 8
 #define BM_PROBE_BYTES (512ull << 20)
-
-static double bm_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct {
     const uint8_t *buf;
@@ -67,18 +61,6 @@ static uint64_t decode_bytes(const spex_model *m) {
     return sum;
 }
 
-/* Parses "64,512" into pp[]; false on bad input. */
-static bool parse_list(const char *s, long *out, int *n) {
-    *n = 0;
-    char buf[128];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        if (*n == BM_MAX_PP || !cli_parse_int("--pp", tok, 1, 1 << 16, &out[*n])) return false;
-        (*n)++;
-    }
-    return *n > 0;
-}
-
 /* One ppN run: clear, one forward of n tokens. Seconds, or < 0 on error. */
 static double run_pp(spex_context *ctx, spex_batch_token *toks, int n, int32_t n_vocab) {
     spex_error err = {0};
@@ -87,18 +69,18 @@ static double run_pp(spex_context *ctx, spex_batch_token *toks, int n, int32_t n
         toks[i] = (spex_batch_token){.token = (int32_t)((i * 7919 + 13) % n_vocab), .pos = i, .seq = 0,
                                      .logits = i == n - 1};
     spex_batch b = {toks, n};
-    double t0 = bm_now();
+    double t0 = genset_now_s();
     if (spex_forward(ctx, &b, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return -1;
     }
-    return bm_now() - t0;
+    return genset_now_s() - t0;
 }
 
 static double run_tg(spex_context *ctx, int n, int32_t n_vocab) {
     spex_error err = {0};
     spex_kv_seq_clear(ctx, -1, NULL);
-    double t0 = bm_now();
+    double t0 = genset_now_s();
     for (int i = 0; i < n; i++) {
         spex_batch_token t = {.token = (int32_t)((i * 7919 + 13) % n_vocab), .pos = i, .seq = 0, .logits = true};
         spex_batch b = {&t, 1};
@@ -107,7 +89,7 @@ static double run_tg(spex_context *ctx, int n, int32_t n_vocab) {
             return -1;
         }
     }
-    return bm_now() - t0;
+    return genset_now_s() - t0;
 }
 
 static void bm_usage(FILE *f) {
@@ -141,7 +123,7 @@ int bench_model(int argc, char **argv) {
         } else if (!strcmp(a, "--no-repack")) {
             mparams.no_repack = true;
         } else if (!strcmp(a, "--pp") && val) {
-            if (!parse_list(argv[++i], pp, &n_pp)) {
+            if (!cli_parse_int_list("--pp", argv[++i], 1, 1 << 16, pp, BM_MAX_PP, &n_pp)) {
                 fprintf(stderr, "error: --pp expects a list like 64,512\n");
                 return 2;
             }
@@ -197,9 +179,9 @@ int bench_model(int argc, char **argv) {
     double probe_best = 1e30;
 #define PROBE()                                              \
     do {                                                     \
-        double t0_ = bm_now();                               \
+        double t0_ = genset_now_s();                               \
         spex_pool_run(pool, bm_probe_task, &pr);             \
-        double dt_ = bm_now() - t0_;                         \
+        double dt_ = genset_now_s() - t0_;                         \
         if (dt_ < probe_best) probe_best = dt_;              \
     } while (0)
     PROBE(); /* warm-up: pages of the buffer, workers */

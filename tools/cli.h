@@ -23,6 +23,9 @@ int bench_spec(int argc, char **argv);  /* `spex bench spec`, tools/bench_spec.c
 /* Parses "-t N" style integers; prints an error naming the flag and returns false on bad input. */
 #include <stdbool.h>
 bool cli_parse_int(const char *flag, const char *s, long min, long max, long *out);
+/* "64,512" into out[0..*n) (at most max_n values, each as cli_parse_int checks it); prints an
+ * error naming the flag and returns false on bad input or an empty list. */
+bool cli_parse_int_list(const char *flag, const char *s, long min, long max, long *out, int max_n, int *n);
 /* The same for a finite float. */
 bool cli_parse_float(const char *flag, const char *s, float *out);
 

@@ -26,6 +26,25 @@ bool cli_parse_int(const char *flag, const char *s, long min, long max, long *ou
     return true;
 }
 
+bool cli_parse_int_list(const char *flag, const char *s, long min, long max, long *out, int max_n, int *n) {
+    *n = 0;
+    if (!s) {
+        fprintf(stderr, "error: %s needs a value\n", flag);
+        return false;
+    }
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (*n == max_n) {
+            fprintf(stderr, "error: %s takes at most %d values\n", flag, max_n);
+            return false;
+        }
+        if (!cli_parse_int(flag, tok, min, max, &out[*n])) return false;
+        (*n)++;
+    }
+    return *n > 0;
+}
+
 bool cli_parse_float(const char *flag, const char *s, float *out) {
     if (!s) {
         fprintf(stderr, "error: %s needs a value\n", flag);

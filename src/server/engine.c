@@ -159,7 +159,6 @@ struct srv_engine {
     double bl_sec, bl_tok;     /* decayed backlog injection: seconds and features injected  */
     double len_s, len_w;       /* decayed sum / weight of finished requests' generated tokens */
     int32_t pend[64];          /* this step's slots' pending features (choose_drafts)        */
-    double start[64];          /* their backlog prices (srv_step_cost.start)                  */
     int32_t **hist;           /* [n_slots][hist_cap] tokens in each slot's cache, in order  */
     int32_t *hist_len;        /* [n_slots] (valid up to spex_spec_seq_len of the slot)      */
     int32_t hist_cap;
@@ -557,7 +556,7 @@ bool srv_guard_explore(const srv_realized *real, int n, double min_w, uint64_t s
 static void choose_drafts(srv_engine *e, int n) {
     int nd[64], cap[64];
     bool due[64], fixed[64];
-    double p[64];
+    double p[64], start[64];   /* start: the slots' backlog prices (srv_step_cost.start) */
     for (int i = 0; i < n; i++) {
         srv_task *t = e->step_tasks[i];
         long rem = t->n_predict >= 0 ? t->n_predict - t->n_gen : SPEX_DRAFT_MAX_N + 1;
@@ -570,7 +569,6 @@ static void choose_drafts(srv_engine *e, int n) {
         p[i] = t->p_acc_s / (t->p_acc_s + t->p_acc_f);
         due[i] = c > 0 && e->n_steps - t->last_probe >= SRV_PROBE_EVERY;
         e->pend[i] = e->has_draft ? spex_spec_seq_pending(e->spec, e->seqs[i]) : 0;
-        e->start[i] = 0;
     }
     if (!e->p.adaptive || n > 64) {
         if (!e->p.adaptive)
@@ -602,9 +600,9 @@ static void choose_drafts(srv_engine *e, int n) {
                 const srv_task *t = e->step_tasks[i];
                 double rem = t->n_predict >= 0 ? (double)(t->n_predict - t->n_gen) : 1e9;
                 if (mean_len > 0 && mean_len - (double)t->n_gen < rem) rem = mean_len - (double)t->n_gen;
-                e->start[i] = srv_backlog_price(e->pend[i], spt, srv_expect_tokens(p[i], cap[i]), rem);
+                start[i] = srv_backlog_price(e->pend[i], spt, srv_expect_tokens(p[i], cap[i]), rem);
             }
-            c.start = e->start;
+            c.start = start;
         }
         int rows = n, drows = 0;
         double tok = srv_best_drafts(&c, n, p, cap, fixed, nd, &rows, &drows);
