@@ -513,6 +513,31 @@ TEST(ops_rope_known_values) {
     }
 }
 
+/* Every ISA's rope gives the reference's bits (the SIMD ones round each product and sum once,
+ * as the scalar code does), for both modes, partial rotations and n_rot/2 not a multiple of
+ * the vector width (tails). */
+TEST(ops_rope_simd_bits_equal_ref) {
+    enum { HD = 128, NH = 3 };
+    const spex_ops_kernels *ref = spex_ops_for(SPEX_ISA_SCALAR);
+    static const int nrots[] = {2, 8, 16, 24, 34, 64, 96, 128};
+    FOR_EACH_ISA(k) {
+        for (int mode = 0; mode < 2; mode++)
+            for (size_t r = 0; r < sizeof nrots / sizeof nrots[0]; r++) {
+                const int n_rot = nrots[r];
+                float x[NH * HD], a[NH * HD], b[NH * HD], cs[HD];
+                fill(x, NH * HD, -4.0f, 4.0f);
+                spex_rope_cache(cs, (int64_t)(rnd_u32() % 100000), n_rot, 1000000.0f, 1.0f);
+                memcpy(a, x, sizeof x);
+                memcpy(b, x, sizeof x);
+                const spex_rope_mode m = mode ? SPEX_ROPE_NEOX : SPEX_ROPE_NORM;
+                ref->rope(a, NH, HD, n_rot, m, cs);
+                k->rope(b, NH, HD, n_rot, m, cs);
+                CHECK_MSG(!memcmp(a, b, sizeof a), "%s rope mode %d n_rot %d differs from the reference", ISA(k), mode,
+                          n_rot);
+            }
+    }
+}
+
 TEST(ops_rope_neox_vs_norm_and_double) {
     enum { HD = 128, NH = 3, NROT = 96 };
     const int half = NROT / 2;

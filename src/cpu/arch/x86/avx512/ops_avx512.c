@@ -1,6 +1,6 @@
 /*
  * ops_avx512.c — AVX-512 (F/BW/VL/DQ) versions of the hot ops kernels (src/cpu/ops.h):
- * rmsnorm, softmax, silu/swiglu, add/mul/scale/acc/axpy, max/exp_sum, argmax, top-K, F16 ->
+ * rmsnorm, rope, softmax, silu/swiglu, add/mul/scale/acc/axpy, max/exp_sum, argmax, top-K, F16 ->
  * F32 (vcvtph2ps) and the attention score / accumulate blocks. Entries not set here keep the
  * AVX2 version (ops.c builds the AVX-512 table on top of the AVX2 one).
  *
@@ -238,6 +238,46 @@ static int topk_avx512(const float *x, int64_t n, int k, int32_t *idx, float *va
     return spex_ops_topk_finish(idx, val, k);
 }
 
+/* ---- rope ------------------------------------------------------------------------------------ */
+
+/* rope_ref's products and sums one rounding each (a*c - b*s as mul, mul, sub, no FMA), so
+ * the results are the reference's bits. NEOX: 16 pairs (i, i + n_rot/2) per step, the
+ * cache's (cos, sin) pairs split into two vectors; NORM: 8 adjacent pairs per step, cos
+ * and sin duplicated in place and the pair partner swapped in. Tails are masked. */
+static void rope_avx512(float *x, int n_head, int head_dim, int n_rot, spex_rope_mode mode, const float *cs) {
+    const int half = n_rot / 2;
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int h = 0; h < n_head; h++) {
+        float *xh = x + (int64_t)h * head_dim;
+        if (mode == SPEX_ROPE_NEOX) {
+            for (int i = 0; i < half; i += 16) {
+                const int m = half - i < 16 ? half - i : 16;
+                const __mmask16 k = (__mmask16)((1u << m) - 1u);
+                const __mmask16 k0 = (__mmask16)(m >= 8 ? 0xffffu : (1u << (2 * m)) - 1u);
+                const __mmask16 k1 = (__mmask16)(m <= 8 ? 0u : (1u << (2 * (m - 8))) - 1u);
+                const __m512 lo = _mm512_maskz_loadu_ps(k0, cs + 2 * i), hi = _mm512_maskz_loadu_ps(k1, cs + 2 * i + 16);
+                const __m512 c = _mm512_permutex2var_ps(lo, ie, hi), sn = _mm512_permutex2var_ps(lo, io, hi);
+                const __m512 a = _mm512_maskz_loadu_ps(k, xh + i), b = _mm512_maskz_loadu_ps(k, xh + i + half);
+                _mm512_mask_storeu_ps(xh + i, k, _mm512_sub_ps(_mm512_mul_ps(a, c), _mm512_mul_ps(b, sn)));
+                _mm512_mask_storeu_ps(xh + i + half, k, _mm512_add_ps(_mm512_mul_ps(a, sn), _mm512_mul_ps(b, c)));
+            }
+        } else {
+            for (int i = 0; i < n_rot; i += 16) { /* dims i.. hold pairs i/2.. */
+                const int m = n_rot - i < 16 ? n_rot - i : 16;
+                const __mmask16 k = (__mmask16)((1u << m) - 1u);
+                const __m512 v = _mm512_maskz_loadu_ps(k, xh + i), t = _mm512_maskz_loadu_ps(k, cs + i);
+                const __m512 c = _mm512_moveldup_ps(t), sn = _mm512_movehdup_ps(t);
+                const __m512 sw = _mm512_permute_ps(v, 0xb1); /* (b, a) in each pair */
+                const __m512 p = _mm512_mul_ps(v, c), q = _mm512_mul_ps(sw, sn);
+                /* even dims a*c - b*s, odd dims b*c + a*s (= a*s + b*c: one rounded sum) */
+                const __m512 r = _mm512_mask_sub_ps(_mm512_add_ps(p, q), (__mmask16)0x5555, p, q);
+                _mm512_mask_storeu_ps(xh + i, k, r);
+            }
+        }
+    }
+}
+
 /* ---- attention blocks ---------------------------------------------------------------------- */
 
 /* vcvtps2ph with round-to-nearest-even: IEEE conversion, the same bits as spex_f32_to_fp16
@@ -445,6 +485,7 @@ static void attn_accum_f16_avx512(int n_q, float *acc, int64_t ldacc, const floa
 
 void spex_ops_register_avx512(spex_ops_kernels *k) {
     k->rmsnorm = rmsnorm_avx512;
+    k->rope = rope_avx512;
     k->softmax = softmax_avx512;
     k->silu = silu_avx512;
     k->swiglu = swiglu_avx512;
