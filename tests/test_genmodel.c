@@ -22,6 +22,8 @@
  * SKIPs when the spex binary is absent (built by `make tests`).
  */
 #include "spex.h"
+#include "cpu/matmul.h"
+#include "model/model.h"
 #include "test.h"
 
 #include <limits.h>
@@ -154,6 +156,55 @@ TEST(genmodel_tiny_loads_with_shape_and_mix) {
     spex_model_free(m);
     CHECK_MSG(ok, "tiny q4_K_M: wrong hyper-parameters or tensor types");
     CHECK(tok_ok);
+}
+
+/* Logits [N_TOK][V_TINY] of the fixed prompt, one batch then again one token at a time
+ * (rows N_TOK..2*N_TOK-1), with or without the R16 repack; *tied_r16 = whether the tied
+ * embedding table ended up in the R16 layout. */
+static bool run_logits_repack(const char *path, bool no_repack, float *out, bool *tied_r16) {
+    spex_model_params mp = spex_model_default_params();
+    mp.no_repack = no_repack;
+    spex_model *m = NULL;
+    spex_context *c = NULL;
+    spex_error err = {0};
+    bool ok = spex_model_load(path, &mp, &m, &err) == SPEX_OK;
+    spex_context_params p = spex_context_default_params();
+    p.n_ctx_per_seq = 64;
+    p.n_batch_max = N_TOK;
+    p.n_outputs_max = N_TOK;
+    p.n_threads = 2;
+    ok = ok && spex_context_init(m, &p, &c, &err) == SPEX_OK;
+    spex_batch_token t[N_TOK];
+    for (int i = 0; i < N_TOK; i++) t[i] = (spex_batch_token){.token = (i * 37 + 5) % V_TINY, .pos = i, .logits = true};
+    ok = ok && spex_forward(c, &(spex_batch){t, N_TOK}, &err) == SPEX_OK;
+    for (int i = 0; ok && i < N_TOK; i++) memcpy(out + (size_t)i * V_TINY, spex_logits(c, i), V_TINY * sizeof(float));
+    ok = ok && spex_kv_seq_truncate(c, 0, 0, &err) == SPEX_OK;
+    for (int i = 0; ok && i < N_TOK; i++) {
+        ok = spex_forward(c, &(spex_batch){&t[i], 1}, &err) == SPEX_OK;
+        if (ok) memcpy(out + (size_t)(N_TOK + i) * V_TINY, spex_logits(c, 0), V_TINY * sizeof(float));
+    }
+    if (ok) *tied_r16 = m->tok_embd.r16 && m->output.r16 && m->tok_embd.data == m->output.data;
+    if (!ok) printf("  %s: %s\n", path, err.msg);
+    spex_context_free(c);
+    spex_model_free(m);
+    return ok;
+}
+
+/* A tied Q6_K head is repacked with its embedding table (read back through R16 units), and the
+ * logits equal the unrepacked model's bit for bit, in a batch and token by token. */
+TEST(genmodel_tied_head_repacked_bit_identical) {
+    if (!test_spex_bin()) SKIP("no spex binary next to the test folder (build it with make tests)");
+    const char *f = tmp_file("tied.gguf");
+    CHECK(gen_shape("tiny-tied", "q4_K_M", 3, 2, f));
+    float *a = malloc(sizeof(float) * 2 * N_TOK * V_TINY), *b = malloc(sizeof(float) * 2 * N_TOK * V_TINY);
+    bool ra = false, rb = true;
+    CHECK(run_logits_repack(f, false, a, &ra) && run_logits_repack(f, true, b, &rb));
+    CHECK(!rb);
+    CHECK_MSG(ra == spex_matmul_kernels_get()->r16_fast[SPEX_TYPE_Q6_K], "tied head repacked: %d", (int)ra);
+    CHECK_MSG(!memcmp(a, b, sizeof(float) * 2 * N_TOK * V_TINY), "repacked tied model: logits differ");
+    printf("  tied Q6_K head %s (ISA %s)\n", ra ? "repacked" : "kept", spex_isa_name(spex_cpu_isa()));
+    free(a);
+    free(b);
 }
 
 TEST(genmodel_forward_sane_and_types_agree) {

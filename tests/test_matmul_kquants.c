@@ -257,8 +257,8 @@ static void check_simd_size(const kq_type *t, int ti, const kq_isa *isas, int n_
     for (int j = 0; j < MAX_NX; j++)
         for (int i = 0; i < MAX_NW; i++) M[j][i] = pair_mag(t, w + (size_t)i * ws, (const block_q8_K *)(xq + (size_t)j * xs), n);
 
-    /* every activation row count: the Q6_K AVX-512 kernel groups 1..8 rows, or up to 16
-     * when whole rows fit its slots (n <= 1024), so each count is its own code path */
+    /* every activation row count: the SIMD kernels work on groups of up to 8 activation rows
+     * (and 16-row weight blocks), so each count is its own code path */
     static const int nws[] = {1, 2, 3, 5, 15, 16, 17, 33}, nxs[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
     for (int k = 0; k < n_isas && !*failed; k++) {
         const spex_dot_fn dot = isas[k].dot[ti];
@@ -521,7 +521,7 @@ TEST(simd_q8K_quantizer_bytes_equal_ref) {
 /* Packing moves bytes only: every block reads back unchanged, and the 16 rows' word k of a
  * unit sits where the layout says. */
 TEST(r16_pack_and_get_block_round_trip) {
-    for (int ti = 0; ti < 2; ti++) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
         const kq_type *t = &TYPES[ti];
         const int64_t n = 3 * QK_K, nb = n / QK_K, n_out = 32;
         const size_t row = (size_t)nb * t->bsize;
@@ -530,7 +530,7 @@ TEST(r16_pack_and_get_block_round_trip) {
         gen_weights(t, w, nb * n_out, &rng);
         spex_r16_pack(t->type, w, p, n_out, n);
         int bad = 0;
-        uint8_t blk[256];
+        uint8_t blk[sizeof(block_q6_K)];
         for (int64_t r = 0; r < n_out; r++)
             for (int64_t b = 0; b < nb; b++) {
                 spex_r16_get_block(t->type, p + (size_t)(r / 16 * 16) * row, (int)(r % 16), b, blk);
@@ -539,6 +539,8 @@ TEST(r16_pack_and_get_block_round_trip) {
         CHECK_MSG(bad == 0, "%s: %d blocks differ after pack + get_block", t->name, bad);
         /* unit 1 of group 1, word 5, lane 3 = row 19's block 1, bytes 20..23 */
         CHECK(!memcmp(p + 16 * row + 16 * t->bsize + 4 * (5 * 16 + 3), w + 19 * row + t->bsize + 20, 4));
+        if (t->type == SPEX_TYPE_Q6_K) /* after the 52 words, the 16 fp16 d: lane 3 = row 19's d */
+            CHECK(!memcmp(p + 16 * row + 16 * t->bsize + 52 * 64 + 2 * 3, w + 19 * row + t->bsize + 208, 2));
         free(w);
         free(p);
     }
@@ -553,19 +555,24 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
     memset(isas, 0, sizeof isas);
     const int n_isas = simd_isas(isas);
     const int64_t sizes[] = {256, 1024, 2816, 17152};
-    for (int ti = 0; ti < 2; ti++) {
+    for (int ti = 0; ti < N_TYPES; ti++) {
         const kq_type *t = &TYPES[ti];
+        static const spex_dot_fn refs[N_TYPES] = {spex_dot_q4_K_r16_ref, spex_dot_q5_K_r16_ref, spex_dot_q6_K_r16_ref};
+#if defined(__x86_64__) || defined(__i386__)
+        static const spex_dot_fn plain[N_TYPES] = {spex_dot_q4_K_r16_avx512, spex_dot_q5_K_r16_avx512,
+                                                   spex_dot_q6_K_r16_avx512};
+        static const spex_dot_fn vnni[N_TYPES] = {spex_dot_q4_K_r16_avx512_vnni, spex_dot_q5_K_r16_avx512_vnni,
+                                                  spex_dot_q6_K_r16_avx512_vnni};
+#endif
         spex_dot_fn r16[4 + 1] = {0};
         spex_dot_fn std[4 + 1] = {0};
         const char *names[4 + 1];
         int nk = 0;
-        r16[nk] = ti ? spex_dot_q5_K_r16_ref : spex_dot_q4_K_r16_ref, std[nk] = t->ref, names[nk++] = "ref";
+        r16[nk] = refs[ti], std[nk] = t->ref, names[nk++] = "ref";
 #if defined(__x86_64__) || defined(__i386__)
         for (int i = 0; i < n_isas; i++) {
-            if (!strcmp(isas[i].name, "avx512"))
-                r16[nk] = ti ? spex_dot_q5_K_r16_avx512 : spex_dot_q4_K_r16_avx512;
-            else if (!strcmp(isas[i].name, "avx512-vnni"))
-                r16[nk] = ti ? spex_dot_q5_K_r16_avx512_vnni : spex_dot_q4_K_r16_avx512_vnni;
+            if (!strcmp(isas[i].name, "avx512")) r16[nk] = plain[ti];
+            else if (!strcmp(isas[i].name, "avx512-vnni")) r16[nk] = vnni[ti];
             else continue;
             std[nk] = isas[i].dot[ti], names[nk++] = isas[i].name;
         }
@@ -628,11 +635,11 @@ TEST(r16_driver) {
         CHECK(!memcmp(ya, yb, sizeof(float) * (size_t)(n_out * nx)));
         a.n_out = 40; /* not a whole number of groups */
         CHECK(spex_matmul(pool, &a) == SPEX_ERR_INVALID_ARG);
-        a.n_out = n_out, a.wtype = SPEX_TYPE_Q6_K; /* no R16 kernel */
+        a.n_out = n_out, a.wtype = SPEX_TYPE_Q8_0; /* no R16 kernel */
         CHECK(spex_matmul(pool, &a) == SPEX_ERR_INVALID_ARG);
     }
-    CHECK(spex_r16_supported(SPEX_TYPE_Q4_K) && spex_r16_supported(SPEX_TYPE_Q5_K));
-    CHECK(!spex_r16_supported(SPEX_TYPE_Q6_K) && !spex_r16_supported(SPEX_TYPE_Q8_0));
+    CHECK(spex_r16_supported(SPEX_TYPE_Q4_K) && spex_r16_supported(SPEX_TYPE_Q5_K) && spex_r16_supported(SPEX_TYPE_Q6_K));
+    CHECK(!spex_r16_supported(SPEX_TYPE_Q8_0));
     spex_pool_free(pool);
     free(w), free(p), free(x), free(ya), free(yb), free(ws);
 }
@@ -656,8 +663,9 @@ TEST(register_fills_every_entry) {
                 CHECK(k.dot[SPEX_TYPE_Q6_K] == (vnni ? spex_dot_q6_K_avx512_vnni : spex_dot_q6_K_avx512));
 #endif
             CHECK(k.dot[SPEX_TYPE_Q8_0] == NULL); /* only its own entries */
-            CHECK(k.dot_r16[SPEX_TYPE_Q4_K] && k.dot_r16[SPEX_TYPE_Q5_K] && !k.dot_r16[SPEX_TYPE_Q6_K]);
+            CHECK(k.dot_r16[SPEX_TYPE_Q4_K] && k.dot_r16[SPEX_TYPE_Q5_K] && k.dot_r16[SPEX_TYPE_Q6_K]);
             CHECK(k.r16_fast[SPEX_TYPE_Q4_K] == (isa == SPEX_ISA_AVX512));
+            CHECK(k.r16_fast[SPEX_TYPE_Q6_K] == (isa == SPEX_ISA_AVX512));
         }
     }
 }

@@ -57,13 +57,15 @@ typedef struct gm_shape {
 } gm_shape;
 
 /* targets.md §11.1 and §11.2; the tiny shapes keep every row a whole number of 256-element
- * super-blocks so the K-quant kernels run in tests, and are untied to exercise output.weight.
+ * super-blocks so the K-quant kernels run in tests, and are untied to exercise output.weight
+ * (tiny-tied: the same with the head tied to token_embd, as the 0.6B and 1.7B shapes).
  * qwen35-tiny has 4 trunk layers with interval 2 (attention at 1 and 3, GDN at 0 and 2), so
  * both layer kinds and the MTP block are present. */
 static const gm_shape g_shapes[] = {
     {"qwen3-0.6b", "qwen3", 28, 1024, 16, 8, 128, 3072, 151936, 40960, true, .rope_base = 1e6f},
     {"qwen3-1.7b", "qwen3", 28, 2048, 16, 8, 128, 6144, 151936, 40960, true, .rope_base = 1e6f},
     {"tiny", "qwen3", 2, 256, 4, 2, 64, 512, 512, 512, false, .rope_base = 1e6f},
+    {"tiny-tied", "qwen3", 2, 256, 4, 2, 64, 512, 512, 512, true, .rope_base = 1e6f},
     {"qwen35-0.8b", "qwen35", 24, 1024, 8, 2, 256, 3584, 248320, 262144, true, 1, 4, 64, {11, 11, 10, 0},
      128, 16, 16, 4, 1e7f},
     {"qwen35-tiny", "qwen35", 4, 256, 4, 2, 64, 512, 512, 512, false, 1, 2, 16, {3, 3, 2, 0}, 64, 2, 4, 4, 1e7f},
@@ -615,6 +617,7 @@ static void gen_usage(FILE *f) {
             "                      [-t THREADS]\n"
             "       spex gen-model --drafter-for TARGET.gguf --type TYPE -o OUT.gguf [--seed S] [-t THREADS]\n"
             "  --shape   qwen3-0.6b | qwen3-1.7b | tiny          qwen3  (targets.md §11.1; tiny: 2 layers, E 256)\n"
+            "            tiny-tied                               qwen3  (tiny with the LM head tied to token_embd)\n"
             "            qwen35-0.8b | qwen35-tiny               qwen35 (§11.2, with the MTP block; tiny: 4 trunk\n"
             "                                                    layers, attention at 1 and 3, E 256)\n"
             "  --drafter-for TARGET\n"
@@ -687,7 +690,7 @@ int cmd_gen_model(int argc, char **argv) {
         for (size_t k = 0; k < sizeof g_shapes / sizeof g_shapes[0]; k++)
             if (!strcmp(shape_name, g_shapes[k].name)) sh = &g_shapes[k];
         if (!sh) {
-            fprintf(stderr, "error: gen-model: unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, tiny, qwen35-0.8b, "
+            fprintf(stderr, "error: gen-model: unknown shape '%s' (qwen3-0.6b, qwen3-1.7b, tiny, tiny-tied, qwen35-0.8b, "
                             "qwen35-tiny)\n", shape_name);
             return 2;
         }

@@ -24,9 +24,9 @@
 #include "cpu/matmul.h"
 
 /* Super-blocks summed in SIMD lanes before one horizontal sum is added to y. A constant,
- * so the float summation order of an output never depends on the tile. (The AVX-512 Q4_K
- * and Q5_K kernels keep weight rows in lanes and need no horizontal sum; their constant
- * is KQ_WSPAN in dot_kquants_avx512.c.) */
+ * so the float summation order of an output never depends on the tile. (The AVX-512
+ * kernels keep weight rows in lanes and need no horizontal sum; their constants are
+ * KQ_WSPAN and KQ6_SPAN in dot_kquants_avx512.c; SPEX_KQ_CHUNK is the AVX2 kernels'.) */
 #define SPEX_KQ_CHUNK 8
 
 #define SPEX_KQ_DOT_DECL(name)                                                            \
@@ -40,6 +40,7 @@ SPEX_KQ_DOT_DECL(spex_dot_q6_K_ref);
 /* The same for weights in the R16 layout (cpu/matmul.h): nw a multiple of 16. */
 SPEX_KQ_DOT_DECL(spex_dot_q4_K_r16_ref);
 SPEX_KQ_DOT_DECL(spex_dot_q5_K_r16_ref);
+SPEX_KQ_DOT_DECL(spex_dot_q6_K_r16_ref);
 /* spex_quantize_row_q8_K_ref behind the spex_act_quant_fn signature. */
 void spex_act_quant_q8_K_ref(const float *x, void *dst, int64_t n);
 
@@ -64,6 +65,8 @@ SPEX_KQ_DOT_DECL(spex_dot_q4_K_r16_avx512);
 SPEX_KQ_DOT_DECL(spex_dot_q5_K_r16_avx512);
 SPEX_KQ_DOT_DECL(spex_dot_q4_K_r16_avx512_vnni);
 SPEX_KQ_DOT_DECL(spex_dot_q5_K_r16_avx512_vnni);
+SPEX_KQ_DOT_DECL(spex_dot_q6_K_r16_avx512);
+SPEX_KQ_DOT_DECL(spex_dot_q6_K_r16_avx512_vnni);
 void spex_act_quant_q8_K_avx512(const float *x, void *dst, int64_t n);
 #endif
 

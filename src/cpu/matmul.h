@@ -53,7 +53,9 @@ typedef struct spex_matmul_kernels {
  * the bytes the 16 rows took before, block by block: unit b of a group (at byte 16 * bsize * b
  * of the group) holds the 16 rows' block b field by field, each field's 16 copies one after
  * the other (row l's at l * field size). Fields: for Q4_K (36) and Q5_K (44) every 32-bit word
- * of the block, so 64 bytes at unit + 64k are word k of the 16 rows; for Q4_0 / Q4_1 / Q5_0 /
+ * of the block, so 64 bytes at unit + 64k are word k of the 16 rows; for Q6_K its first 52
+ * words (ql, qh, the scale bytes) the same, then the 16 fp16 d (a 3360-byte unit, so every
+ * other unit is 32 bytes off 64-byte alignment); for Q4_0 / Q4_1 / Q5_0 /
  * Q5_1 the fp16 scale (then the fp16 min), the 32-bit qh word (Q5), and the 16 code bytes as
  * four words. One SIMD lane per row: what the AVX-512 kernels otherwise build with transposes
  * or gathers every block. Same size as the ggml layout; only matmul reads it. */

@@ -19,7 +19,8 @@ void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, 
         /* the R16 reference: every table can run R16 weights; only AVX-512 gains from them */
         k->dot_r16[SPEX_TYPE_Q4_K] = spex_dot_q4_K_r16_ref;
         k->dot_r16[SPEX_TYPE_Q5_K] = spex_dot_q5_K_r16_ref;
-        k->r16_fast[SPEX_TYPE_Q4_K] = k->r16_fast[SPEX_TYPE_Q5_K] = false;
+        k->dot_r16[SPEX_TYPE_Q6_K] = spex_dot_q6_K_r16_ref;
+        k->r16_fast[SPEX_TYPE_Q4_K] = k->r16_fast[SPEX_TYPE_Q5_K] = k->r16_fast[SPEX_TYPE_Q6_K] = false;
         break;
 #if SPEX_HAVE_X86
     case SPEX_ISA_AVX2:
@@ -35,7 +36,8 @@ void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, 
         k->act_quant[SPEX_TYPE_Q8_K] = spex_act_quant_q8_K_avx512;
         k->dot_r16[SPEX_TYPE_Q4_K] = vnni ? spex_dot_q4_K_r16_avx512_vnni : spex_dot_q4_K_r16_avx512;
         k->dot_r16[SPEX_TYPE_Q5_K] = vnni ? spex_dot_q5_K_r16_avx512_vnni : spex_dot_q5_K_r16_avx512;
-        k->r16_fast[SPEX_TYPE_Q4_K] = k->r16_fast[SPEX_TYPE_Q5_K] = true;
+        k->dot_r16[SPEX_TYPE_Q6_K] = vnni ? spex_dot_q6_K_r16_avx512_vnni : spex_dot_q6_K_r16_avx512;
+        k->r16_fast[SPEX_TYPE_Q4_K] = k->r16_fast[SPEX_TYPE_Q5_K] = k->r16_fast[SPEX_TYPE_Q6_K] = true;
         break;
 #endif
     default: break; /* NEON and others: the scalar entries stay */

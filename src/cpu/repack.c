@@ -7,9 +7,10 @@
  * the layout (ref/dot_kquants_ref.c, ref/dot_ref.c, arch/x86/avx512/dot_*avx512.c).
  *
  * A block is cut into fields (the unit stores field f of the 16 rows one after the other):
- * the K-quants into 32-bit words (their blocks are whole words; the header's d/dmin pair and
- * scale bytes are words too), the 32-element types into their fp16 scale (and min), the 32
- * fifth bits, and the 16 code bytes as four words.
+ * Q4_K and Q5_K into 32-bit words (their blocks are whole words; the header's d/dmin pair and
+ * scale bytes are words too), Q6_K into its 52 words and the trailing fp16 d, the 32-element
+ * types into their fp16 scale (and min), the 32 fifth bits, and the 16 code bytes as four
+ * words.
  */
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
@@ -24,6 +25,9 @@ static const uint8_t *fields(spex_type t, size_t *bsize) {
                                         4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 0};
     static const uint8_t words44[45] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
                                         4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 0};
+    /* Q6_K: ql (32 words), qh (16), the scale bytes (4), then the fp16 d */
+    static const uint8_t q6_K[54] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+                                     4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2, 0};
     static const uint8_t q4_0[] = {2, 4, 4, 4, 4, 0};       /* d | qs              */
     static const uint8_t q4_1[] = {2, 2, 4, 4, 4, 4, 0};    /* d | m | qs          */
     static const uint8_t q5_0[] = {2, 4, 4, 4, 4, 4, 0};    /* d | qh | qs         */
@@ -31,6 +35,7 @@ static const uint8_t *fields(spex_type t, size_t *bsize) {
     switch (t) {
     case SPEX_TYPE_Q4_K: *bsize = sizeof(block_q4_K); return words36;
     case SPEX_TYPE_Q5_K: *bsize = sizeof(block_q5_K); return words44;
+    case SPEX_TYPE_Q6_K: *bsize = sizeof(block_q6_K); return q6_K;
     case SPEX_TYPE_Q4_0: *bsize = sizeof(block_q4_0); return q4_0;
     case SPEX_TYPE_Q4_1: *bsize = sizeof(block_q4_1); return q4_1;
     case SPEX_TYPE_Q5_0: *bsize = sizeof(block_q5_0); return q5_0;

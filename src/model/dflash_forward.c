@@ -236,14 +236,12 @@ static void pre_layer_in(spex_draft_context *c, const draft_phase *ph, int ith, 
     const spex_drafter_hparams *hp = &d->hp;
     const int64_t D = hp->n_embd;
     const int l = ph->layer;
-    const size_t erow = spex_type_row_size(d->tok_embd.type, D);
     int64_t r0, r1;
     row_split(c->n_rows, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) {
         float *x = c->x + r * D;
         if (l == 0) {
-            spex_dequantize_row_ref(d->tok_embd.type, (const uint8_t *)d->tok_embd.data + (size_t)c->row_tok[r] * erow,
-                                    x, D);
+            spex_model_weight_row(&d->tok_embd, c->row_tok[r], x);
             if (hp->input_embd_scale != 1.0f) ph->ops->scale(x, hp->input_embd_scale, x, D);
             spex_rope_cache(c->rope + r * hp->n_rot, c->row_pos[r], hp->n_rot, hp->rope_freq_base, 1.0f);
         } else if (is_v2(c)) {

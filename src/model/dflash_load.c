@@ -862,9 +862,4 @@ void spex_drafter_describe(const spex_drafter *d, char *buf, size_t cap) {
 #undef PUT
 }
 
-void spex_dflash_table_row(const model_weight *w, int64_t row, float *out) {
-    const size_t rb = spex_type_row_size(w->type, w->n_in);
-    const void *src = (const uint8_t *)w->data + (size_t)row * rb;
-    if (w->type == SPEX_TYPE_F32) memcpy(out, src, (size_t)w->n_in * sizeof(float));
-    else spex_dequantize_row_ref(w->type, src, out, w->n_in);
-}
+void spex_dflash_table_row(const model_weight *w, int64_t row, float *out) { spex_model_weight_row(w, row, out); }

@@ -134,15 +134,13 @@ void spex_fwd_pre_attn_norm(spex_context *c, const fwd_phase *ph, int ith, int n
     const int slot = c->tap_slot[l];
     int64_t r0, r1;
     row_split(c->n_tokens, ith, nth, &r0, &r1);
-    const size_t erow = spex_type_row_size(m->tok_embd.type, E);
     for (int64_t r = r0; r < r1; r++) {
         float *x = c->b.x + r * E;
         if (l == 0) {
             if (c->x_in)
                 memcpy(x, c->x_in + (int64_t)c->perm[r] * E, sizeof(float) * (size_t)E);
             else
-                spex_dequantize_row_ref(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)c->tok[r] * erow,
-                                        x, E);
+                spex_model_weight_row(&m->tok_embd, c->tok[r], x);
             spex_rope_cache(c->b.rope + r * hp->n_rot, c->pos[r], hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale);
         } else {
             ph->ops->acc(x, c->b.tmp + r * E, E);

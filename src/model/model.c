@@ -364,8 +364,9 @@ static const char *main_type(const spex_model *m) {
     return ti ? ti->name : "?";
 }
 
-/* The matmul weights into the R16 layout where the kernels gain from it (repack_weights.c);
- * the embedding tables (read row by row) stay as they are, and so does a tied head. */
+/* The matmul weights into the R16 layout where the kernels gain from it (repack_weights.c).
+ * An embedding table that is also the LM head (tied) follows the head into the new layout:
+ * embeddings are read through spex_model_weight_row, which reads either layout. */
 static spex_status repack_model(spex_model *m, spex_error *err) {
     if (m->params.no_repack) return SPEX_OK;
     const int per_layer = 12;
@@ -385,9 +386,12 @@ static spex_status repack_model(spex_model *m, spex_error *err) {
         ws[k++] = &m->mtp.eh_proj;
         ws[k++] = &m->mtp.head;
     }
-    const void *keep[2] = {m->tok_embd.data, m->has_mtp ? m->mtp.embed.data : NULL};
-    spex_status s = spex_model_repack(ws, k, keep, 2, m->gguf, &m->repack, err);
+    spex_status s = spex_model_repack(ws, k, NULL, 0, m->gguf, &m->repack, err);
     free(ws);
+    model_weight *emb[2] = {&m->tok_embd, m->has_mtp ? &m->mtp.embed : NULL};
+    for (int e = 0; e < 2 && s == SPEX_OK; e++)
+        for (int j = 0; emb[e] && j < m->repack.n; j++)
+            if (emb[e]->data == m->repack.src[j]) emb[e]->data = m->repack.bufs[j], emb[e]->r16 = true;
     return s;
 }
 
@@ -485,13 +489,11 @@ spex_status spex_model_embed(const spex_model *m, const int32_t *tokens, int32_t
     if (!m || (n > 0 && (!tokens || !out)) || n < 0)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_model_embed: bad arguments");
     const int64_t E = m->hp.n_embd;
-    const size_t row = spex_type_row_size(m->tok_embd.type, E);
     for (int32_t i = 0; i < n; i++) {
         if (tokens[i] < 0 || tokens[i] >= m->hp.n_vocab)
             return spex_error_set(err, SPEX_ERR_RANGE, "spex_model_embed: token %d of %d is %d, expected 0 .. %d", i, n,
                                   tokens[i], m->hp.n_vocab - 1);
-        spex_dequantize_row_ref(m->tok_embd.type, (const uint8_t *)m->tok_embd.data + (size_t)tokens[i] * row,
-                                out + (size_t)i * (size_t)E, E);
+        spex_model_weight_row(&m->tok_embd, tokens[i], out + (size_t)i * (size_t)E);
     }
     return SPEX_OK;
 }

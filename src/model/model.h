@@ -65,6 +65,9 @@ typedef struct model_repack {
 spex_status spex_model_repack(model_weight *const *ws, int n, const void *const *keep, int n_keep,
                               const spex_gguf *g, model_repack *r, spex_error *err);
 void spex_model_repack_free(model_repack *r);
+/* Row `row` of a weight as w->n_in f32 values, in either layout (an R16 matrix is read back a
+ * block at a time): embedding lookups of tables that may also be a repacked LM head. */
+void spex_model_weight_row(const model_weight *w, int64_t row, float *out);
 
 typedef struct model_layer {
     bool recurrent;              /* qwen35 Gated DeltaNet layer (the attention fields are unset) */

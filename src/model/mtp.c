@@ -147,9 +147,7 @@ static spex_status mtp_run(spex_mtp_context *mc, const float *h, bool target_h, 
             return spex_error_set(err, SPEX_ERR_INVALID_ARG, "mtp: row %d: token %d, expected 0 .. %d", i,
                                   mc->bt[i].token, mc->V - 1);
         float *e = mc->cat + (int64_t)i * 2 * E, *hh = e + E;
-        const size_t erow = spex_type_row_size(m->mtp.embed.type, E);
-        spex_dequantize_row_ref(m->mtp.embed.type, (const uint8_t *)m->mtp.embed.data + (size_t)mc->bt[i].token * erow,
-                                e, E);
+        spex_model_weight_row(&m->mtp.embed, mc->bt[i].token, e);
         k->rmsnorm(e, m->mtp.enorm, e, E, eps);
         if (mc->bt[i].pos == 0) {
             memset(hh, 0, sizeof(float) * (size_t)E);

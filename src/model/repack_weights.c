@@ -1,16 +1,17 @@
 /*
  * repack_weights.c — moves a loaded model's (or drafter's) matmul weights into the R16
  * layout when the active kernels read that faster (cpu/matmul.h; today the AVX-512 kernels of
- * Q4_K, Q5_K, Q4_0, Q4_1, Q5_0 and Q5_1: per-block transposes of 16 rows become plain loads,
- * and 16 rows read side by side become one stream).
+ * Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0 and Q5_1: per-block transposes of 16 rows become plain
+ * loads, and 16 rows read side by side become one stream).
  *
  * What it is: a load-time step. Each chosen matrix is copied once into an owned, 64-byte
  * aligned buffer in the new layout (the same number of bytes), the weight's data pointer
  * and its r16 flag are switched, and the original pages of a file mapping are given back
  * to the kernel, so resident memory stays about the model's size (the file stays in the
- * page cache until the kernel needs the memory). What it is not: a conversion of tensors
- * that are also read row by row (embeddings, the selector's tables): callers list those
- * in `keep`, and they stay in the mapping untouched.
+ * page cache until the kernel needs the memory). Tables that are also read row by row
+ * (embeddings) are read through spex_model_weight_row, which understands both layouts, so a
+ * tied LM head can be repacked with its embedding; callers list in `keep` what must stay in
+ * the mapping untouched.
  */
 #include "model/model.h"
 #include "gguf/gguf.h"
@@ -69,4 +70,23 @@ void spex_model_repack_free(model_repack *r) {
     free(r->bufs);
     free(r->src);
     memset(r, 0, sizeof *r);
+}
+
+void spex_model_weight_row(const model_weight *w, int64_t row, float *out) {
+    const size_t rb = spex_type_row_size(w->type, w->n_in);
+    if (!w->r16) {
+        const void *src = (const uint8_t *)w->data + (size_t)row * rb;
+        if (w->type == SPEX_TYPE_F32) memcpy(out, src, (size_t)w->n_in * sizeof(float));
+        else spex_dequantize_row_ref(w->type, src, out, w->n_in);
+        return;
+    }
+    /* R16: block b of row `row` sits in lane row % 16 of unit b of its 16-row group */
+    const spex_type_info *ti = spex_type_get_info((int)w->type);
+    const int64_t bs = ti->block_size, nb = w->n_in / bs;
+    const uint8_t *g16 = (const uint8_t *)w->data + (size_t)(row / 16 * 16) * rb;
+    _Alignas(16) uint8_t blk[256]; /* one block of an R16 type (Q6_K's 210 bytes the largest) */
+    for (int64_t b = 0; b < nb; b++) {
+        spex_r16_get_block(w->type, g16, (int)(row % 16), b, blk);
+        spex_dequantize_row_ref(w->type, blk, out + b * bs, bs);
+    }
 }

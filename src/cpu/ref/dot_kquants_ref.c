@@ -153,6 +153,7 @@ KQ_REF_TILE(spex_dot_q6_K_ref, block_q6_K, dot_q6_K_row)
 
 KQ_REF_TILE_R16(spex_dot_q4_K_r16_ref, SPEX_TYPE_Q4_K, block_q4_K, dot_q4_K_row)
 KQ_REF_TILE_R16(spex_dot_q5_K_r16_ref, SPEX_TYPE_Q5_K, block_q5_K, dot_q5_K_row)
+KQ_REF_TILE_R16(spex_dot_q6_K_r16_ref, SPEX_TYPE_Q6_K, block_q6_K, dot_q6_K_row)
 
 void spex_act_quant_q8_K_ref(const float *x, void *dst, int64_t n) {
     spex_quantize_row_q8_K_ref(x, (block_q8_K *)dst, n);

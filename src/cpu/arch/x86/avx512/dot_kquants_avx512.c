@@ -5,43 +5,20 @@
  * What it is: SIMD twins of ref/dot_kquants_ref.c (the specification) following the tile
  * contract of src/cpu/matmul.h; the quantizer writes exactly the bytes of
  * spex_quantize_row_q8_K_ref. What it is not: a prompt-size GEMM — weights are read in
- * their ggml layout, or (Q4_K, Q5_K) in the R16 layout of cpu/matmul.h that the loader
- * repacks them into, each super-block unpacked once per tile.
+ * their ggml layout, or in the R16 layout of cpu/matmul.h that the loader repacks them
+ * into, each super-block unpacked once per tile.
  *
- * Two layouts. Q6_K puts the 256 elements of a super-block in the 16 lanes (sections
- * "Activations" to "Chunks and tiles"); Q4_K and Q5_K put 16 weight rows in the lanes and
- * broadcast the activations (section "Q4_K and Q5_K, weight rows in lanes", which has its
- * own description). On Zen 4 the vector side issues about 1.5 instructions per cycle and
- * vpdpbusd at most one, so speed is vector instructions per vpdpbusd; the row layout has
- * fewer for 4- and 5-bit codes, not for Q6_K (docs/performance.md, "Matmul kernels").
+ * One layout for all three: 16 weight rows in the 16 int32 lanes, activation dwords
+ * broadcast (sections "Q4_K and Q5_K, weight rows in lanes" and "Q6_K, weight rows in
+ * lanes", each with its own description). On Zen 4 the vector side issues about 1.5
+ * instructions per cycle and vpdpbusd (like vpmulld) at most one, so speed is vector
+ * instructions per vpdpbusd; the row layout needs fewer than putting a super-block's 256
+ * elements in the lanes, which Q6_K did until session 8 (docs/performance.md, "Matmul
+ * kernels" and "Session 8").
  *
- * Q6_K. Dimension legend: n elements per row, nb = n/256 super-blocks; tile of nw weight
- * rows × nx activation rows; G <= 8 activation rows (16 when whole rows fit the slots)
- * share one unpacked weight super-block
- * (their accumulators live in registers); SPEX_KQ_CHUNK super-blocks are summed in lanes
- * before a horizontal sum goes to y; "slots" are prepared activation super-blocks on the
- * stack.
- *
- * The layout trick. A super-block is 256 int8 products; vpdpbusd sums 4 adjacent byte
- * products into each of 16 int32 lanes. If each lane always covers the same sub-block
- * (the unit that shares one scale), all 4 vpdpbusd of a super-block accumulate into one
- * register and the scales are applied once per lane, in float. The natural order does not
- * have that property (a 64-byte vector spans 4 sub-blocks), so both operands are put in
- * the same permuted order: with N_i the natural 64-byte vectors (elements 64i..64i+63,
- * i = 0..3), a 4x4 transpose of 32-bit words inside each 128-bit lane gives
- *     T_k dword (4L + i) = N_i dword (4L + k)          (L = 128-bit lane, k = 0..3)
- * so lane 4L+i of every T_k covers elements 64i + 16L + 4k + 0..3: always sub-block 4i+L.
- * Activations are reordered once per tile into stack slots (shared by all nw weight rows);
- * weights are unpacked in the natural order and given the same transpose (shared by all
- * nx rows).
- * Per (weight row, activation row, super-block): 4 vpdpbusd, a convert and 2 sixteen-lane
- * float operations. The offset 32 shares the sub-block's scale, so -32*bsums[s] simply
- * starts that lane's integer sum (codes are used unsigned, 0..63, as vpdpbusd needs).
- *
- * Without VNNI, vpdpbusd is replaced by vpmaddubsw (int16 pair sums; never saturating here:
- * |2*63*128| < 2^15) summed in int16 (2 at a time — still below 2^15) and widened by
- * vpmaddwd with ones: the same integers, so both variants agree bit for bit (the row
- * layout does the same with its own bounds).
+ * Without VNNI, vpdpbusd is replaced by vpmaddubsw (int16 pair sums, never saturating with
+ * these codes) widened by vpmaddwd with ones: the same integers, so both variants agree bit
+ * for bit.
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -51,31 +28,9 @@
 #include "cpu/kquants_internal.h"
 #include "tensor/blocks.h"
 
-#define KQ_G 8      /* activation rows per register group                      */
-#define KQ_G6 16    /* Q6_K: the same when whole rows of 16 fit the slots (n <= 1024) */
-#define KQ_SLOTS 64 /* prepared activation super-blocks on the stack (20 KiB)  */
+#define KQ_G 8 /* activation rows per register group */
 
-/* One activation super-block in the permuted order, plus what the sums need (its dx is
- * kept apart, in kq_xbuf.d, to keep the slot at 320 bytes). The slots must stay in the
- * 32 KiB L1 next to the streaming weights: every weight row re-reads all of them, and
- * with 128 slots (48 KiB) the 8-row case ran 60% slower even with everything in cache. */
-typedef struct {
-    _Alignas(64) int8_t q[QK_K];
-    union {
-        int32_t i[16]; /* lane 4L+i = -32 * bsums[4i+L] (the transposed order) */
-    } b;
-} kq_xprep;
-
-typedef struct {
-    kq_xprep s[KQ_SLOTS];
-    float d[KQ_SLOTS];
-} kq_xbuf;
-
-/* KQ_INLINE, kq_prefetch, KQ_PF_AHEAD and kq_visit_ahead: cpu/arch/x86/kq_prefetch.h. */
-
-/* ======================================================================== */
-/* Activations                                                               */
-/* ======================================================================== */
+/* KQ_INLINE and kq_prefetch: cpu/arch/x86/kq_prefetch.h. */
 
 /* 4x4 transpose of 32-bit words inside each 128-bit lane: out_k.L.i = in_i.L.k. */
 KQ_INLINE void kq_transpose(__m512i *a0, __m512i *a1, __m512i *a2, __m512i *a3) {
@@ -87,223 +42,6 @@ KQ_INLINE void kq_transpose(__m512i *a0, __m512i *a1, __m512i *a2, __m512i *a3) 
     *a1 = _mm512_unpackhi_epi64(t0, t2);
     *a2 = _mm512_unpacklo_epi64(t1, t3);
     *a3 = _mm512_unpackhi_epi64(t1, t3);
-}
-
-/* The codes in the permuted order. */
-KQ_INLINE void kq_prep_q(const block_q8_K *x, kq_xprep *p, float *d) {
-    __m512i n[4];
-    for (int i = 0; i < 4; i++) n[i] = _mm512_loadu_si512(x->qs + 64 * i);
-    kq_transpose(&n[0], &n[1], &n[2], &n[3]);
-    for (int k = 0; k < 4; k++) _mm512_store_si512(p->q + 64 * k, n[k]);
-    *d = x->d;
-}
-
-/* lane 4L+i <- element 4i+L: the transposed order of 16 per-sub-block values (Q6_K). */
-#define KQ_IDX_T _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15)
-
-static void kq_prep_q6(const block_q8_K *x, kq_xprep *p, float *d) {
-    kq_prep_q(x, p, d);
-    const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)x->bsums));
-    const __m512i t = _mm512_permutexvar_epi32(KQ_IDX_T, bs);
-    _mm512_store_si512(p->b.i, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(t, 5)));
-}
-
-/* ======================================================================== */
-/* Integer sums and horizontal sums                                          */
-/* ======================================================================== */
-
-/* init + sum_k w[k] . q[64k..] lane by lane (unsigned w, signed q). */
-KQ_INLINE __m512i kq_dot(const __m512i w[4], const int8_t *q, __m512i init, const int vnni) {
-    const __m512i x0 = _mm512_load_si512(q), x1 = _mm512_load_si512(q + 64);
-    const __m512i x2 = _mm512_load_si512(q + 128), x3 = _mm512_load_si512(q + 192);
-    if (vnni) {
-        __m512i acc = _mm512_dpbusd_epi32(init, w[0], x0);
-        acc = _mm512_dpbusd_epi32(acc, w[1], x1);
-        acc = _mm512_dpbusd_epi32(acc, w[2], x2);
-        return _mm512_dpbusd_epi32(acc, w[3], x3);
-    }
-    const __m512i ones = _mm512_set1_epi16(1);
-    const __m512i p01 = _mm512_add_epi16(_mm512_maddubs_epi16(w[0], x0), _mm512_maddubs_epi16(w[1], x1));
-    const __m512i p23 = _mm512_add_epi16(_mm512_maddubs_epi16(w[2], x2), _mm512_maddubs_epi16(w[3], x3));
-    /* This file is built with -mavx512vnni, and clang fuses vpmaddwd + vpaddd into the VNNI
-     * vpdpwssd, which the CPUs this variant exists for lack. An empty asm is a barrier to
-     * that (it emits nothing); objdump of the non-VNNI functions shows no vpdp*. */
-    __m512i a = _mm512_madd_epi16(p01, ones), b = _mm512_madd_epi16(p23, ones);
-    __asm__("" : "+v"(a), "+v"(b));
-    return _mm512_add_epi32(init, _mm512_add_epi32(a, b));
-}
-
-KQ_INLINE float kq_hsum8(__m256 s) {
-    __m128 h = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_add_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
-}
-
-KQ_INLINE float kq_hsum16(__m512 a) {
-    return kq_hsum8(_mm256_add_ps(_mm512_castps512_ps256(a),
-                                  _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1))));
-}
-
-/* ======================================================================== */
-/* Weights                                                                   */
-/* ======================================================================== */
-
-/* Q6_K super-block in registers: codes w[k] (0..63), d*sc[4i+L] in lane 4L+i. */
-typedef struct {
-    __m512i w[4];
-    __m512 sc;
-} kq_wreg6;
-
-/* Q6_K: the natural 64-element vectors N_0..N_3 built in place, then the same transpose as
- * the activations (kq_prep_q). Half h = 0, 1 (elements 128h..) has ql bytes 64h + r
- * (r < 64): the low nibble is element 128h + r (N_2h), the high one 128h + 64 + r (N_2h+1);
- * qh byte 32h + r%32 holds their bits 4..5 at bits 2(r/32) (N_2h) and 4 + 2(r/32)
- * (N_2h+1). With qh's 32 bytes in both halves of H and the upper half shifted right by 2,
- * bits 0..1 (moved up by 4) and 4..5 of every byte are the two vectors' fifth and sixth
- * bits. Shifts, logic and unpacks only: the previous gather by vpermt2d/vpermd put 8
- * instructions per super-block on the vpdpbusd pipes. */
-KQ_INLINE void kq_unpack_q6_K(const block_q6_K *b, kq_wreg6 *r) {
-    const __m512i m4 = _mm512_set1_epi8(0x0f), b45 = _mm512_set1_epi8(0x30);
-    const __m512i sh = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
-    for (int h = 0; h < 2; h++) {
-        const __m512i a = _mm512_loadu_si512(b->ql + 64 * h);
-        const __m512i hb = _mm512_srlv_epi16(
-            _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h))), sh);
-        const __m512i lo = _mm512_and_si512(a, m4);
-        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(a, 4), m4);
-        r->w[2 * h] = _mm512_ternarylogic_epi32(lo, _mm512_slli_epi16(hb, 4), b45, 0xf8);
-        r->w[2 * h + 1] = _mm512_ternarylogic_epi32(hi, hb, b45, 0xf8); /* hi | (hb & b45) */
-    }
-    kq_transpose(&r->w[0], &r->w[1], &r->w[2], &r->w[3]);
-    const __m512i sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)b->scales));
-    r->sc = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutexvar_epi32(KQ_IDX_T, sc)),
-                          _mm512_set1_ps(_cvtsh_ss(b->d)));
-}
-
-/* ======================================================================== */
-/* Chunks and tiles                                                          */
-/* ======================================================================== */
-
-/* One weight row over nbc (<= SPEX_KQ_CHUNK) super-blocks against g activation rows whose
- * prepared slots are xp[j*xstride + b]: sums[j] = that part of the dot product. pf: the
- * weight blocks to prefetch meanwhile (0: none). */
-KQ_INLINE void kq_chunk_q6_K(const block_q6_K *wb, const kq_xprep *xp, const float *xd, int xstride, int nbc,
-                             uintptr_t pf, const int g, const int vnni, float *sums) {
-    __m512 acc[KQ_G6];
-    _Pragma("GCC unroll 16") for (int j = 0; j < g; j++) acc[j] = _mm512_setzero_ps();
-    /* From 3 rows the next super-block is unpacked before this one's vpdpbusd (its loads go
-     * out a super-block earlier: 8 rows from DRAM went from 7.6 to 9.8 GB/s on one thread);
-     * on for 1 row, the model's decode measured 4 % slower, so 1-2 rows keep the plain order. */
-    const int ahead = g >= 3;
-    kq_wreg6 rn;
-    if (ahead) kq_unpack_q6_K(wb, &rn);
-    for (int b = 0; b < nbc; b++) {
-        kq_wreg6 r;
-        kq_prefetch(pf ? pf + (uintptr_t)b * sizeof(block_q6_K) : 0, sizeof(block_q6_K));
-        if (!ahead) {
-            kq_unpack_q6_K(wb + b, &r);
-        } else {
-            r = rn;
-            if (b + 1 < nbc) {
-                kq_unpack_q6_K(wb + b + 1, &rn);
-                /* Ties this super-block's codes to the next one's, so gcc keeps the unpack
-                 * ahead of the vpdpbusd below rather than sinking it after them (emits nothing). */
-                __asm__("" : "+v"(r.w[0]), "+v"(r.w[1]), "+v"(r.w[2]), "+v"(r.w[3])
-                        : "v"(rn.w[0]), "v"(rn.w[1]), "v"(rn.w[2]), "v"(rn.w[3]), "v"(rn.sc));
-            }
-        }
-        _Pragma("GCC unroll 16") for (int j = 0; j < g; j++) {
-            const kq_xprep *p = xp + (size_t)j * (size_t)xstride + b;
-            const float dx = xd[(size_t)j * (size_t)xstride + b];
-            const __m512i s16 = kq_dot(r.w, p->q, _mm512_load_si512(p->b.i), vnni);
-            acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s16), _mm512_mul_ps(r.sc, _mm512_set1_ps(dx)), acc[j]);
-        }
-    }
-    _Pragma("GCC unroll 16") for (int j = 0; j < g; j++) sums[j] = kq_hsum16(acc[j]);
-}
-
-/* The tile loop. Activation rows go in groups of G <= 8 (16 when the group's whole rows
- * fit the slots, n <= 1024: the LM head of small models, where the unpack shared by 16
- * rows instead of 8 + 8 saves 4-15 %); a span of super-blocks (the whole row, or as many
- * as the stack slots hold for G rows, a multiple of SPEX_KQ_CHUNK) is prepared per
- * group, then every weight row runs over the span chunk by chunk. Chunk boundaries are
- * multiples of SPEX_KQ_CHUNK from the row start whatever the tile, and y receives the
- * chunk sums in order, so each output's arithmetic is independent of nw, nx, G and the
- * split. */
-/* y[j*ldy] = or += sums[j] (the first chunk of a row stores). */
-KQ_INLINE void kq_put(float *yo, size_t ldy, const float *sums, int g, int first) {
-    for (int j = 0; j < g; j++) {
-        if (first) yo[(size_t)j * ldy] = sums[j];
-        else yo[(size_t)j * ldy] += sums[j];
-    }
-}
-
-/* g as a constant (1..16), so the row loops unroll and the accumulators stay in registers. */
-#define KQ_CASES(call)                                                                      \
-    switch (g) {                                                                            \
-    case 1: call(1); break;                                                                 \
-    case 2: call(2); break;                                                                 \
-    case 3: call(3); break;                                                                 \
-    case 4: call(4); break;                                                                 \
-    case 5: call(5); break;                                                                 \
-    case 6: call(6); break;                                                                 \
-    case 7: call(7); break;                                                                 \
-    case 8: call(8); break;                                                                 \
-    case 9: call(9); break;                                                                 \
-    case 10: call(10); break;                                                               \
-    case 11: call(11); break;                                                               \
-    case 12: call(12); break;                                                               \
-    case 13: call(13); break;                                                               \
-    case 14: call(14); break;                                                               \
-    case 15: call(15); break;                                                               \
-    default: call(16); break;                                                               \
-    }
-
-KQ_INLINE void kq_tile_q6_K(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                            int nx, float *y, size_t ldy, const int vnni) {
-    const int64_t nb = n / QK_K;
-    /* 16 rows share one unpacked super-block when their whole rows fit the slots (n <=
-     * 1024: the LM head of small models), else 8 over spans of the row. */
-    const int G = nx <= KQ_G ? nx : (nx < KQ_G6 ? nx : KQ_G6) * nb <= KQ_SLOTS ? (nx < KQ_G6 ? nx : KQ_G6) : KQ_G;
-    const int span = G * nb <= KQ_SLOTS ? (int)nb : KQ_SLOTS / G / SPEX_KQ_CHUNK * SPEX_KQ_CHUNK;
-    kq_xbuf xb;
-    for (int64_t b0 = 0; b0 < nb; b0 += span) {
-        const int nbs = (int)(nb - b0 < span ? nb - b0 : span);
-        for (int j0 = 0; j0 < nx; j0 += G) {
-            const int g = nx - j0 < G ? nx - j0 : G;
-            for (int j = 0; j < g; j++) {
-                const block_q8_K *xr = (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + j) * x_stride) + b0;
-                for (int b = 0; b < nbs; b++) kq_prep_q6(xr + b, &xb.s[j * nbs + b], &xb.d[j * nbs + b]);
-            }
-            for (int i = 0; i < nw; i++) {
-                const block_q6_K *wr = (const block_q6_K *)((const uint8_t *)w + (size_t)i * w_stride) + b0;
-                float *yo = y + (size_t)j0 * ldy + (size_t)i;
-                for (int c0 = 0; c0 < nbs; c0 += SPEX_KQ_CHUNK) {
-                    const int nbc = nbs - c0 < SPEX_KQ_CHUNK ? nbs - c0 : SPEX_KQ_CHUNK;
-                    const uintptr_t pf = span < nb || G >= 3 ? kq_visit_ahead((uintptr_t)wr, w_stride, i, nw, c0, nbs,
-                                                                             sizeof(block_q6_K)) : 0;
-                    float sums[KQ_G6];
-                    const kq_xprep *xp = xb.s + c0;
-                    const float *xd = xb.d + c0;
-#define KQ_C1(G_) kq_chunk_q6_K(wr + c0, xp, xd, nbs, nbc, pf, G_, vnni, sums)
-                    KQ_CASES(KQ_C1)
-#undef KQ_C1
-                    kq_put(yo, ldy, sums, g, b0 + c0 == 0);
-                }
-            }
-        }
-    }
-}
-
-void spex_dot_q6_K_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx,
-                          float *y, size_t ldy) {
-    kq_tile_q6_K(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0);
-}
-
-void spex_dot_q6_K_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                               int nx, float *y, size_t ldy) {
-    kq_tile_q6_K(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1);
 }
 
 /* ======================================================================== */
@@ -632,6 +370,205 @@ KQ_R16_ENTRY(spex_dot_q4_K_r16_avx512, 0, 0)
 KQ_R16_ENTRY(spex_dot_q4_K_r16_avx512_vnni, 1, 0)
 KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512, 0, 1)
 KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512_vnni, 1, 1)
+
+/* ======================================================================== */
+/* Q6_K, weight rows in lanes                                                */
+/* ======================================================================== */
+
+/* The same idea for Q6_K: lane l is weight row l of a 16-row block, activation dwords are
+ * broadcast, and the block's super-block is read as one R16 unit (cpu/matmul.h: ql words
+ * 0..31 at unit + 64w, qh words 32..47, the scale bytes as words 48..51, then the 16 fp16 d).
+ * Each unit is first put in an aligned stack buffer: copied (R16: one sequential read,
+ * which the hardware prefetchers follow; the kernel's own order jumps around the unit, and
+ * every other unit of a matrix is 32 bytes off alignment, which together streamed 1 row
+ * from memory at 13 GB/s instead of 25) or transposed from the 16 rows (ggml layout). Both
+ * layouts then run the same arithmetic and give the same bits.
+ *
+ * Codes. In half h (elements 128h..128h+127), ql word 16h + k (k < 8) holds in its low
+ * nibbles elements 128h + 4k + t (sub-block 8h + k/4) and in its high nibbles 128h + 64 +
+ * 4k + t (8h + 4 + k/4); ql word 16h + 8 + k the same 32 elements later (8h + 2 + k/4, 8h +
+ * 6 + k/4); qh word 8h + k holds those four codes' top two bits at bits 0-1, 2-3, 4-5, 6-7
+ * of each byte. So each of the four parts (A: low nibbles of 16h + k with qh bits 0-1, C:
+ * low of 16h + 8 + k with bits 2-3, B: high of 16h + k with 4-5, D: high of 16h + 8 + k
+ * with 6-7) is one select (vpternlogd) of a nibble and two bits moved to bits 4-5, and its
+ * codes for k = 4q..4q+3 are one sub-block, 8h + 2p + q for part p = A, C, B, D.
+ * Sums. A sub-block's integer sum starts at -32 * bsums[s] (the codes are stored + 32),
+ * takes 4 vpdpbusd, then one vpmulld by the sub-block's scale into T; per super-block
+ *     T = sum_s sc[s] * sum_{e in s} (q[e] - 32) * x[e]          (exact: |T| < 2^27)
+ *     y += (d * dx) * T                                            (two f32 roundings)
+ * lane by lane, summed over super-blocks in order in spans of KQ6_SPAN, each span's sum
+ * added to y in order. Per activation row and super-block: 64 vpdpbusd, 16 vpmulld and
+ * adds, 16 broadcast loads and 3 float operations; per 16-row block and super-block,
+ * shared by up to KQ_G rows: ~210 operations of unpacking. The activations of a span are
+ * prepared once per tile (kq_x6: codes and sub-block starts side by side, rows 320 bytes
+ * apart), so every operand address is one register plus a constant. */
+
+#define KQ6_SPAN 8           /* super-blocks prepared per span (8 rows: 20 KiB, in L1) */
+#define KQ6_QH (32 * 64)     /* byte offset of qh word 0 in a unit     */
+#define KQ6_SC (48 * 64)     /* of the scale words                     */
+#define KQ6_D (52 * 64)      /* of the 16 fp16 d                       */
+#define KQ6_UNIT (16 * 210)  /* bytes of one unit (16 blocks)          */
+
+/* One activation super-block prepared for the kernel. */
+typedef struct {
+    _Alignas(64) int8_t q[QK_K];
+    int32_t o[16]; /* -32 * bsums[s]: sub-block s's start */
+} kq_x6;
+
+/* The 16 rows' blocks at rows[l] + off (ggml layout) as one R16 unit. */
+KQ_INLINE void kq_unit_q6_K(const uint8_t *const *rows, size_t off, uint8_t *u) {
+    const kq_src s = {.rows = rows, .off = off, .unit = NULL};
+    __m512i o[8];
+    for (int f = 0; f < 192; f += 32) { /* ql (128 bytes) and qh (64): 32 bytes at a time */
+        kq_gather8(&s, (size_t)f, o, 0);
+        for (int k = 0; k < 8; k++) _mm512_store_si512(u + 16 * f + 64 * k, o[k]);
+    }
+    const kq_src sc = {.rows = rows, .off = off + offsetof(block_q6_K, scales), .unit = NULL};
+    kq_gather_hdr(&sc, o, 0);
+    for (int c = 0; c < 4; c++) _mm512_store_si512(u + KQ6_SC + 64 * c, o[c]);
+    for (int l = 0; l < KQ_WB; l++) memcpy(u + KQ6_D + 2 * l, rows[l] + off + offsetof(block_q6_K, d), 2);
+}
+
+/* acc[j] (lanes = the block's rows) += the aligned unit u against the prepared activation
+ * super-blocks xs[j] (scales xd[j]), j < g; each part's codes are built once for all g
+ * rows. pf, pfs: weight bytes to prefetch meanwhile, an eighth per part. */
+KQ_INLINE void kq_w16_sb_q6(const uint8_t *u, const kq_x6 *xs, const float *xd, uintptr_t pf, size_t pfs,
+                            const int g, const int vnni, __m512 *acc) {
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    __m512i T[KQ_G];
+    _Pragma("GCC unroll 8") for (int j = 0; j < KQ_G; j++) T[j] = _mm512_setzero_si512();
+    _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
+        _Pragma("GCC unroll 4") for (int p = 0; p < 4; p++) {
+            if (pf) kq_prefetch(pf + (uintptr_t)((4 * h + p) * pfs / 8), pfs / 8 + (4 * h + p == 7 ? pfs % 8 : 0));
+            /* p = 0 (A), 1 (C), 2 (B), 3 (D): ql word 16h + 8(p & 1) + k, nibble p >> 1 */
+            const uint8_t *ql = u + 64 * (16 * h + 8 * (p & 1)), *qh = u + KQ6_QH + 64 * (8 * h);
+            __m512i V[8];
+            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+                const __m512i L = _mm512_load_si512(ql + 64 * k), H = _mm512_load_si512(qh + 64 * k);
+                __m512i nib, top;
+                switch (p) {
+                case 0: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x03)), 4); break;
+                case 1: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x0c)), 2); break;
+                case 2: nib = _mm512_srli_epi32(L, 4), top = _mm512_and_si512(H, _mm512_set1_epi8(0x30)); break;
+                default:
+                    nib = _mm512_srli_epi32(L, 4);
+                    top = _mm512_srli_epi32(_mm512_and_si512(H, _mm512_set1_epi8((char)0xc0)), 2);
+                    break;
+                }
+                V[k] = _mm512_ternarylogic_epi32(nib, top, m0f, 0xe4); /* m0f ? nib : top */
+            }
+            _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) {
+                const int s = 8 * h + 2 * p + q, xo = 128 * h + 32 * p + 16 * q;
+                /* sub-block s's signed scale bytes (byte s % 4 of scale word s / 4) */
+                const __m512i sw = _mm512_load_si512(u + KQ6_SC + 64 * (s / 4));
+                const __m512i scv = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * (s % 4)), 24);
+                _Pragma("GCC unroll 8") for (int j = 0; j < KQ_G; j++) {
+                    if (j >= g) break;
+                    __m512i a = _mm512_set1_epi32(xs[j].o[s]);
+                    for (int t = 0; t < 4; t++) a = kq_dpb(a, V[4 * q + t], xs[j].q + xo + 4 * t, vnni);
+                    T[j] = _mm512_add_epi32(T[j], _mm512_mullo_epi32(a, scv));
+                }
+            }
+        }
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(u + KQ6_D)));
+    _Pragma("GCC unroll 8") for (int j = 0; j < KQ_G; j++) {
+        if (j >= g) break;
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[j]), _mm512_mul_ps(d, _mm512_set1_ps(xd[j])), acc[j]);
+    }
+}
+
+/* Blocks of 16 weight rows × groups of <= 8 activation rows over spans of KQ6_SPAN
+ * super-blocks: each span's activations prepared once, then every 16-row block runs over it. */
+KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                              int nx, float *y, size_t ldy, const int vnni, const int packed) {
+    const size_t bsize = sizeof(block_q6_K), unit = (size_t)KQ_WB * bsize;
+    const int64_t nb = n / QK_K;
+    kq_x6 xb[KQ6_SPAN][KQ_G];
+    float xd[KQ6_SPAN][KQ_G];
+    _Alignas(64) uint8_t ubuf[KQ6_UNIT + 32];
+    for (int64_t b0 = 0; b0 < nb; b0 += KQ6_SPAN) {
+        const int nbs = (int)(nb - b0 < KQ6_SPAN ? nb - b0 : KQ6_SPAN);
+        for (int j0 = 0; j0 < nx; j0 += KQ_G) {
+            const int g = nx - j0 < KQ_G ? nx - j0 : KQ_G;
+            for (int j = 0; j < g; j++) {
+                const block_q8_K *xr = (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + j) * x_stride) + b0;
+                for (int b = 0; b < nbs; b++) {
+                    for (int c = 0; c < QK_K / 64; c++)
+                        _mm512_store_si512(xb[b][j].q + 64 * c, _mm512_loadu_si512(xr[b].qs + 64 * c));
+                    const __m512i bs = _mm512_cvtepi16_epi32(_mm256_loadu_si256((const __m256i *)xr[b].bsums));
+                    _mm512_store_si512(xb[b][j].o, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(bs, 5)));
+                    xd[b][j] = xr[b].d;
+                }
+            }
+            for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
+                const uint8_t *rows[KQ_WB];
+                for (int l = 0; l < KQ_WB; l++)
+                    rows[l] = (const uint8_t *)w + (size_t)(i0 + l < nw ? i0 + l : nw - 1) * w_stride;
+                __m512 acc[KQ_G];
+                for (int j = 0; j < KQ_G; j++) acc[j] = _mm512_setzero_ps();
+                /* prefetching as kq_w16_tile: the next block's rows, a slice per super-block */
+                const uintptr_t next = (uintptr_t)((const uint8_t *)w + (size_t)(i0 + KQ_WB) * w_stride);
+                const uintptr_t pf0 = i0 + KQ_WB >= nw ? 0 : packed ? next + (uintptr_t)b0 * unit : next + (uintptr_t)b0 * bsize;
+                const size_t pfn = (size_t)(nw - i0 - KQ_WB < KQ_WB ? nw - i0 - KQ_WB : KQ_WB) * w_stride;
+                const size_t pfs = packed ? unit : (pfn / (size_t)nbs + 63) & ~(size_t)63;
+                if (i0 == 0)
+                    kq_prefetch((uintptr_t)rows[0] + (uintptr_t)b0 * (packed ? unit : bsize),
+                                packed ? (size_t)nbs * unit : (size_t)(nw < KQ_WB ? nw : KQ_WB) * w_stride);
+                for (int b = 0; b < nbs; b++) {
+                    const uintptr_t pfb = pf0 ? pf0 + (uintptr_t)b * pfs : 0;
+                    if (packed) {
+                        const uint8_t *src = rows[0] + (size_t)(b0 + b) * unit;
+                        for (int c = 0; c < KQ6_UNIT / 64; c++)
+                            _mm512_store_si512(ubuf + 64 * c, _mm512_loadu_si512(src + 64 * c));
+                        _mm256_store_si256((__m256i *)(ubuf + KQ6_UNIT - 32),
+                                           _mm256_loadu_si256((const __m256i *)(src + KQ6_UNIT - 32)));
+                    } else {
+                        kq_unit_q6_K(rows, (size_t)(b0 + b) * bsize, ubuf);
+                    }
+                    switch (g) {
+                    case 1: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 1, vnni, acc); break;
+                    case 2: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 2, vnni, acc); break;
+                    case 3: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 3, vnni, acc); break;
+                    case 4: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 4, vnni, acc); break;
+                    case 5: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 5, vnni, acc); break;
+                    case 6: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 6, vnni, acc); break;
+                    case 7: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 7, vnni, acc); break;
+                    default: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 8, vnni, acc); break;
+                    }
+                }
+                const int nv = nw - i0 < KQ_WB ? nw - i0 : KQ_WB;
+                for (int j = 0; j < g; j++) {
+                    float t[KQ_WB];
+                    _mm512_storeu_ps(t, acc[j]);
+                    float *yo = y + (size_t)(j0 + j) * ldy + (size_t)i0;
+                    if (b0 == 0) {
+                        for (int l = 0; l < nv; l++) yo[l] = t[l];
+                    } else {
+                        for (int l = 0; l < nv; l++) yo[l] += t[l];
+                    }
+                }
+            }
+        }
+    }
+}
+
+void spex_dot_q6_K_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                              int nx, float *y, size_t ldy) {
+    kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 0);
+}
+void spex_dot_q6_K_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x,
+                                   size_t x_stride, int nx, float *y, size_t ldy) {
+    kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0);
+}
+void spex_dot_q6_K_r16_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                              int nx, float *y, size_t ldy) {
+    kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 1);
+}
+void spex_dot_q6_K_r16_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x,
+                                   size_t x_stride, int nx, float *y, size_t ldy) {
+    kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 1);
+}
 
 /* ======================================================================== */
 /* Q8_K activation quantizer                                                 */
