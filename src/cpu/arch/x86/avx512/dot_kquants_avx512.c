@@ -378,11 +378,13 @@ KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512_vnni, 1, 1)
 /* The same idea for Q6_K: lane l is weight row l of a 16-row block, activation dwords are
  * broadcast, and the block's super-block is read as one R16 unit (cpu/matmul.h: ql words
  * 0..31 at unit + 64w, qh words 32..47, the scale bytes as words 48..51, then the 16 fp16 d).
- * Each unit is first put in an aligned stack buffer: copied (R16: one sequential read,
- * which the hardware prefetchers follow; the kernel's own order jumps around the unit, and
- * every other unit of a matrix is 32 bytes off alignment, which together streamed 1 row
- * from memory at 13 GB/s instead of 25) or transposed from the 16 rows (ggml layout). Both
- * layouts then run the same arithmetic and give the same bits.
+ * In the ggml layout each unit is first transposed from the 16 rows into a stack buffer;
+ * R16 units are read in place from 3 activation rows on, and copied to the buffer for 1-2
+ * rows (one sequential read, which the hardware prefetchers follow: the kernel's own order
+ * jumps around the unit, and every other unit of a matrix is 32 bytes off alignment, which
+ * together streamed 1 row from memory at 13 GB/s instead of 25; at 8 rows, compute-bound,
+ * the copy was 8 % of the instructions and cost 12-17 %). Both layouts run the same
+ * arithmetic and give the same bits.
  *
  * Codes. In half h (elements 128h..128h+127), ql word 16h + k (k < 8) holds in its low
  * nibbles elements 128h + 4k + t (sub-block 8h + k/4) and in its high nibbles 128h + 64 +
@@ -429,7 +431,7 @@ KQ_INLINE void kq_unit_q6_K(const uint8_t *const *rows, size_t off, uint8_t *u) 
     for (int l = 0; l < KQ_WB; l++) memcpy(u + KQ6_D + 2 * l, rows[l] + off + offsetof(block_q6_K, d), 2);
 }
 
-/* acc[j] (lanes = the block's rows) += the aligned unit u against the prepared activation
+/* acc[j] (lanes = the block's rows) += the unit u against the prepared activation
  * super-blocks xs[j] (scales xd[j]), j < g; each part's codes are built once for all g
  * rows. pf, pfs: weight bytes to prefetch meanwhile, an eighth per part. */
 KQ_INLINE void kq_w16_sb_q6(const uint8_t *u, const kq_x6 *xs, const float *xd, uintptr_t pf, size_t pfs,
@@ -444,7 +446,7 @@ KQ_INLINE void kq_w16_sb_q6(const uint8_t *u, const kq_x6 *xs, const float *xd, 
             const uint8_t *ql = u + 64 * (16 * h + 8 * (p & 1)), *qh = u + KQ6_QH + 64 * (8 * h);
             __m512i V[8];
             _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                const __m512i L = _mm512_load_si512(ql + 64 * k), H = _mm512_load_si512(qh + 64 * k);
+                const __m512i L = _mm512_loadu_si512(ql + 64 * k), H = _mm512_loadu_si512(qh + 64 * k);
                 __m512i nib, top;
                 switch (p) {
                 case 0: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x03)), 4); break;
@@ -460,7 +462,7 @@ KQ_INLINE void kq_w16_sb_q6(const uint8_t *u, const kq_x6 *xs, const float *xd, 
             _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) {
                 const int s = 8 * h + 2 * p + q, xo = 128 * h + 32 * p + 16 * q;
                 /* sub-block s's signed scale bytes (byte s % 4 of scale word s / 4) */
-                const __m512i sw = _mm512_load_si512(u + KQ6_SC + 64 * (s / 4));
+                const __m512i sw = _mm512_loadu_si512(u + KQ6_SC + 64 * (s / 4));
                 const __m512i scv = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * (s % 4)), 24);
                 _Pragma("GCC unroll 8") for (int j = 0; j < KQ_G; j++) {
                     if (j >= g) break;
@@ -471,7 +473,7 @@ KQ_INLINE void kq_w16_sb_q6(const uint8_t *u, const kq_x6 *xs, const float *xd, 
             }
         }
     }
-    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(u + KQ6_D)));
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + KQ6_D)));
     _Pragma("GCC unroll 8") for (int j = 0; j < KQ_G; j++) {
         if (j >= g) break;
         acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T[j]), _mm512_mul_ps(d, _mm512_set1_ps(xd[j])), acc[j]);
@@ -517,7 +519,14 @@ KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw,
                                 packed ? (size_t)nbs * unit : (size_t)(nw < KQ_WB ? nw : KQ_WB) * w_stride);
                 for (int b = 0; b < nbs; b++) {
                     const uintptr_t pfb = pf0 ? pf0 + (uintptr_t)b * pfs : 0;
-                    if (packed) {
+                    /* R16 from 3 rows on: read in place (compute-bound; the copy was 8 % of
+                     * the instructions); 1-2 rows: copy, the one sequential read that the
+                     * hardware prefetchers follow (in place, 1 row from memory ran at about half
+                     * the speed). ggml layout: transpose. */
+                    const uint8_t *u = ubuf;
+                    if (packed && g >= 3) {
+                        u = rows[0] + (size_t)(b0 + b) * unit;
+                    } else if (packed) {
                         const uint8_t *src = rows[0] + (size_t)(b0 + b) * unit;
                         for (int c = 0; c < KQ6_UNIT / 64; c++)
                             _mm512_store_si512(ubuf + 64 * c, _mm512_loadu_si512(src + 64 * c));
@@ -527,14 +536,14 @@ KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw,
                         kq_unit_q6_K(rows, (size_t)(b0 + b) * bsize, ubuf);
                     }
                     switch (g) {
-                    case 1: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 1, vnni, acc); break;
-                    case 2: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 2, vnni, acc); break;
-                    case 3: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 3, vnni, acc); break;
-                    case 4: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 4, vnni, acc); break;
-                    case 5: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 5, vnni, acc); break;
-                    case 6: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 6, vnni, acc); break;
-                    case 7: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 7, vnni, acc); break;
-                    default: kq_w16_sb_q6(ubuf, xb[b], xd[b], pfb, pfs, 8, vnni, acc); break;
+                    case 1: kq_w16_sb_q6(u, xb[b], xd[b], pfb, pfs, 1, vnni, acc); break;
+                    case 2: kq_w16_sb_q6(u, xb[b], xd[b], pfb, pfs, 2, vnni, acc); break;
+                    case 3: kq_w16_sb_q6(u, xb[b], xd[b], pfb, pfs, 3, vnni, acc); break;
+                    case 4: kq_w16_sb_q6(u, xb[b], xd[b], pfb, pfs, 4, vnni, acc); break;
+                    case 5: kq_w16_sb_q6(u, xb[b], xd[b], pfb, pfs, 5, vnni, acc); break;
+                    case 6: kq_w16_sb_q6(u, xb[b], xd[b], pfb, pfs, 6, vnni, acc); break;
+                    case 7: kq_w16_sb_q6(u, xb[b], xd[b], pfb, pfs, 7, vnni, acc); break;
+                    default: kq_w16_sb_q6(u, xb[b], xd[b], pfb, pfs, 8, vnni, acc); break;
                     }
                 }
                 const int nv = nw - i0 < KQ_WB ? nw - i0 : KQ_WB;
