@@ -263,6 +263,36 @@ KQ_INLINE void kq_w16_sb(const kq_src *src, const block_q8_K *const *xr, const k
     }
 }
 
+/* The 16 rows of the weight block at row i0 (rows past nw repeat the last one: their lanes
+ * are computed and dropped) for a span of nbs super-blocks from b0, and its read-ahead: the
+ * next block's rows (one contiguous range when rows are packed) are prefetched front to
+ * back, a slice of *pfs bytes per super-block from the returned address (0: none), since 16
+ * rows read side by side are 16 streams, too many for the hardware prefetchers (the 1-row
+ * case fell from 28 to 23 GB/s without this); in the R16 layout the slice is exactly the
+ * next block's unit of the same super-block. The call's first block is requested at once. */
+KQ_INLINE uintptr_t kq_block_start(const void *w, size_t w_stride, int nw, int i0, int64_t b0, int nbs, size_t bsize,
+                                   const int packed, const uint8_t **rows, size_t *pfs) {
+    for (int l = 0; l < KQ_WB; l++) rows[l] = (const uint8_t *)w + (size_t)(i0 + l < nw ? i0 + l : nw - 1) * w_stride;
+    const size_t unit = (size_t)KQ_WB * bsize; /* R16: bytes of one super-block's unit */
+    const uintptr_t next = (uintptr_t)((const uint8_t *)w + (size_t)(i0 + KQ_WB) * w_stride);
+    const size_t pfn = (size_t)(nw - i0 - KQ_WB < KQ_WB ? nw - i0 - KQ_WB : KQ_WB) * w_stride;
+    *pfs = packed ? unit : (pfn / (size_t)nbs + 63) & ~(size_t)63;
+    if (i0 == 0)
+        kq_prefetch((uintptr_t)rows[0] + (uintptr_t)b0 * (packed ? unit : bsize),
+                    packed ? (size_t)nbs * unit : (size_t)(nw < KQ_WB ? nw : KQ_WB) * w_stride);
+    return i0 + KQ_WB >= nw ? 0 : packed ? next + (uintptr_t)b0 * unit : next + (uintptr_t)b0 * bsize;
+}
+
+/* y[j*ldy + l] = (first) or += acc[j] lane l, j < g, l < min(nv, 16): one masked store a row. */
+KQ_INLINE void kq_block_store(float *y, size_t ldy, int g, int nv, const __m512 *acc, int first) {
+    const __mmask16 km = (__mmask16)((1u << (nv < KQ_WB ? nv : KQ_WB)) - 1u);
+    for (int j = 0; j < g; j++) {
+        float *yo = y + (size_t)j * ldy;
+        if (first) _mm512_mask_storeu_ps(yo, km, acc[j]);
+        else _mm512_mask_storeu_ps(yo, km, _mm512_add_ps(_mm512_maskz_loadu_ps(km, yo), acc[j]));
+    }
+}
+
 /* Blocks of 16 weight rows × groups of <= 8 activation rows; a row's sums run over its
  * super-blocks in order in spans of KQ_WSPAN (the prepared minimum pairs), each span's sum
  * added to y in order. packed: W in the R16 layout (nw a multiple of 16), which changes
@@ -292,23 +322,11 @@ KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
             }
             for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
                 const uint8_t *rows[KQ_WB];
-                for (int l = 0; l < KQ_WB; l++)
-                    rows[l] = (const uint8_t *)w + (size_t)(i0 + l < nw ? i0 + l : nw - 1) * w_stride;
+                size_t pfs;
+                const uintptr_t pf0 = kq_block_start(w, w_stride, nw, i0, b0, nbs, bsize, packed, rows, &pfs);
+                const size_t unit = (size_t)KQ_WB * bsize; /* R16: bytes of one super-block's unit */
                 __m512 acc[KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[j] = _mm512_setzero_ps();
-                /* The next block's rows (one contiguous range when rows are packed) are
-                 * prefetched front to back, a slice per super-block: 16 rows read side by
-                 * side are 16 streams, too many for the hardware prefetchers (the 1-row
-                 * case fell from 28 to 23 GB/s without this). In the R16 layout the slice
-                 * is exactly the next block's unit of the same super-block. */
-                const size_t unit = (size_t)KQ_WB * bsize; /* R16: bytes of one super-block's unit */
-                const uintptr_t next = (uintptr_t)((const uint8_t *)w + (size_t)(i0 + KQ_WB) * w_stride);
-                const uintptr_t pf0 = i0 + KQ_WB >= nw ? 0 : packed ? next + (uintptr_t)b0 * unit : next + (uintptr_t)b0 * bsize;
-                const size_t pfn = (size_t)(nw - i0 - KQ_WB < KQ_WB ? nw - i0 - KQ_WB : KQ_WB) * w_stride;
-                const size_t pfs = packed ? unit : (pfn / (size_t)nbs + 63) & ~(size_t)63;
-                if (i0 == 0) /* the call's first block: all its requests at once */
-                    kq_prefetch((uintptr_t)rows[0] + (uintptr_t)b0 * (packed ? unit : bsize),
-                                packed ? (size_t)nbs * unit : (size_t)(nw < KQ_WB ? nw : KQ_WB) * w_stride);
                 for (int b = 0; b < nbs; b++) {
                     if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
                     const kq_src src = {.rows = rows, .off = (size_t)(b0 + b) * bsize,
@@ -324,15 +342,7 @@ KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
                     default: kq_w16_sb(&src, xr, bp, b, 8, vnni, q5, packed, acc); break;
                     }
                 }
-                /* masked stores: a scalar loop here became a libc memcpy call per block and
-                 * row, 3 % of a verify(8) step */
-                const int nv = nw - i0 < KQ_WB ? nw - i0 : KQ_WB;
-                const __mmask16 km = (__mmask16)((1u << nv) - 1u);
-                for (int j = 0; j < g; j++) {
-                    float *yo = y + (size_t)(j0 + j) * ldy + (size_t)i0;
-                    if (b0 == 0) _mm512_mask_storeu_ps(yo, km, acc[j]);
-                    else _mm512_mask_storeu_ps(yo, km, _mm512_add_ps(_mm512_maskz_loadu_ps(km, yo), acc[j]));
-                }
+                kq_block_store(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, nw - i0, acc, b0 == 0);
             }
         }
     }
@@ -503,18 +513,10 @@ KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw,
             }
             for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
                 const uint8_t *rows[KQ_WB];
-                for (int l = 0; l < KQ_WB; l++)
-                    rows[l] = (const uint8_t *)w + (size_t)(i0 + l < nw ? i0 + l : nw - 1) * w_stride;
+                size_t pfs;
+                const uintptr_t pf0 = kq_block_start(w, w_stride, nw, i0, b0, nbs, bsize, packed, rows, &pfs);
                 __m512 acc[KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[j] = _mm512_setzero_ps();
-                /* prefetching as kq_w16_tile: the next block's rows, a slice per super-block */
-                const uintptr_t next = (uintptr_t)((const uint8_t *)w + (size_t)(i0 + KQ_WB) * w_stride);
-                const uintptr_t pf0 = i0 + KQ_WB >= nw ? 0 : packed ? next + (uintptr_t)b0 * unit : next + (uintptr_t)b0 * bsize;
-                const size_t pfn = (size_t)(nw - i0 - KQ_WB < KQ_WB ? nw - i0 - KQ_WB : KQ_WB) * w_stride;
-                const size_t pfs = packed ? unit : (pfn / (size_t)nbs + 63) & ~(size_t)63;
-                if (i0 == 0)
-                    kq_prefetch((uintptr_t)rows[0] + (uintptr_t)b0 * (packed ? unit : bsize),
-                                packed ? (size_t)nbs * unit : (size_t)(nw < KQ_WB ? nw : KQ_WB) * w_stride);
                 for (int b = 0; b < nbs; b++) {
                     const uintptr_t pfb = pf0 ? pf0 + (uintptr_t)b * pfs : 0;
                     /* R16 from 3 rows on: read in place (compute-bound; the copy was 8 % of
@@ -544,36 +546,22 @@ KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw,
                     default: kq_w16_sb_q6(u, xb[b], xd[b], pfb, pfs, 8, vnni, acc); break;
                     }
                 }
-                /* masked stores: a scalar loop here became a libc memcpy call per block and
-                 * row, 3 % of a verify(8) step */
-                const int nv = nw - i0 < KQ_WB ? nw - i0 : KQ_WB;
-                const __mmask16 km = (__mmask16)((1u << nv) - 1u);
-                for (int j = 0; j < g; j++) {
-                    float *yo = y + (size_t)(j0 + j) * ldy + (size_t)i0;
-                    if (b0 == 0) _mm512_mask_storeu_ps(yo, km, acc[j]);
-                    else _mm512_mask_storeu_ps(yo, km, _mm512_add_ps(_mm512_maskz_loadu_ps(km, yo), acc[j]));
-                }
+                kq_block_store(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, nw - i0, acc, b0 == 0);
             }
         }
     }
 }
 
-void spex_dot_q6_K_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                              int nx, float *y, size_t ldy) {
-    kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 0);
-}
-void spex_dot_q6_K_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x,
-                                   size_t x_stride, int nx, float *y, size_t ldy) {
-    kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0);
-}
-void spex_dot_q6_K_r16_avx512(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                              int nx, float *y, size_t ldy) {
-    kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 1);
-}
-void spex_dot_q6_K_r16_avx512_vnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x,
-                                   size_t x_stride, int nx, float *y, size_t ldy) {
-    kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 1);
-}
+/* The four entry points: ggml layout or R16, with or without VNNI. */
+#define KQ6_ENTRY(name, VNNI, PACKED)                                                             \
+    void name(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx, \
+              float *y, size_t ldy) {                                                            \
+        kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, VNNI, PACKED);                \
+    }
+KQ6_ENTRY(spex_dot_q6_K_avx512, 0, 0)
+KQ6_ENTRY(spex_dot_q6_K_avx512_vnni, 1, 0)
+KQ6_ENTRY(spex_dot_q6_K_r16_avx512, 0, 1)
+KQ6_ENTRY(spex_dot_q6_K_r16_avx512_vnni, 1, 1)
 
 /* ======================================================================== */
 /* Q8_K activation quantizer                                                 */
