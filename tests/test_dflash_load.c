@@ -241,7 +241,7 @@ TEST(fixture_dflash2_hparams) {
     }
     /* a codebook row through the row gatherer equals the raw f32 row */
     float row[8];
-    spex_dflash_table_row(&d->sel_succ, 200, row);
+    spex_model_weight_row(&d->sel_succ, 200, row);
     if (memcmp(row, (const float *)d->sel_succ.data + 200 * 8, sizeof row)) bad++;
     spex_drafter_free(d);
     spex_model_free(t);

@@ -69,8 +69,5 @@ void spex_drafter_log(const spex_drafter *d, const char *fmt, ...)
 #endif
     ;
 
-/* Row `row` of a row-gatherable table (F32/F16/BF16/any quant type with a reference
- * dequantizer) as R f32 values. */
-void spex_dflash_table_row(const model_weight *w, int64_t row, float *out);
 
 #endif

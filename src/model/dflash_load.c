@@ -9,7 +9,7 @@
  * exact shape, F32 for norms and conv bases, a multipliable type for matmul weights, a
  * type with a reference dequantizer for the row-gathered codebooks). Weights are views into
  * the drafter's GGUF mapping; the token embedding and LM head are borrowed from the target
- * unless the drafter ships its own. Also spex_dflash_table_row and spex_drafter_log.
+ * unless the drafter ships its own. Also spex_drafter_log.
  *
  * What it is not: the draft context, injection or block forward (dflash_context.c,
  * dflash_forward.c) or the selector walks (dflash_select.c).
@@ -862,4 +862,3 @@ void spex_drafter_describe(const spex_drafter *d, char *buf, size_t cap) {
 #undef PUT
 }
 
-void spex_dflash_table_row(const model_weight *w, int64_t row, float *out) { spex_model_weight_row(w, row, out); }

@@ -34,10 +34,10 @@ static void selector_row(const spex_drafter *d, int32_t pred, const float *gate,
     const int32_t R = d->hp.selector_rank;
     float ag[SPEX_SELECTOR_MAX_R];
     float brow[SPEX_SELECTOR_MAX_R];
-    spex_dflash_table_row(&d->sel_pred, pred, ag);
+    spex_model_weight_row(&d->sel_pred, pred, ag);
     for (int32_t r = 0; r < R; r++) ag[r] *= gate[r];
     for (int32_t k = 0; k < K; k++) {
-        spex_dflash_table_row(&d->sel_succ, C[k], brow);
+        spex_model_weight_row(&d->sel_succ, C[k], brow);
         float acc = 0.0f;
         for (int32_t r = 0; r < R; r++) acc += ag[r] * brow[r];
         S[k] = U[k] + acc;

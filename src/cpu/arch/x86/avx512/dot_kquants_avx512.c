@@ -496,7 +496,7 @@ KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw,
     const int64_t nb = n / QK_K;
     kq_x6 xb[KQ6_SPAN][KQ_G];
     float xd[KQ6_SPAN][KQ_G];
-    _Alignas(64) uint8_t ubuf[KQ6_UNIT + 32];
+    _Alignas(64) uint8_t ubuf[KQ6_UNIT];
     for (int64_t b0 = 0; b0 < nb; b0 += KQ6_SPAN) {
         const int nbs = (int)(nb - b0 < KQ6_SPAN ? nb - b0 : KQ6_SPAN);
         for (int j0 = 0; j0 < nx; j0 += KQ_G) {
@@ -527,11 +527,7 @@ KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw,
                     if (packed && g >= 3) {
                         u = rows[0] + (size_t)(b0 + b) * unit;
                     } else if (packed) {
-                        const uint8_t *src = rows[0] + (size_t)(b0 + b) * unit;
-                        for (int c = 0; c < KQ6_UNIT / 64; c++)
-                            _mm512_store_si512(ubuf + 64 * c, _mm512_loadu_si512(src + 64 * c));
-                        _mm256_store_si256((__m256i *)(ubuf + KQ6_UNIT - 32),
-                                           _mm256_loadu_si256((const __m256i *)(src + KQ6_UNIT - 32)));
+                        memcpy(ubuf, rows[0] + (size_t)(b0 + b) * unit, KQ6_UNIT);
                     } else {
                         kq_unit_q6_K(rows, (size_t)(b0 + b) * bsize, ubuf);
                     }
