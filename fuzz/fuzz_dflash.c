@@ -7,7 +7,7 @@
  * Checked: no crash or sanitizer report; a failure always carries a one-line message and
  * leaves no drafter. When the bytes load, everything a later stage reads is touched: the
  * hyper-parameters against their limits, the summary line, the first and last element of
- * every own weight, and one row of each codebook through spex_dflash_table_row.
+ * every own weight, and one row of each codebook through spex_model_weight_row.
  *
  * What it is not: a fuzzer of the GGUF reader itself (fuzz_gguf.c) or of the forward.
  * Seeds: fuzz/corpus/dflash/ (small valid v1 and DFlash2 drafters, written by
@@ -91,8 +91,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (hp->variant == SPEX_DFLASH2) {
         float *row = malloc((size_t)hp->selector_rank * sizeof(float));
         if (!row) __builtin_trap();
-        spex_dflash_table_row(&d->sel_pred, 0, row);
-        spex_dflash_table_row(&d->sel_succ, hp->n_vocab - 1, row);
+        spex_model_weight_row(&d->sel_pred, 0, row);
+        spex_model_weight_row(&d->sel_succ, hp->n_vocab - 1, row);
         sink += (uint64_t)(row[hp->selector_rank - 1] != 0);
         free(row);
     }
