@@ -1,6 +1,7 @@
-// server_concurrency.mjs PORT CLIENTS REQUESTS — aggregate decode throughput of `spex serve`
+// server_concurrency.mjs PORT CLIENTS REQUESTS [OFFSET] — aggregate decode throughput of `spex serve`
 // under CLIENTS concurrent streaming chat clients (the official openai client), each sending
-// REQUESTS greedy requests (max_tokens 128) over the demo and held-out problems. Prints one
+// REQUESTS greedy requests (max_tokens 128) over the demo and held-out problems, starting at
+// problem OFFSET (default 0; the interleaved bench moves it each round). Prints one
 // JSON line: {clients, requests, completion_tokens, seconds, tokens_per_second,
 // per_request_tps_mean}. Run by bench/server_concurrency.sh; needs tests/node's node_modules.
 import { client, problems } from '../tests/node/common.mjs';
@@ -8,6 +9,7 @@ import { client, problems } from '../tests/node/common.mjs';
 const port = Number(process.argv[2]);
 const CLIENTS = Number(process.argv[3] || 4);
 const REQUESTS = Number(process.argv[4] || 2);
+const OFFSET = Number(process.argv[5] || 0);
 const all = problems();
 const openai = client(port);
 
@@ -15,7 +17,7 @@ async function one(c, k) {
   const t0 = performance.now();
   const stream = await openai.chat.completions.create({
     model: 'target',
-    messages: [{ role: 'user', content: all[(c * REQUESTS + k) % all.length] }],
+    messages: [{ role: 'user', content: all[(OFFSET + c * REQUESTS + k) % all.length] }],
     temperature: 0,
     max_tokens: 128,
     stream: true,
