@@ -233,6 +233,10 @@ bool spex_matmul_can_share(const spex_matmul_args *a, const spex_matmul_args *b)
            spex_matmul_act_type(a->wtype) == spex_matmul_act_type(b->wtype);
 }
 
+bool spex_matmul_converts_own_rows(const spex_matmul_args *a) {
+    return a->pool && spex_matmul_act_type(a->wtype) != SPEX_TYPE_F32;
+}
+
 void spex_matmul_task(const spex_matmul_args *a, int ith, int nth) { spex_matmul_task_multi(a, 1, ith, nth); }
 
 void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nth) {
@@ -249,6 +253,7 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
     } else {
         uint8_t *base = ws_base(a[0].ws);
         xs = act_stride(act, a[0].n);
+        /* this split is spex_matmul_converts_own_rows's contract */
         const int64_t r0 = a[0].n_rows * ith / nth, r1 = a[0].n_rows * (ith + 1) / nth;
         for (int64_t r = r0; r < r1; r++) k->act_quant[act](a[0].X + r * a[0].ldx, base + (size_t)r * xs, a[0].n);
         if (a[0].pool && nth > 1) spex_pool_barrier(a[0].pool);

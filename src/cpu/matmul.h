@@ -160,6 +160,12 @@ void spex_matmul_task(const spex_matmul_args *a, int ith, int nth);
  * computes it alone. */
 #define SPEX_MATMUL_MULTI_MAX 4
 void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nth);
+/* True when spex_matmul_task_multi(a, ..., ith, nth) starts by converting the activation
+ * rows [n_rows * ith / nth, n_rows * (ith + 1) / nth) on thread ith and then waits at a pool
+ * barrier before any thread reads X (every quantized activation type); false when X is read
+ * in place (float weights). A caller whose own rows of X were written by the same thread in
+ * the same split may then skip its barrier before the matmul. */
+bool spex_matmul_converts_own_rows(const spex_matmul_args *a);
 /* True when b can join a in spex_matmul_task_multi: same X, ldx, n, n_rows, pool and
  * activation type. */
 bool spex_matmul_can_share(const spex_matmul_args *a, const spex_matmul_args *b);

@@ -48,9 +48,21 @@ static void phase_task(void *arg, int ith, int nth) {
     const fwd_phase *ph = c->phase;
     if (ph->pre) {
         ph->pre(c, ph, ith, nth);
-        if (ph->n_mm && nth > 1) spex_pool_barrier(c->pool);
+        /* No barrier when the prologue wrote exactly this thread's rows of X and the matmul
+         * converts those same rows here before its own barrier: one wait less per phase. */
+        if (ph->n_mm && nth > 1 && !(ph->pre_own_rows && spex_matmul_converts_own_rows(&ph->mm[0])))
+            spex_pool_barrier(c->pool);
     }
     if (ph->n_mm) spex_matmul_task_multi(ph->mm, ph->n_mm, ith, nth);
+}
+
+/* The prologues that read and write only the rows row_split gives their thread, X of the
+ * phase's matmul being the batch's c->n_tokens rows they wrote. */
+static bool pre_writes_own_rows(const spex_context *c, pre_fn pre, const float *X, int64_t n_rows) {
+    if (n_rows != c->n_tokens) return false;
+    if (pre == spex_fwd_pre_attn_norm || pre == spex_fwd_pre_ffn_norm) return X == c->b.xn;
+    if (pre == spex_fwd_pre_swiglu) return X == c->b.gate;
+    return false;
 }
 
 static spex_matmul_args mm_args(const spex_context *c, const model_weight *w, const float *X, int64_t n_rows, float *Y) {
@@ -69,6 +81,7 @@ void spex_fwd_run_phase(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, c
 void spex_fwd_run_phase_multi(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *const *w,
                               float *const *Y, int n_w, const float *X, int64_t n_rows) {
     ph->pre = pre;
+    ph->pre_own_rows = pre_writes_own_rows(c, pre, X, n_rows);
     ph->layer = layer;
     ph->n_mm = 0;
     for (int i = 0; i < n_w && n_rows > 0; i++) {

@@ -15,6 +15,7 @@ typedef void (*pre_fn)(spex_context *c, const fwd_phase *ph, int ith, int nth);
 
 struct fwd_phase {
     pre_fn pre;                    /* row-wise prologue, or NULL                         */
+    bool pre_own_rows;             /* pre writes only row_split's rows of X (set by run) */
     int layer;
     const spex_ops_kernels *ops;   /* fetched once per forward                            */
     int n_mm;                      /* matmuls of the phase (same activations), 0..       */
