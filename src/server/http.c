@@ -112,14 +112,17 @@ static void random_id(char *out, size_t cap, const char *prefix) {
     out[n] = 0;
 }
 
-/* Waits up to 100 ms for t to change; false when the client is gone. */
+/* Waits up to 100 ms for t to change; false when the client is gone. The socket is checked
+ * after every wake-up, not only after a timeout: a generation signals t at every token, so
+ * a non-streaming request whose client left would otherwise never see the timeout and run
+ * to its end (one poll per token costs about a microsecond). */
 static bool wait_client(srv_task *t, int fd) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     ts.tv_nsec += 100 * 1000 * 1000;
     if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-    int rc = pthread_cond_timedwait(&t->cv, &t->mu, &ts);
-    if (rc == ETIMEDOUT && fd >= 0) {
+    pthread_cond_timedwait(&t->cv, &t->mu, &ts);
+    if (fd >= 0) {
         struct pollfd p = {.fd = fd, .events = POLLRDHUP};
         if (poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR))) return false;
     }
