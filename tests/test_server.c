@@ -123,10 +123,11 @@ static bool server_start(server *s, const char *const *args) {
     return false;
 }
 
-/* SIGTERM, wait; returns the exit status and whether stderr is sanitizer-clean. */
-static int server_stop(server *s, bool *clean) {
+/* Sends sig (SIGTERM or SIGINT), waits; returns the exit status and whether stderr is
+ * sanitizer-clean and ends with "server: stopped". */
+static int server_stop_sig(server *s, int sig, bool *clean) {
     if (s->pid <= 0) return -1;
-    kill(s->pid, SIGTERM);
+    kill(s->pid, sig);
     int st = 0, rc = -1;
     for (int i = 0; i < 300; i++) {
         if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
@@ -148,6 +149,8 @@ static int server_stop(server *s, bool *clean) {
     s->pid = 0;
     return rc;
 }
+
+static int server_stop(server *s, bool *clean) { return server_stop_sig(s, SIGTERM, clean); }
 
 /* ======================================================================== */
 /* HTTP                                                                      */
@@ -1217,6 +1220,323 @@ TEST(chat_tools_request_errors) {
         resp_free(&r);
         CHECK(ok);
     }
+}
+
+
+/* ======================================================================== */
+/* Streams read in the background, shutdown and slow clients                 */
+/* ======================================================================== */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* A response read on its own thread, with the arrival time of each SSE event ("data: ..."
+ * followed by a blank line; ": ping" comments are not events). */
+enum { SSE_MAX_EVENTS = 4096 };
+typedef struct sse_reader {
+    int fd;
+    pthread_t th;
+    pthread_mutex_t mu;
+    char *buf;
+    size_t len, cap;
+    int n_events;
+    double t_event[SSE_MAX_EVENTS];
+    bool closed;
+} sse_reader;
+
+static void *sse_reader_main(void *p) {
+    sse_reader *r = p;
+    char tmp[4096];
+    size_t scan = 0;   /* events are counted from here on */
+    for (;;) {
+        ssize_t k = recv(r->fd, tmp, sizeof tmp, 0);
+        const double t = now_s();
+        pthread_mutex_lock(&r->mu);
+        if (k <= 0) {
+            r->closed = true;
+            pthread_mutex_unlock(&r->mu);
+            break;
+        }
+        if (r->len + (size_t)k + 1 > r->cap) {
+            r->cap = (r->len + (size_t)k + 1) * 2;
+            r->buf = realloc(r->buf, r->cap);
+        }
+        memcpy(r->buf + r->len, tmp, (size_t)k);
+        r->len += (size_t)k;
+        r->buf[r->len] = 0;
+        for (char *e; (e = strstr(r->buf + scan, "\n\n")) != NULL; scan = (size_t)(e - r->buf) + 2) {
+            /* an event starts at scan (after a chunk-size line of the chunked encoding, if any) */
+            char *d = strstr(r->buf + scan, "data: ");
+            if (d && d < e && r->n_events < SSE_MAX_EVENTS) r->t_event[r->n_events++] = t;
+        }
+        pthread_mutex_unlock(&r->mu);
+    }
+    return NULL;
+}
+
+static bool sse_start(sse_reader *r, int fd) {
+    memset(r, 0, sizeof *r);
+    r->fd = fd;
+    pthread_mutex_init(&r->mu, NULL);
+    return fd >= 0 && pthread_create(&r->th, NULL, sse_reader_main, r) == 0;
+}
+
+/* Waits up to timeout_s for at least n events; returns the count. */
+static int sse_wait_events(sse_reader *r, int n, double timeout_s) {
+    const double t_end = now_s() + timeout_s;
+    for (;;) {
+        pthread_mutex_lock(&r->mu);
+        int got = r->n_events;
+        bool closed = r->closed;
+        pthread_mutex_unlock(&r->mu);
+        if (got >= n || closed || now_s() > t_end) return got;
+        usleep(2000);
+    }
+}
+
+/* Events that arrived in (t0, t1). */
+static int sse_events_between(sse_reader *r, double t0, double t1) {
+    pthread_mutex_lock(&r->mu);
+    int n = 0;
+    for (int i = 0; i < r->n_events; i++) n += r->t_event[i] > t0 && r->t_event[i] < t1;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
+/* Joins the reader (after the peer closed, or after shutdown(fd) by the caller); the
+ * received bytes stay in r->buf until sse_free. */
+static void sse_join(sse_reader *r) {
+    pthread_join(r->th, NULL);
+    close(r->fd);
+}
+
+static void sse_free(sse_reader *r) {
+    free(r->buf);
+    pthread_mutex_destroy(&r->mu);
+}
+
+/* SIGINT with a stream running and a request queued: the stream ends with an error event
+ * (503), the queued request gets a 503 error object, and the process exits 0 after "server:
+ * stopped" (in the ASan build, without a report) — nothing is left hanging. */
+TEST(shutdown_sigint_with_requests_in_flight) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    server s;
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "--queue-max", "1", "--test-step-delay-ms", "20", "-t", "1", NULL};
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    const char *longreq = "{\"prompt\":\"Hello\",\"max_tokens\":200,\"temperature\":0,\"stream\":true}";
+    sse_reader ra;
+    bool started = sse_start(&ra, open_request(s.port, "POST", "/v1/completions", NULL, longreq));
+    int ev = started ? sse_wait_events(&ra, 3, 20) : 0;
+    /* B (non-streaming) waits in the queue behind A */
+    int fb = open_request(s.port, "POST", "/v1/completions", NULL,
+                          "{\"prompt\":\"The cat\",\"max_tokens\":50,\"temperature\":0}");
+    usleep(200 * 1000);
+    bool clean;
+    int rc = server_stop_sig(&s, SIGINT, &clean);
+    resp rb;
+    bool got_b = fb >= 0 && read_response(fb, &rb);
+    if (started) sse_join(&ra);
+    const char *body_a = ra.buf ? ra.buf : "";
+    bool a_err = strstr(body_a, "\"code\":503") != NULL && strstr(body_a, "shutting down") != NULL;
+    bool a_done = strstr(body_a, "[DONE]") != NULL;
+    if (!a_err) printf("  stream A:\n%s\n", body_a);
+    CHECK(started && ev >= 3);
+    CHECK_MSG(a_err && !a_done, "the running stream did not end with a 503 error event");
+    CHECK(got_b && is_error(&rb, 503, NULL));
+    if (got_b) resp_free(&rb);
+    if (started) sse_free(&ra);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+}
+
+/* A prompt of ~2000 tokens goes in in chunks (SRV_PREFILL_CHUNK per engine iteration), so a
+ * stream that is already running keeps receiving tokens while it is processed; the long
+ * prompt's text still equals `spex run`'s. Steps are slowed (--test-step-delay-ms) so that
+ * each iteration is at least 10 ms: an unchunked prefill would deliver at most one event of
+ * A in that window, the chunked one about one per chunk. */
+TEST(long_prompt_in_chunks_keeps_streams_flowing) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    server s;
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "2", "-c", "8192", "--test-step-delay-ms", "10", "-t", "1", NULL};
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    char longp[2048] = "";
+    for (int i = 0; i < 84; i++) strcat(longp, "the cat sat on the mat. ");
+    int n_long = count_tokens(s.port, longp);
+    sse_reader ra, rb;
+    bool sa = sse_start(&ra, open_request(s.port, "POST", "/v1/completions", NULL,
+                                          "{\"prompt\":\"Hello\",\"max_tokens\":1000,\"temperature\":0,\"stream\":true}"));
+    int ev_a = sa ? sse_wait_events(&ra, 3, 20) : 0;
+    char *bb = gen_body(false, longp, 6, true, NULL);
+    const double t0 = now_s();
+    bool sb = sse_start(&rb, open_request(s.port, "POST", "/v1/completions", NULL, bb));
+    free(bb);
+    int ev_b = sb ? sse_wait_events(&rb, 1, 30) : 0;
+    double t1 = 0;
+    if (ev_b > 0) {
+        pthread_mutex_lock(&rb.mu);
+        t1 = rb.t_event[0];
+        pthread_mutex_unlock(&rb.mu);
+    }
+    int during = sa && ev_b > 0 ? sse_events_between(&ra, t0, t1) : -1;
+    const int a_now = sa ? sse_wait_events(&ra, 0, 0) : 0;
+    const int a_after = sa ? sse_wait_events(&ra, a_now + 1, 5) : 0;   /* A still running afterwards */
+    if (sb) sse_join(&rb);   /* B ends by itself (6 tokens) */
+    if (sa) {
+        shutdown(ra.fd, SHUT_RDWR);   /* A goes away: cancelled */
+        sse_join(&ra);
+    }
+    /* B's text from its events */
+    char text[1024] = "";
+    for (char *p = rb.buf ? strstr(rb.buf, "data: ") : NULL; p; p = strstr(p + 6, "data: ")) {
+        char *e = strstr(p, "\n\n");
+        if (!e) break;
+        *e = 0;
+        cJSON *o = cJSON_Parse(p + 6);
+        const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "text"));
+        if (t && strlen(text) + strlen(t) < sizeof text) strcat(text, t);
+        cJSON_Delete(o);
+        *e = '\n';
+    }
+    const char *ra_[] = {"-m", TINY_QWEN3, "-p", longp, "-n", "6", "--temp", "0", "-t", "1", "-c", "4096", NULL};
+    size_t wl;
+    char *want = spex_run(ra_, &wl);
+    printf("  long prompt: %d tokens, first event after %.0f ms; stream A: %d events meanwhile\n", n_long,
+           1e3 * (t1 - t0), during);
+    bool same = want && !strcmp(want, text);
+    if (!same) printf("  server '%s'\n  run    '%s'\n", text, want ? want : "(run failed)");
+    free(want);
+    if (sa) sse_free(&ra);
+    if (sb) sse_free(&rb);
+    bool clean;
+    int rc = server_stop(&s, &clean);
+    CHECK(n_long > 7 * 256);   /* 8 chunks */
+    CHECK(sa && ev_a >= 3 && sb && ev_b >= 1);
+    CHECK_MSG(during >= 4, "stream A got %d events while the long prompt was processed", during);
+    CHECK(a_after > a_now);
+    CHECK(same);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+}
+
+/* Clients that misbehave, on a server with a 1 s connection timeout and a 4 KiB body limit:
+ * one that sends half a request and stalls is disconnected; a chunked body over the limit
+ * gets 413; a non-streaming client that hangs up mid-generation is cancelled
+ * (spex:requests_cancelled_total + 1) and its slot serves the next request. The server keeps
+ * serving throughout. */
+TEST(slow_and_vanished_clients) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    server s;
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "-to", "1", "--body-max", "4096", "--metrics",
+                       "--test-step-delay-ms", "20", "-t", "1", NULL};
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    int port = s.port;
+    /* 1. half a request, then nothing */
+    int fs = connect_to(port);
+    const char *half = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le";
+    bool sent = fs >= 0 && send_all(fs, half, strlen(half));
+    resp r;
+    bool health = http(port, "GET", "/health", NULL, NULL, &r) && r.status == 200;   /* not blocked by it */
+    resp_free(&r);
+    const double t0 = now_s();
+    char buf[64];
+    ssize_t k = fs >= 0 ? recv(fs, buf, sizeof buf, 0) : -1;   /* 0 (or an error) when the server closes it */
+    const double waited = now_s() - t0;
+    if (fs >= 0) close(fs);
+    /* 2. a chunked body of 3 x 2000 bytes */
+    int fc = connect_to(port);
+    char chunk[2000];
+    memset(chunk, ' ', sizeof chunk);
+    const char *head = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                       "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
+    bool ok_c = fc >= 0 && send_all(fc, head, strlen(head));
+    for (int i = 0; i < 3 && ok_c; i++)
+        ok_c = send_all(fc, "7d0\r\n", 5) && send_all(fc, chunk, sizeof chunk) && send_all(fc, "\r\n", 2);
+    ok_c = ok_c && send_all(fc, "0\r\n\r\n", 5);
+    resp rc413;
+    bool got413 = ok_c && read_response(fc, &rc413) && is_error(&rc413, 413, NULL);
+    if (ok_c && rc413.head) resp_free(&rc413);
+    /* 3. a non-streaming request whose client leaves */
+    double c0 = -1, c1 = -1, busy = -1;
+    if (http(port, "GET", "/metrics", NULL, NULL, &r)) metric_value(r.body, "spex:requests_cancelled_total", &c0);
+    resp_free(&r);
+    int fl = open_request(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"Hello\",\"max_tokens\":200,\"temperature\":0}");
+    usleep(400 * 1000);
+    if (fl >= 0) close(fl);
+    for (int i = 0; i < 50; i++) {
+        usleep(100 * 1000);
+        if (!http(port, "GET", "/metrics", NULL, NULL, &r)) continue;
+        metric_value(r.body, "spex:requests_cancelled_total", &c1);
+        metric_value(r.body, "llamacpp:requests_processing", &busy);
+        resp_free(&r);
+        if (busy == 0 && c1 == c0 + 1) break;
+    }
+    bool after = http(port, "POST", "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) && r.status == 200;
+    resp_free(&r);
+    bool clean;
+    int rc = server_stop(&s, &clean);
+    CHECK(sent && health);
+    CHECK_MSG(k <= 0 && waited < 10, "the stalled connection: recv %zd after %.1f s", k, waited);
+    CHECK(got413);
+    CHECK_MSG(c0 >= 0 && c1 == c0 + 1 && busy == 0, "cancelled %g -> %g, processing %g", c0, c1, busy);
+    CHECK(after);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
+}
+
+/* Request fields end to end on the shared server: a system message and a user message whose
+ * content is an array of text parts equal `spex run --chat --system` with the joined text;
+ * seeded sampling with top_k / top_p / min_p / penalties and drafting off for the request
+ * (speculative.n_max 0) equals `spex run` with the same flags and seed. */
+TEST(request_fields_system_parts_and_sampling) {
+    REQUIRE_SERVER(port);
+    const char *body1 =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Why is \"},{\"type\":\"text\",\"text\":\"the sky blue?\"}]}],"
+        "\"max_tokens\":24,\"temperature\":0}";
+    cJSON *o = post_json(port, "/v1/chat/completions", body1, 200);
+    const char *t1 = cJSON_GetStringValue(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "message"), "content"));
+    const char *r1[] = {"-m", TINY_QWEN3, "--chat", "--system", "Be brief.", "-p", "Why is the sky blue?", "-n", "24",
+                        "--temp", "0", "-t", "1", NULL};
+    size_t wl;
+    char *w1 = spex_run(r1, &wl);
+    bool same1 = t1 && w1 && !strcmp(t1, w1);
+    if (!same1) printf("  system+parts: server '%s'\n  run '%s'\n", t1 ? t1 : "(null)", w1 ? w1 : "(null)");
+    cJSON_Delete(o);
+    free(w1);
+    const char *body2 =
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"Tell me a story\"}],\"max_tokens\":40,"
+        "\"temperature\":0.9,\"top_k\":20,\"top_p\":0.9,\"min_p\":0.02,\"seed\":1234,\"repeat_penalty\":1.1,"
+        "\"presence_penalty\":0.2,\"frequency_penalty\":0.1,\"speculative.n_max\":0}";
+    o = post_json(port, "/v1/chat/completions", body2, 200);
+    const char *t2 = cJSON_GetStringValue(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "message"), "content"));
+    const char *r2[] = {"-m", TINY_QWEN3, "--chat", "-p", "Tell me a story", "-n", "40", "--temp", "0.9", "--top-k", "20",
+                        "--top-p", "0.9", "--min-p", "0.02", "--seed", "1234", "--repeat-penalty", "1.1",
+                        "--presence-penalty", "0.2", "--frequency-penalty", "0.1", "-t", "1", NULL};
+    char *w2 = spex_run(r2, &wl);
+    bool same2 = t2 && w2 && !strcmp(t2, w2);
+    if (!same2) printf("  sampled: server '%s'\n  run '%s'\n", t2 ? t2 : "(null)", w2 ? w2 : "(null)");
+    char *t2c = t2 ? strdup(t2) : NULL;
+    /* a different seed gives a different text (the seed is used, not ignored) */
+    cJSON_Delete(o);
+    char *body3 = strdup(body2);
+    char *sp = strstr(body3, "1234");
+    memcpy(sp, "4321", 4);
+    o = post_json(port, "/v1/chat/completions", body3, 200);
+    const char *t3 = cJSON_GetStringValue(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "message"), "content"));
+    bool differs = t3 && t2c && strcmp(t2c, t3);
+    cJSON_Delete(o);
+    free(t2c);
+    free(body3);
+    free(w2);
+    CHECK(same1);
+    CHECK(same2);
+    CHECK(differs);
 }
 
 TEST(shutdown_clean) {
