@@ -13,7 +13,9 @@
  * The scripts send reasoning_format "none" so the <think> section stays in `content`, as
  * `spex run` prints it.
  * What it is not: the raw-HTTP protocol and error tests (test_server.c). It SKIPs when `node`,
- * tests/node/node_modules/openai or the default models are missing.
+ * tests/node/node_modules/openai or the default models are missing — and FAILs instead when
+ * SPEX_TEST_REQUIRE_NODE is set (.ci/run sets it: CI installs all three, so a skip there
+ * would hide a broken install step).
  */
 #include "test.h"
 
@@ -173,6 +175,8 @@ static int server_port(void) {
     int port = -1;                                                        \
     do {                                                                  \
         const char *why_ = skip_reason();                                 \
+        CHECK_MSG(!why_ || !getenv("SPEX_TEST_REQUIRE_NODE"),             \
+                  "SPEX_TEST_REQUIRE_NODE is set but: %s", why_);         \
         if (why_) SKIP("%s", why_);                                       \
         port = server_port();                                             \
         CHECK_MSG(port > 0, "the server did not start");                  \
@@ -220,7 +224,7 @@ TEST(openai_load_16_clients_np4) {
     CHECK(o);
     cJSON *res = cJSON_GetObjectItem(o, "results");
     int n = cJSON_GetArraySize(res), mismatched = 0;
-    long long tokens = 0;
+    long long tokens = 0, prompt_n = 0;
     /* Serial runs, one per distinct prompt (the 48 requests cycle over 24 problems). */
     enum { MAXP = 64 };
     const char *prompts[MAXP];
@@ -231,6 +235,7 @@ TEST(openai_load_16_clients_np4) {
     cJSON_ArrayForEach(r, res) {
         const char *p = jstr(r, "prompt"), *text = jstr(r, "text");
         tokens += (long long)jnum(r, "completion_tokens");
+        prompt_n += (long long)jnum(r, "prompt_n");
         if (!p || !text) {
             mismatched++;
             continue;
@@ -249,16 +254,32 @@ TEST(openai_load_16_clients_np4) {
                        jnum(r, "request"), text, wants[k] ? wants[k] : "(null)");
         }
     }
-    double before = jnum(o, "tokens_predicted_before"), after = jnum(o, "tokens_predicted_after");
-    printf("  %d requests, %d distinct prompts, %lld completion tokens, tokens_predicted_total %.0f -> %.0f\n", n, np,
-           tokens, before, after);
+    /* /metrics around the load: every counter moved by what the 48 responses say */
+    const cJSON *mb = cJSON_GetObjectItem(o, "metrics_before"), *ma = cJSON_GetObjectItem(o, "metrics_after");
+#define DELTA(name) (long long)(jnum(ma, name) - jnum(mb, name))
+    const long long d_pred = DELTA("llamacpp:tokens_predicted_total"), d_prompt = DELTA("llamacpp:prompt_tokens_total");
+    const long long d_req = DELTA("spex:requests_total"), d_cancel = DELTA("spex:requests_cancelled_total");
+    const long long d_draft = DELTA("llamacpp:spec_decode_num_draft_tokens_total");
+    const long long d_acc = DELTA("llamacpp:spec_decode_num_accepted_tokens_total");
+#undef DELTA
+    const double busy = jnum(ma, "llamacpp:requests_processing"), deferred = jnum(ma, "llamacpp:requests_deferred");
+    printf("  %d requests, %d distinct prompts, %lld completion tokens (metric +%lld), %lld prompt tokens processed "
+           "(metric +%lld), requests_total +%lld, drafted +%lld, accepted +%lld\n",
+           n, np, tokens, d_pred, prompt_n, d_prompt, d_req, d_draft, d_acc);
     for (int k = 0; k < np; k++) free(wants[k]);
+    const bool have_metrics = mb && ma;
     cJSON_Delete(o);
     CHECK_EQ_INT(n, 48);
     CHECK(run_ok);
     CHECK_EQ_INT(mismatched, 0);
-    CHECK(before >= 0 && after >= 0);
-    CHECK_EQ_INT((long long)(after - before), tokens);
+    CHECK(have_metrics);
+    CHECK_EQ_INT(d_pred, tokens);
+    CHECK_EQ_INT(d_prompt, prompt_n);
+    CHECK_EQ_INT(d_req, 48);   /* no request lost, none counted twice */
+    CHECK_EQ_INT(d_cancel, 0);
+    CHECK(d_acc >= 0 && d_acc <= d_draft);
+    CHECK_EQ_INT((long)busy, 0);
+    CHECK_EQ_INT((long)deferred, 0);
 }
 
 /* Last: SIGTERM stops the server cleanly (and, in the ASan build, without a report). */
