@@ -10,7 +10,10 @@
  * 413, 503); 4 concurrent clients on -np 2 with greedy texts equal to serial runs; a client
  * that disconnects mid-stream frees its slot; /metrics counters add up; /props and /slots
  * (idle, during a stream, --no-slots, POST /props with and without --props); SIGTERM ends the
- * server cleanly (and, in the ASan build, without a sanitizer report).
+ * server cleanly (and, in the ASan build, without a sanitizer report), and so does SIGINT
+ * with requests running and queued (each ends with a 503); a long prompt is processed in
+ * chunks while another stream keeps flowing; stalled, over-limit and vanished clients;
+ * system messages, text parts and every sampler field against `spex run`.
  * What it is not: a test of the speculative loop's losslessness (test_spec) or of sampling.
  */
 #include "spex.h"
