@@ -670,6 +670,29 @@ TEST(tokenize_detokenize) {
     if (!ok) printf("  %s\n", r.body);
     resp_free(&r);
     CHECK(ok);
+    /* with_pieces: {id, piece} objects whose pieces spell the text (the tiny model's vocab is
+     * bytes only: no special tokens to parse here; test_tok covers those) */
+    CHECK(http(port, "POST", "/tokenize", NULL, "{\"content\":\"Hi there\",\"with_pieces\":true}", &r));
+    CHECK_EQ_INT(r.status, 200);
+    o = cJSON_Parse(r.body);
+    cJSON *arr = cJSON_GetObjectItem(o, "tokens"), *it;
+    char spelled[256] = "";
+    int n_obj = 0;
+    const char *first = NULL;
+    cJSON_ArrayForEach(it, arr) {
+        const char *pc = cJSON_GetStringValue(cJSON_GetObjectItem(it, "piece"));
+        if (cJSON_IsNumber(cJSON_GetObjectItem(it, "id")) && pc && strlen(spelled) + strlen(pc) < sizeof spelled) {
+            strcat(spelled, pc);
+            if (!n_obj) first = pc;
+            n_obj++;
+        }
+    }
+    bool pieces_ok = n_obj == cJSON_GetArraySize(arr) && n_obj >= 2 && !strcmp(spelled, "Hi there") && first &&
+                     !strcmp(first, "H");
+    if (!pieces_ok) printf("  with_pieces: %s\n", r.body);
+    cJSON_Delete(o);
+    resp_free(&r);
+    CHECK(pieces_ok);
 }
 
 typedef struct client_arg {
