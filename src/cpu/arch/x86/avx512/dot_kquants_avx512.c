@@ -488,6 +488,17 @@ KQ_INLINE void kq_w16_sb_q6(const uint8_t *u, const kq_x6 *xs, const float *xd, 
     }
 }
 
+/* R16: prefetches into L2 the unit the tile loop reads two visits after unit b of the
+ * 16-row group at row i0 (g0 = that group's first byte); visits go through the span's
+ * nbs units of a group, then to the next group (16 rows, 16 * w_stride bytes, further). */
+KQ_INLINE void kq6_prefetch_ahead(const uint8_t *g0, size_t w_stride, int nw, int i0, int64_t b0, int b, int nbs,
+                                  size_t unit) {
+    const int k = b + 2, grp = k / nbs;
+    if (i0 + KQ_WB * grp >= nw) return;
+    const uint8_t *p = g0 + (size_t)grp * KQ_WB * w_stride + (size_t)(b0 + k % nbs) * unit;
+    for (size_t o = 0; o < unit; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T1);
+}
+
 /* Blocks of 16 weight rows × groups of <= 8 activation rows over spans of KQ6_SPAN
  * super-blocks: each span's activations prepared once, then every 16-row block runs over it. */
 KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
@@ -519,15 +530,19 @@ KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw,
                 for (int j = 0; j < KQ_G; j++) acc[j] = _mm512_setzero_ps();
                 for (int b = 0; b < nbs; b++) {
                     const uintptr_t pfb = pf0 ? pf0 + (uintptr_t)b * pfs : 0;
-                    /* R16 from 3 rows on: read in place (compute-bound; the copy was 8 % of
-                     * the instructions); 1-2 rows: copy, the one sequential read that the
-                     * hardware prefetchers follow (in place, 1 row from memory ran at about half
-                     * the speed). ggml layout: transpose. */
+                    /* R16: read in place. With 1-2 rows the weights stream from memory faster
+                     * than the kernel's order within a unit (ql, qh and scale words; every
+                     * other unit 32 bytes off a line) lets the hardware prefetchers follow, so
+                     * besides the next group's unit (pfb, spread over the parts) the unit two
+                     * visits ahead is prefetched into L2 line by line: without it 1 row in
+                     * place read ~60 % of the probe, with both 90-110 %. That replaced a copy
+                     * of each unit into an aligned buffer, as fast from memory and 15-35 %
+                     * slower in cache (docs/performance.md, session 9). ggml layout:
+                     * transpose into the buffer. */
                     const uint8_t *u = ubuf;
-                    if (packed && g >= 3) {
+                    if (packed) {
                         u = rows[0] + (size_t)(b0 + b) * unit;
-                    } else if (packed) {
-                        memcpy(ubuf, rows[0] + (size_t)(b0 + b) * unit, KQ6_UNIT);
+                        if (g < 3) kq6_prefetch_ahead(rows[0], w_stride, nw, i0, b0, b, nbs, unit);
                     } else {
                         kq_unit_q6_K(rows, (size_t)(b0 + b) * bsize, ubuf);
                     }
