@@ -20,6 +20,8 @@
  * prologue of row-wise ops (embedding, residual adds, norms, QK-norm, RoPE, cache stores,
  * taps; rows split statically over the threads), then, after a barrier, one matmul through
  * spex_matmul_task with every row of the batch, so each weight is streamed once for all rows.
+ * (The barrier is skipped where the prologue writes only its thread's rows of the matmul's
+ * input and the matmul converts those same rows on the same thread first: phase_task.)
  * Attention runs inside the prologue of the W_o phase (one spex_attention call per sequence,
  * all threads taking part, then a barrier). W_q, W_k, W_v share one phase (their input is the
  * same xn: converted once, one barrier, one chunk sequence over the three), and so do W_gate
