@@ -1049,6 +1049,10 @@ typedef struct spex_spec_stats {
     double t_flush;           /* of t_draft + t_other: injecting deferred features (a backlog
                                * of prompt rows and of steps without a draft); per sequence,
                                * only its own backlog                                         */
+    uint64_t n_target_batches; /* total only: target forwards that verified a step's rows   */
+    uint64_t n_draft_batches;  /* total only: drafter forwards (DFlash or MTP) of the steps;
+                                * each spex_spec_step makes at most one of each, for all its
+                                * sequences together                                        */
 } spex_spec_stats;
 
 /* Acceptance rate n_accepted / n_drafted (0 if none) and mean acceptance length

@@ -184,6 +184,9 @@ static spex_status oracle_draft(void *user, int32_t seq, int32_t anchor, int32_t
     return SPEX_OK;
 }
 
+/* spex_spec_step calls of the last run_spec, and those that stepped more than one sequence. */
+static int g_step_calls, g_step_calls_multi;
+
 /* Runs n_seq sequences together until each has N_GEN tokens; out[s][0..N_GEN). Also checks
  * Invariant A through the API after every step. */
 static bool run_spec(pair *p, int n_seq, spex_sampler_params spp, int32_t out[][N_GEN], int *fail_line) {
@@ -192,6 +195,7 @@ static bool run_spec(pair *p, int n_seq, spex_sampler_params spp, int32_t out[][
     bool ok = false;
     int have[MAX_SEQ] = {0};
     int32_t vocab = spex_model_get_hparams(p->m)->n_vocab;
+    g_step_calls = g_step_calls_multi = 0;
     for (int s = 0; s < n_seq; s++) {
         spex_sampler_params q = spp;
         q.seed = spp.seed + (uint64_t)s;
@@ -209,6 +213,8 @@ static bool run_spec(pair *p, int n_seq, spex_sampler_params spp, int32_t out[][
         if (!k) break;
         spex_spec_out so[MAX_SEQ];
         if (spex_spec_step(p->s, seqs, k, budget, so, &e) != SPEX_OK) goto done;
+        g_step_calls++;
+        g_step_calls_multi += k > 1;
         for (int i = 0; i < k; i++) {
             int s = seqs[i];
             if (so[i].n < 1 || so[i].n > so[i].n_drafted + 1 || have[s] + so[i].n > N_GEN) {
@@ -282,6 +288,16 @@ static void greedy_lossless(const char *drafter) {
                 }
                 if (use_oracle && ok && st->n_accepted == 0) {
                     printf("  oracle drafts were never accepted\n");
+                    ok = false;
+                }
+                /* one target batch per step for all sequences (issue 6: all verify rows in one
+                 * target batch), and one drafter batch in at most every step */
+                if (ok && (st->n_target_batches != (uint64_t)g_step_calls || g_step_calls_multi == 0 ||
+                           st->n_draft_batches > (uint64_t)g_step_calls ||
+                           (!use_oracle && st->n_draft_batches == 0) || (use_oracle && st->n_draft_batches != 0))) {
+                    printf("  %d steps (%d with several sequences): %llu target, %llu drafter batches\n", g_step_calls,
+                           g_step_calls_multi, (unsigned long long)st->n_target_batches,
+                           (unsigned long long)st->n_draft_batches);
                     ok = false;
                 }
                 pair_close(&p);

@@ -797,9 +797,11 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
             }
     } else if (n_blocks > 0 && s->mtp) {
         st = spex_mtp_draft(s->mtp, s->mblocks, n_blocks, s->p.p_min, s->mdrafts, err);
+        s->total.n_draft_batches++;
         for (int32_t b = 0; b < n_blocks && st == SPEX_OK; b++) s->drafts[s->mblock_of[b]] = s->mdrafts[b];
     } else if (n_blocks > 0) {
         st = spex_draft_forward(s->dc, s->blocks, n_blocks, err);
+        s->total.n_draft_batches++;
         for (int32_t i = 0, b = 0; i < n_seqs && st == SPEX_OK; i++) {
             if (s->nd[i] == 0) continue;
             spec_seq *q = &s->seq[seqs[i]];
@@ -829,6 +831,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
     }
     spex_batch batch = {.tokens = s->batch, .n_tokens = nb};
     if ((st = spex_forward(s->t, &batch, err))) return st;
+    s->total.n_target_batches++;
 
     /* Accept, roll back, gather the accepted rows' features. */
     double t3 = now_s();
