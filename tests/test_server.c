@@ -1350,16 +1350,23 @@ static void sse_free(sse_reader *r) {
 TEST(shutdown_sigint_with_requests_in_flight) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     server s;
-    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "--queue-max", "1", "--test-step-delay-ms", "20", "-t", "1", NULL};
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "--queue-max", "1", "--test-step-delay-ms", "20", "--metrics",
+                       "-t", "1", NULL};
     CHECK_MSG(server_start(&s, a), "the server did not start");
     const char *longreq = "{\"prompt\":\"Hello\",\"max_tokens\":200,\"temperature\":0,\"stream\":true}";
     sse_reader ra;
     bool started = sse_start(&ra, open_request(s.port, "POST", "/v1/completions", NULL, longreq));
     int ev = started ? sse_wait_events(&ra, 3, 20) : 0;
-    /* B (non-streaming) waits in the queue behind A */
+    /* B (non-streaming) waits in the queue behind A: wait until the server says so */
     int fb = open_request(s.port, "POST", "/v1/completions", NULL,
                           "{\"prompt\":\"The cat\",\"max_tokens\":50,\"temperature\":0}");
-    usleep(200 * 1000);
+    double deferred = -1;
+    for (int i = 0; i < 200 && deferred != 1; i++) {
+        resp r;
+        if (http(s.port, "GET", "/metrics", NULL, NULL, &r)) metric_value(r.body, "llamacpp:requests_deferred", &deferred);
+        resp_free(&r);
+        if (deferred != 1) usleep(20 * 1000);
+    }
     bool clean;
     int rc = server_stop_sig(&s, SIGINT, &clean);
     resp rb;
@@ -1370,6 +1377,7 @@ TEST(shutdown_sigint_with_requests_in_flight) {
     bool a_done = strstr(body_a, "[DONE]") != NULL;
     if (!a_err) printf("  stream A:\n%s\n", body_a);
     CHECK(started && ev >= 3);
+    CHECK_MSG(deferred == 1, "B was not queued (requests_deferred %g)", deferred);
     CHECK_MSG(a_err && !a_done, "the running stream did not end with a 503 error event");
     CHECK(got_b && is_error(&rb, 503, NULL));
     if (got_b) resp_free(&rb);

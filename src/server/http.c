@@ -24,6 +24,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,7 +50,11 @@ typedef struct srv_server {
     int32_t n_ctx_slot, n_max;
     long created;
     const char *model_id;
+    atomic_int n_live;        /* requests received and not yet completed (their srv_conn) */
 } srv_server;
+
+/* Seconds a shutdown waits for the responses of ended requests to be written. */
+#define SRV_DRAIN_S 5.0
 
 /* Per-connection state: the body being received. */
 typedef struct srv_conn {
@@ -922,6 +927,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc = calloc(1, sizeof *cc);
         if (!cc) return MHD_NO;
         *con_cls = cc;
+        atomic_fetch_add(&S->n_live, 1);
         const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
         if (cl && strtoull(cl, NULL, 10) > S->cfg->body_max) {
             cc->too_big = true;
@@ -956,12 +962,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+    (void)c, (void)toe;
+    srv_server *S = cls;
     srv_conn *cc = *con_cls;
     if (!cc) return;
     free(cc->body);
     free(cc);
     *con_cls = NULL;
+    atomic_fetch_sub(&S->n_live, 1);
 }
 
 /* ======================================================================== */
@@ -1123,6 +1131,7 @@ static int load(srv_server *S) {
 int srv_main(const srv_config *cfg) {
     srv_server S;
     memset(&S, 0, sizeof S);
+    atomic_init(&S.n_live, 0);
     S.cfg = cfg;
     S.created = (long)time(NULL);
     S.model_id = cfg->alias ? cfg->alias : cfg->model;
@@ -1167,8 +1176,13 @@ int srv_main(const srv_config *cfg) {
     }
     S.ready = -1;
     /* The engine ends queued and running tasks (503), which wakes their connection threads;
-     * then the daemon joins those threads. */
+     * they write those responses (a stream its error event) while the daemon still runs —
+     * stopping it at once would close sockets under them, and a client would see a dropped
+     * connection instead of its 503 — then the daemon joins the threads. The wait is
+     * bounded (SRV_DRAIN_S): a client that does not read its response does not hold the
+     * shutdown. */
     srv_engine_stop(S.engine);
+    for (double t0 = srv_now_s(); atomic_load(&S.n_live) > 0 && srv_now_s() - t0 < SRV_DRAIN_S;) usleep(10 * 1000);
     MHD_stop_daemon(S.daemon);
     srv_engine_free(S.engine);
     spex_spec_free(S.spec);
