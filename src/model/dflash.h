@@ -69,5 +69,4 @@ void spex_drafter_log(const spex_drafter *d, const char *fmt, ...)
 #endif
     ;
 
-
 #endif

@@ -495,8 +495,7 @@ KQ_INLINE void kq6_prefetch_ahead(const uint8_t *g0, size_t w_stride, int nw, in
                                   size_t unit) {
     const int k = b + 2, grp = k / nbs;
     if (i0 + KQ_WB * grp >= nw) return;
-    const uint8_t *p = g0 + (size_t)grp * KQ_WB * w_stride + (size_t)(b0 + k % nbs) * unit;
-    for (size_t o = 0; o < unit; o += 64) _mm_prefetch((const char *)(p + o), _MM_HINT_T1);
+    kq_prefetch((uintptr_t)(g0 + (size_t)grp * KQ_WB * w_stride + (size_t)(b0 + k % nbs) * unit), unit);
 }
 
 /* Blocks of 16 weight rows × groups of <= 8 activation rows over spans of KQ6_SPAN
