@@ -551,8 +551,8 @@ TEST(tables_and_act_types) {
 TEST(r16_kernels_bit_equal_ggml_layout) {
     table_variant v[4];
     const int nv = get_variants(v);
-    static const spex_type types[] = {SPEX_TYPE_Q4_0, SPEX_TYPE_Q4_1, SPEX_TYPE_Q5_0, SPEX_TYPE_Q5_1,
-                                      SPEX_TYPE_Q4_K, SPEX_TYPE_Q5_K};
+    static const spex_type types[] = {SPEX_TYPE_Q8_0, SPEX_TYPE_Q4_0, SPEX_TYPE_Q4_1, SPEX_TYPE_Q5_0,
+                                      SPEX_TYPE_Q5_1, SPEX_TYPE_Q4_K, SPEX_TYPE_Q5_K};
     static const int64_t ns[] = {256, 1024, 4096 + 256}; /* 4352: more blocks than one chunk */
     const int64_t n_out = 48, n_rows = 65;
     int checked = 0;

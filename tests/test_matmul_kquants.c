@@ -635,11 +635,11 @@ TEST(r16_driver) {
         CHECK(!memcmp(ya, yb, sizeof(float) * (size_t)(n_out * nx)));
         a.n_out = 40; /* not a whole number of groups */
         CHECK(spex_matmul(pool, &a) == SPEX_ERR_INVALID_ARG);
-        a.n_out = n_out, a.wtype = SPEX_TYPE_Q8_0; /* no R16 kernel */
+        a.n_out = n_out, a.wtype = SPEX_TYPE_F16; /* no R16 kernel */
         CHECK(spex_matmul(pool, &a) == SPEX_ERR_INVALID_ARG);
     }
     CHECK(spex_r16_supported(SPEX_TYPE_Q4_K) && spex_r16_supported(SPEX_TYPE_Q5_K) && spex_r16_supported(SPEX_TYPE_Q6_K));
-    CHECK(!spex_r16_supported(SPEX_TYPE_Q8_0));
+    CHECK(spex_r16_supported(SPEX_TYPE_Q8_0) && !spex_r16_supported(SPEX_TYPE_F16));
     spex_pool_free(pool);
     free(w), free(p), free(x), free(ya), free(yb), free(ws);
 }

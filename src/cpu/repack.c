@@ -9,8 +9,8 @@
  * A block is cut into fields (the unit stores field f of the 16 rows one after the other):
  * Q4_K and Q5_K into 32-bit words (their blocks are whole words; the header's d/dmin pair and
  * scale bytes are words too), Q6_K into its 52 words and the trailing fp16 d, the 32-element
- * types into their fp16 scale (and min), the 32 fifth bits, and the 16 code bytes as four
- * words.
+ * types into their fp16 scale (and min), the 32 fifth bits, and the code bytes as words (16
+ * bytes of nibbles, four words; Q8_0's 32 bytes, eight).
  */
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
@@ -28,6 +28,7 @@ static const uint8_t *fields(spex_type t, size_t *bsize) {
     /* Q6_K: ql (32 words), qh (16), the scale bytes (4), then the fp16 d */
     static const uint8_t q6_K[54] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
                                      4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 2, 0};
+    static const uint8_t q8_0[] = {2, 4, 4, 4, 4, 4, 4, 4, 4, 0}; /* d | qs      */
     static const uint8_t q4_0[] = {2, 4, 4, 4, 4, 0};       /* d | qs              */
     static const uint8_t q4_1[] = {2, 2, 4, 4, 4, 4, 0};    /* d | m | qs          */
     static const uint8_t q5_0[] = {2, 4, 4, 4, 4, 4, 0};    /* d | qh | qs         */
@@ -36,6 +37,7 @@ static const uint8_t *fields(spex_type t, size_t *bsize) {
     case SPEX_TYPE_Q4_K: *bsize = sizeof(block_q4_K); return words36;
     case SPEX_TYPE_Q5_K: *bsize = sizeof(block_q5_K); return words44;
     case SPEX_TYPE_Q6_K: *bsize = sizeof(block_q6_K); return q6_K;
+    case SPEX_TYPE_Q8_0: *bsize = sizeof(block_q8_0); return q8_0;
     case SPEX_TYPE_Q4_0: *bsize = sizeof(block_q4_0); return q4_0;
     case SPEX_TYPE_Q4_1: *bsize = sizeof(block_q4_1); return q4_1;
     case SPEX_TYPE_Q5_0: *bsize = sizeof(block_q5_0); return q5_0;
@@ -54,8 +56,12 @@ static void move_block(const uint8_t *f, uint8_t *unit, int l, uint8_t *blk, boo
     size_t uo = 0, bo = 0;
     for (; *f; f++) {
         uint8_t *u = unit + uo + (size_t)l * *f;
-        if (to_unit) memcpy(u, blk + bo, *f);
-        else memcpy(blk + bo, u, *f);
+        uint8_t *to = to_unit ? u : blk + bo;
+        const uint8_t *from = to_unit ? blk + bo : u;
+        /* constant sizes, so each copy is one move (a memcpy of a variable size was a library
+         * call per field: 2.2-2.9 s to pack a 637 MB Q8_0 model, its nine fields a block) */
+        if (*f == 4) memcpy(to, from, 4);
+        else memcpy(to, from, 2);
         uo += (size_t)R16 * *f;
         bo += *f;
     }
@@ -70,9 +76,20 @@ void spex_r16_pack(spex_type t, const void *src, void *dst, int64_t n_out, int64
     for (int64_t g = 0; g + R16 <= n_out; g += R16) {
         const uint8_t *s = (const uint8_t *)src + (size_t)g * row;
         uint8_t *d = (uint8_t *)dst + (size_t)g * row;
-        for (int64_t b = 0; b < nb; b++)
-            for (int l = 0; l < R16; l++)
-                move_block(f, d + (size_t)b * R16 * bs, l, (uint8_t *)(s + (size_t)l * row + (size_t)b * bs), true);
+        for (int64_t b = 0; b < nb; b++) {
+            /* field by field, the 16 rows' copies of a field one after the other: the unit is
+             * written front to back, with constant-size moves */
+            uint8_t *u = d + (size_t)b * R16 * bs;
+            const uint8_t *blk = s + (size_t)b * bs;
+            for (const uint8_t *fp = f; *fp; fp++) {
+                if (*fp == 4)
+                    for (int l = 0; l < R16; l++) memcpy(u + 4 * l, blk + (size_t)l * row, 4);
+                else
+                    for (int l = 0; l < R16; l++) memcpy(u + 2 * l, blk + (size_t)l * row, 2);
+                u += (size_t)R16 * *fp;
+                blk += *fp;
+            }
+        }
     }
 }
 

@@ -1,7 +1,7 @@
 /*
  * repack_weights.c — moves a loaded model's (or drafter's) matmul weights into the R16
  * layout when the active kernels read that faster (cpu/matmul.h; today the AVX-512 kernels of
- * Q4_K, Q5_K, Q6_K, Q4_0, Q4_1, Q5_0 and Q5_1: per-block transposes of 16 rows become plain
+ * Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1: per-block transposes of 16 rows become plain
  * loads, and 16 rows read side by side become one stream).
  *
  * What it is: a load-time step. Each chosen matrix is copied once into an owned, 64-byte

@@ -52,8 +52,7 @@ static uint32_t load_qh(const uint8_t qh[4]) {
     return (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
 }
 
-static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *x, int64_t nb) {
-    float acc = 0.0f;
+static float dot_q8_0(const block_q8_0 *w, const block_q8_0 *x, int64_t nb, float acc) {
     for (int64_t b = 0; b < nb; b++) {
         int sumi = 0;
         for (int k = 0; k < QK8_0; k++) sumi += w[b].qs[k] * x[b].qs[k];
@@ -134,7 +133,7 @@ static float dot_q5_1(const block_q5_1 *w, const block_q8_1 *x, int64_t nb, floa
 SPEX_REF_TILE(tile_f32, float, float, dot_f32(wr, xr, n))
 SPEX_REF_TILE(tile_f16, spex_fp16, float, dot_f16(wr, xr, n))
 SPEX_REF_TILE(tile_bf16, spex_bf16, float, dot_bf16(wr, xr, n))
-SPEX_REF_TILE(tile_q8_0, block_q8_0, block_q8_0, dot_q8_0(wr, xr, n / QK8_0))
+SPEX_REF_TILE(tile_q8_0, block_q8_0, block_q8_0, dot_q8_0(wr, xr, n / QK8_0, 0.0f))
 SPEX_REF_TILE(tile_q4_0, block_q4_0, block_q8_0, dot_q4_0(wr, xr, n / QK4_0, 0.0f))
 SPEX_REF_TILE(tile_q5_0, block_q5_0, block_q8_0, dot_q5_0(wr, xr, n / QK5_0, 0.0f))
 SPEX_REF_TILE(tile_q4_1, block_q4_1, block_q8_1, dot_q4_1(wr, xr, n / QK4_1, 0.0f))
@@ -162,6 +161,7 @@ SPEX_REF_TILE(tile_q5_1, block_q5_1, block_q8_1, dot_q5_1(wr, xr, n / QK5_1, 0.0
         }                                                                                  \
     }
 
+SPEX_REF_TILE_R16(tile_q8_0_r16, SPEX_TYPE_Q8_0, block_q8_0, block_q8_0, dot_q8_0)
 SPEX_REF_TILE_R16(tile_q4_0_r16, SPEX_TYPE_Q4_0, block_q4_0, block_q8_0, dot_q4_0)
 SPEX_REF_TILE_R16(tile_q5_0_r16, SPEX_TYPE_Q5_0, block_q5_0, block_q8_0, dot_q5_0)
 SPEX_REF_TILE_R16(tile_q4_1_r16, SPEX_TYPE_Q4_1, block_q4_1, block_q8_1, dot_q4_1)
@@ -188,6 +188,7 @@ void spex_matmul_register_scalar(spex_matmul_kernels *k) {
     k->dot[SPEX_TYPE_Q5_0] = tile_q5_0;
     k->dot[SPEX_TYPE_Q4_1] = tile_q4_1;
     k->dot[SPEX_TYPE_Q5_1] = tile_q5_1;
+    k->dot_r16[SPEX_TYPE_Q8_0] = tile_q8_0_r16;
     k->dot_r16[SPEX_TYPE_Q4_0] = tile_q4_0_r16;
     k->dot_r16[SPEX_TYPE_Q5_0] = tile_q5_0_r16;
     k->dot_r16[SPEX_TYPE_Q4_1] = tile_q4_1_r16;

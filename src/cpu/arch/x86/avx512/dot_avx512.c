@@ -505,7 +505,7 @@ AI void qbat_pass(const int K, const bool vnni, const int G, int64_t nb, const u
     }
 }
 
-/* ---- qrow: R16 weights (q4_0 / q4_1 / q5_0 / q5_1), weight rows in lanes ------------------ */
+/* ---- qrow: R16 weights (q8_0 / q4_0 / q4_1 / q5_0 / q5_1), weight rows in lanes ---------- */
 
 /* For weights in the R16 layout (cpu/matmul.h: per 16-row group and block, each field of the
  * 16 rows contiguous), lane l of every vector is weight row l of the group and each
@@ -530,29 +530,48 @@ typedef struct {
     float s[QR_G][QR_CHUNK];      /* Q8_1 sum terms (q4_1, q5_1)                              */
 } qr_xprep;
 
-/* acc + w . (the activation dword at p in every lane). */
-AI __m512i qr_dpb(__m512i acc, __m512i w, const int8_t *p, const bool vnni) {
+/* acc + w . (the activation dword at p in every lane). neg: q8_0 without VNNI, where w holds
+ * |codes| and the bytes of neg are the negative codes, whose sign goes on the activation. */
+AI __m512i qr_dpb(__m512i acc, __m512i w, const int8_t *p, const bool vnni, const bool signed_w, __mmask64 neg) {
     if (vnni) {
         __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*(const int32_t *)(const void *)p));
         return acc;
     }
     int32_t v;
     memcpy(&v, p, 4);
-    __m512i t = _mm512_madd_epi16(_mm512_maddubs_epi16(w, _mm512_set1_epi32(v)), _mm512_set1_epi16(1));
+    __m512i xv = _mm512_set1_epi32(v);
+    if (signed_w) xv = _mm512_mask_sub_epi8(xv, neg, _mm512_setzero_si512(), xv);
+    __m512i t = _mm512_madd_epi16(_mm512_maddubs_epi16(w, xv), _mm512_set1_epi16(1));
     __asm__("" : "+v"(t)); /* no vpdpwssd in the non-VNNI variant (see the K-quant kernels) */
     return _mm512_add_epi32(acc, t);
 }
 
 /* Byte offsets of the fields inside an R16 unit: 16 fp16 scales, [16 fp16 mins], [16 qh
- * words], then the 16 rows' code words 0..3. */
+ * words], then the 16 rows' code words 0..3 (q8_0: 0..7). */
 AI size_t qr_off_qh(const int K) { return K == K_Q5_0 ? 32 : 64; }
-AI size_t qr_off_qs(const int K) { return K == K_Q4_0 ? 32 : K == K_Q4_1 ? 64 : K == K_Q5_0 ? 96 : 128; }
+AI size_t qr_off_qs(const int K) {
+    return K == K_Q4_0 || K == K_Q8_0 ? 32 : K == K_Q4_1 ? 64 : K == K_Q5_0 ? 96 : 128;
+}
 
 /* One R16 unit in lanes: codes W[k] = dword k of the 32 unsigned codes (elements 4k..4k+3),
- * scale dw, min mw (q4_1 / q5_1). */
-AI void qr_wblock(const int K, const uint8_t *u, __m512i W[8], __m512 *dw, __m512 *mw) {
+ * scale dw, min mw (q4_1 / q5_1). q8_0: w + 128 with VNNI (base_offset), else |w| with the
+ * negative codes' bytes in neg[k]. */
+AI void qr_wblock(const int K, const bool vnni, const uint8_t *u, __m512i W[8], __m512 *dw, __m512 *mw,
+                  __mmask64 neg[8]) {
     *dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)u));
     if (has_min(K)) *mw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + 32)));
+    if (K == K_Q8_0) {
+        for (int k = 0; k < 8; k++) {
+            const __m512i q = _mm512_loadu_si512(u + qr_off_qs(K) + 64 * (size_t)k);
+            if (vnni) {
+                W[k] = _mm512_xor_si512(q, _mm512_set1_epi8((char)0x80));
+            } else {
+                neg[k] = _mm512_movepi8_mask(q);
+                W[k] = _mm512_abs_epi8(q); /* -128 becomes 0x80, read as 128 unsigned */
+            }
+        }
+        return;
+    }
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     for (int c = 0; c < 4; c++) { /* qs byte i: element i (low nibble), element 16 + i (high) */
         const __m512i q = _mm512_loadu_si512(u + qr_off_qs(K) + 64 * (size_t)c);
@@ -575,39 +594,62 @@ AI void qr_wblock(const int K, const uint8_t *u, __m512i W[8], __m512 *dw, __m51
     }
 }
 
-/* Partial sums (lanes = 16 weight rows) of g activation rows over the blocks of residue class
- * r of a chunk: P[j] += each block's term, blocks c0 + r, c0 + r + 4, ...; g0 = the group's
- * first unit of the chunk; pf: the next group's units of the chunk (0: none), one unit
- * prefetched per block visited (it counts the visits of the four passes). */
+/* P[j] += block b's term for activation rows j < g (lanes = 16 weight rows); u: its unit. */
+AI void qr_block(const int K, const bool vnni, const int g, const uint8_t *u, const uint8_t *x, size_t xst,
+                 int64_t c0, int64_t b, const qr_xprep *xp, __m512 *P) {
+    const size_t xbs = has_min(K) ? sizeof(block_q8_1) : sizeof(block_q8_0);
+    const size_t xq = has_min(K) ? 4 : 2;
+    __m512i W[8];
+    __mmask64 neg[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    __m512 dw, mw = _mm512_setzero_ps();
+    qr_wblock(K, vnni, u, W, &dw, &mw, neg);
+#pragma GCC unroll 8
+    for (int j = 0; j < QR_G; j++) {
+        if (j >= g) break;
+        const int8_t *q = (const int8_t *)(x + (size_t)j * xst + (size_t)(c0 + b) * xbs + xq);
+        __m512i S = _mm512_set1_epi32(xp->base[j][b]);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) S = qr_dpb(S, W[k], q + 4 * k, vnni, K == K_Q8_0, neg[k]);
+        P[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dw, _mm512_set1_ps(xp->dx[j][b])), P[j]);
+        if (has_min(K)) P[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xp->s[j][b]), P[j]);
+    }
+}
+
+/* Partial sums of g activation rows over the blocks of residue class r of a chunk: P[j] +=
+ * each block's term, blocks c0 + r, c0 + r + 4, ...; g0 = the group's first unit of the
+ * chunk; pf: the next group's units of the chunk (0: none), one unit prefetched per block
+ * visited (it counts the visits of the four passes). */
 AI void qr_residue(const int K, const bool vnni, const int g, const uint8_t *g0, size_t ubytes, const uint8_t *x,
                    size_t xst, int64_t c0, int64_t cnt, int r, const qr_xprep *xp, uintptr_t pf, int64_t it,
                    __m512 *P) {
-    const size_t xbs = has_min(K) ? sizeof(block_q8_1) : sizeof(block_q8_0);
-    const size_t xq = has_min(K) ? 4 : 2;
     for (int64_t b = r; b < cnt; b += 4, it++) {
         if (pf)
             for (size_t o = 0; o < ubytes; o += 64) _mm_prefetch((const char *)(pf + (uintptr_t)it * ubytes + o), _MM_HINT_T1);
-        __m512i W[8];
-        __m512 dw, mw = _mm512_setzero_ps();
-        qr_wblock(K, g0 + (size_t)b * ubytes, W, &dw, &mw);
-#pragma GCC unroll 8
-        for (int j = 0; j < QR_G; j++) {
-            if (j >= g) break;
-            const int8_t *q = (const int8_t *)(x + (size_t)j * xst + (size_t)(c0 + b) * xbs + xq);
-            __m512i S = _mm512_set1_epi32(xp->base[j][b]);
-#pragma GCC unroll 8
-            for (int k = 0; k < 8; k++) S = qr_dpb(S, W[k], q + 4 * k, vnni);
-            P[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(S), _mm512_mul_ps(dw, _mm512_set1_ps(xp->dx[j][b])), P[j]);
-            if (has_min(K)) P[j] = _mm512_fmadd_ps(mw, _mm512_set1_ps(xp->s[j][b]), P[j]);
-        }
+        qr_block(K, vnni, g, g0 + (size_t)b * ubytes, x, xst, c0, b, xp, P);
+    }
+}
+
+/* The same sums for g <= 2 rows over two groups at once (ua, and ub unless NULL), the blocks
+ * in order: P[0][r] / P[1][r] still get the blocks of residue r in the same order (the same
+ * bits), but the units are read front to back, two forward streams the hardware prefetchers
+ * follow and that keep more DRAM requests in flight than one (the qdec comment). The four
+ * residue passes, one group at a time with software prefetches, read the q8_0 1-row tile
+ * from DRAM at 60-70 % of the stream probe; this path at 90-100 %. */
+AI void qr_seq2(const int K, const bool vnni, const int g, const uint8_t *ua, const uint8_t *ub, size_t ubytes,
+                const uint8_t *x, size_t xst, int64_t c0, int64_t cnt, const qr_xprep *xp, __m512 P[2][4][QR_G]) {
+    for (int64_t b = 0; b < cnt; b++) {
+        const int r = (int)(b & 3);
+        qr_block(K, vnni, g, ua + (size_t)b * ubytes, x, xst, c0, b, xp, P[0][r]);
+        if (ub) qr_block(K, vnni, g, ub + (size_t)b * ubytes, x, xst, c0, b, xp, P[1][r]);
     }
 }
 
 /* The activation side of blocks [c0, c0 + cnt) of g rows: dx, s and the integer sums' start. */
-AI void qr_prep(const int K, const uint8_t *x, size_t xst, int g, int64_t c0, int64_t cnt, qr_xprep *xp) {
+AI void qr_prep(const int K, const bool vnni, const uint8_t *x, size_t xst, int g, int64_t c0, int64_t cnt,
+                qr_xprep *xp) {
     const size_t xbs = has_min(K) ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const size_t xq = has_min(K) ? 4 : 2;
-    const int off = code_offset(K);
+    const int off = base_offset(K, vnni);
     for (int j = 0; j < g; j++)
         for (int64_t b = 0; b < cnt; b++) {
             const uint8_t *blk = x + (size_t)j * xst + (size_t)(c0 + b) * xbs;
@@ -625,6 +667,15 @@ AI void qr_prep(const int K, const uint8_t *x, size_t xst, int g, int64_t c0, in
         }
 }
 
+/* y[j * ldy + l] (j < g, l < 16) = (P0 + P1) + (P2 + P3) of lane l of row j's sums. */
+AI void qr_store(__m512 kp[4][QR_G], int g, float *y, size_t ldy) {
+    for (int j = 0; j < g; j++) {
+        float t[16];
+        _mm512_storeu_ps(t, _mm512_add_ps(_mm512_add_ps(kp[0][j], kp[1][j]), _mm512_add_ps(kp[2][j], kp[3][j])));
+        memcpy(y + (size_t)j * ldy, t, sizeof t);
+    }
+}
+
 /* A tile of nw (a multiple of 16) R16 weight rows x nx activation rows. */
 AI void qrow(const int K, const bool vnni, int64_t nb, const uint8_t *w, size_t wst, int nw, const uint8_t *x,
              size_t xst, int nx, float *y, size_t ldy) {
@@ -639,7 +690,28 @@ AI void qrow(const int K, const bool vnni, int64_t nb, const uint8_t *w, size_t 
             for (int64_t c0 = 0; c0 < nb; c0 += QR_CHUNK) {
                 const int64_t cnt = nb - c0 < QR_CHUNK ? nb - c0 : QR_CHUNK;
                 const bool first = c0 == 0, last = c0 + cnt == nb;
-                qr_prep(K, xg, xst, g, c0, cnt, &xp);
+                qr_prep(K, vnni, xg, xst, g, c0, cnt, &xp);
+                if (g <= 2) {
+                    const int ng = nwb / 16, half = (ng + 1) / 2;
+                    for (int ga = 0; ga < half; ga++) {
+                        const int gi[2] = {ga, ga + half < ng ? ga + half : -1};
+                        const uint8_t *ua = w + (size_t)(wb + 16 * gi[0]) * wst + (size_t)c0 * ubytes;
+                        const uint8_t *ub = gi[1] >= 0 ? w + (size_t)(wb + 16 * gi[1]) * wst + (size_t)c0 * ubytes : NULL;
+                        __m512 P[2][4][QR_G];
+                        for (int h = 0; h < 2; h++)
+                            for (int r = 0; r < 4; r++)
+                                for (int j = 0; j < g; j++)
+                                    P[h][r][j] = first || gi[h] < 0 ? _mm512_setzero_ps() : keep[gi[h]][r][j];
+                        if (g == 1) qr_seq2(K, vnni, 1, ua, ub, ubytes, xg, xst, c0, cnt, &xp, P);
+                        else qr_seq2(K, vnni, 2, ua, ub, ubytes, xg, xst, c0, cnt, &xp, P);
+                        for (int h = 0; h < 2 && gi[h] >= 0; h++) {
+                            for (int r = 0; r < 4; r++)
+                                for (int j = 0; j < g; j++) keep[gi[h]][r][j] = P[h][r][j];
+                            if (last) qr_store(keep[gi[h]], g, y + (size_t)j0 * ldy + (size_t)(wb + 16 * gi[h]), ldy);
+                        }
+                    }
+                    continue;
+                }
                 for (int i0 = 0; i0 < nwb; i0 += 16) {
                     const uint8_t *g0 = w + (size_t)(wb + i0) * wst + (size_t)c0 * ubytes;
                     const uintptr_t pf = i0 + 16 < nwb ? (uintptr_t)(g0 + 16 * wst) : 0;
@@ -647,7 +719,7 @@ AI void qrow(const int K, const bool vnni, int64_t nb, const uint8_t *w, size_t 
                         for (size_t o = 0; o < (size_t)cnt * ubytes; o += 64) _mm_prefetch((const char *)(g0 + o), _MM_HINT_T1);
                     __m512 (*kp)[QR_G] = keep[i0 / 16];
                     int64_t it = 0; /* blocks visited in this group, over the four passes */
-                    for (int r = 0; r < 4; r++) {
+                    for (int r = 0; r < 4 && g > 2; r++) {
                         __m512 P[QR_G];
                         for (int j = 0; j < QR_G; j++) P[j] = first ? _mm512_setzero_ps() : kp[r][j];
 #define QR_R(G_) qr_residue(K, vnni, G_, g0, ubytes, xg, xst, c0, cnt, r, &xp, pf, it, P)
@@ -665,12 +737,7 @@ AI void qrow(const int K, const bool vnni, int64_t nb, const uint8_t *w, size_t 
                         it += (cnt - r + 3) / 4;
                         for (int j = 0; j < g; j++) kp[r][j] = P[j];
                     }
-                    if (!last) continue;
-                    for (int j = 0; j < g; j++) {
-                        float t[16];
-                        _mm512_storeu_ps(t, _mm512_add_ps(_mm512_add_ps(kp[0][j], kp[1][j]), _mm512_add_ps(kp[2][j], kp[3][j])));
-                        memcpy(y + (size_t)(j0 + j) * ldy + (size_t)(wb + i0), t, sizeof t);
-                    }
+                    if (last) qr_store(kp, g, y + (size_t)j0 * ldy + (size_t)(wb + i0), ldy);
                 }
             }
         }
@@ -824,6 +891,8 @@ SPEX_QKERNEL(dot_q4_1_vnni, K_Q4_1, true)
 SPEX_QKERNEL(dot_q4_1_bw, K_Q4_1, false)
 SPEX_QKERNEL(dot_q5_1_vnni, K_Q5_1, true)
 SPEX_QKERNEL(dot_q5_1_bw, K_Q5_1, false)
+SPEX_QKERNEL_R16(dot_q8_0_r16_vnni, K_Q8_0, true)
+SPEX_QKERNEL_R16(dot_q8_0_r16_bw, K_Q8_0, false)
 SPEX_QKERNEL_R16(dot_q4_0_r16_vnni, K_Q4_0, true)
 SPEX_QKERNEL_R16(dot_q4_0_r16_bw, K_Q4_0, false)
 SPEX_QKERNEL_R16(dot_q5_0_r16_vnni, K_Q5_0, true)
@@ -914,11 +983,12 @@ void spex_matmul_register_avx512(spex_matmul_kernels *k, unsigned feat) {
     k->dot[SPEX_TYPE_Q5_0] = vnni ? dot_q5_0_vnni : dot_q5_0_bw;
     k->dot[SPEX_TYPE_Q4_1] = vnni ? dot_q4_1_vnni : dot_q4_1_bw;
     k->dot[SPEX_TYPE_Q5_1] = vnni ? dot_q5_1_vnni : dot_q5_1_bw;
+    k->dot_r16[SPEX_TYPE_Q8_0] = vnni ? dot_q8_0_r16_vnni : dot_q8_0_r16_bw;
     k->dot_r16[SPEX_TYPE_Q4_0] = vnni ? dot_q4_0_r16_vnni : dot_q4_0_r16_bw;
     k->dot_r16[SPEX_TYPE_Q5_0] = vnni ? dot_q5_0_r16_vnni : dot_q5_0_r16_bw;
     k->dot_r16[SPEX_TYPE_Q4_1] = vnni ? dot_q4_1_r16_vnni : dot_q4_1_r16_bw;
     k->dot_r16[SPEX_TYPE_Q5_1] = vnni ? dot_q5_1_r16_vnni : dot_q5_1_r16_bw;
-    k->r16_fast[SPEX_TYPE_Q4_0] = k->r16_fast[SPEX_TYPE_Q5_0] = true;
+    k->r16_fast[SPEX_TYPE_Q8_0] = k->r16_fast[SPEX_TYPE_Q4_0] = k->r16_fast[SPEX_TYPE_Q5_0] = true;
     k->r16_fast[SPEX_TYPE_Q4_1] = k->r16_fast[SPEX_TYPE_Q5_1] = true;
     k->act_quant[SPEX_TYPE_Q8_0] = act_q8_0;
     k->act_quant[SPEX_TYPE_Q8_1] = act_q8_1;
