@@ -327,8 +327,14 @@ KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
                 const size_t unit = (size_t)KQ_WB * bsize; /* R16: bytes of one super-block's unit */
                 __m512 acc[KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[j] = _mm512_setzero_ps();
+                /* R16 with 1-2 activation rows: no prefetch of the next group. Its units are
+                 * one forward stream after this group's, which the hardware prefetchers follow,
+                 * and the 36 prefetch instructions per unit cost more than they gain: one row
+                 * from DRAM read 75-81 % of the probe with them, 88-95 % without (2 threads:
+                 * 91-95 % -> 101-110 %), and 5 % more in cache (docs/performance.md, session 10). */
+                const uintptr_t pfn = packed && g < 3 ? 0 : pf0;
                 for (int b = 0; b < nbs; b++) {
-                    if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
+                    if (pfn) kq_prefetch(pfn + (uintptr_t)b * pfs, pfs);
                     const kq_src src = {.rows = rows, .off = (size_t)(b0 + b) * bsize,
                                         .unit = rows[0] + (size_t)(b0 + b) * unit};
                     switch (g) {
