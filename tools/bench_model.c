@@ -101,7 +101,8 @@ static double run_tg(spex_context *ctx, int n, int32_t n_vocab) {
 static void bm_usage(FILE *f) {
     fprintf(f, "usage: spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--reps R] [--no-repack]\n"
                "  prefill ppN (one forward of N tokens) and decode tgN (N one-token forwards), best of R;\n"
-               "  decode also as GB/s of weights per token next to a streaming-read probe on the same threads;\n"
+               "  decode also as GB/s of weights per token next to a streaming-read probe on the same threads\n"
+               "  (sustained: as many passes as a decode run streams weight bytes; and the best single pass);\n"
                "  --no-repack keeps every weight in the file's layout (no R16 copies at load)\n");
 }
 
