@@ -9,7 +9,8 @@
  * the JSON holds the same rows; on the tiny qwen35 target (byte tokenizer, plain "prompt"
  * lines) the MTP row and DFlash2 rows for --draft-quant Q8_0,Q4_K_M appear, greedy identical,
  * and the temporary quantized files are gone afterwards; bad flags exit 2 and a missing
- * prompt file exits 1, each with an "error: " line. What it is not: a check of the speed
+ * prompt file exits 1, each with an "error: " line; `bench attn` and `bench model` tables and
+ * bad flags likewise. What it is not: a check of the speed
  * numbers (they depend on the machine), nor of spex_spec itself (test_spec, test_spec_qwen35).
  */
 #include "spex.h"
@@ -257,6 +258,37 @@ TEST(bench_attn_table_and_bad_flags) {
                   "%s %s: rc %d, stderr: %s", bad[i][0], bad[i][1] ? bad[i][1] : "", r.rc, r.err);
         bs_free(&r);
     }
+}
+
+/* `spex bench model` (tools/bench_model.c): a prefill and a decode row, the decode against both
+ * probes (sustained and one pass), each probe's own row; bad flags exit 2 and a missing model
+ * exits 1, each with an "error: " line. */
+TEST(bench_model_table_and_probes) {
+    REQUIRE_BIN();
+    bs_result r;
+    const char *const a[] = {"bench", "model", "-m", DEF_TARGET, "--pp", "8", "--tg", "4", "--reps", "1", "-t", "1", NULL};
+    CHECK_MSG(test_spex_exec(a, &r), "could not run %s", test_spex_bin());
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK_MSG(strstr(r.out, "| test | tokens | best ms | t/s | weights GB/s | % probe (sustained) | % probe (one pass) |"),
+              "no table in:\n%s", r.out);
+    CHECK(strstr(r.out, "\n| pp8 | 8 | "));
+    CHECK(strstr(r.out, "\n| tg4 | 4 | "));
+    CHECK(strstr(r.out, "\n| probe, sustained (1 passes) | "));
+    CHECK(strstr(r.out, "\n| probe, one pass | "));
+    CHECK(!strstr(r.out, "pp64 / decode")); /* no pp64 asked for */
+    bs_free(&r);
+    const char *const bad[][6] = {{"-m", DEF_TARGET, "--reps", "0"}, {"-m", DEF_TARGET, "--tg", "x"}, {"--pp", "8"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *const b[] = {"bench", "model", bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL};
+        CHECK_MSG(test_spex_exec(b, &r), "could not run %s", test_spex_bin());
+        CHECK_MSG(r.rc == 2 && strstr(r.err, "error: ") && sanitizer_clean(r.err), "case %zu: rc %d, stderr: %s", i, r.rc,
+                  r.err);
+        bs_free(&r);
+    }
+    const char *const missing[] = {"bench", "model", "-m", "/nonexistent/x.gguf", NULL};
+    CHECK_MSG(test_spex_exec(missing, &r), "could not run %s", test_spex_bin());
+    CHECK_MSG(r.rc == 1 && strstr(r.err, "error: ") && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    bs_free(&r);
 }
 
 TEST_MAIN()

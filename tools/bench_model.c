@@ -141,6 +141,7 @@ int bench_model(int argc, char **argv) {
         }
     }
     if (!path) {
+        fprintf(stderr, "error: bench model needs a model (-m FILE)\n");
         bm_usage(stderr);
         return 2;
     }
