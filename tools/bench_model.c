@@ -15,7 +15,8 @@
  * short burst), and, before every decode run, as many passes as the run streams weight bytes
  * ("probe, sustained": the same bytes over the same time as a decode run). The decode is
  * compared with the sustained one, its own kind of load: on a shared host the best 15 ms
- * window reads 6-15 % more than any stream of a few hundred ms (docs/performance.md).
+ * window read up to 60 % more than a stream of a few hundred ms (docs/performance.md,
+ * session 10).
  * What it is not: a kernel benchmark (`spex bench kernels`) nor an end-to-end generation
  * benchmark (no sampling, no tokenizer).
  *
@@ -211,12 +212,11 @@ int bench_model(int argc, char **argv) {
         printf("| pp%ld | %ld | %.1f | %.1f | — | — | — |\n", pp[i], pp[i], best * 1e3, tps);
         fflush(stdout);
     }
-    double sus_best = 1e30; /* seconds per pass of the sustained probe */
-    bm_probe sus = pr;
-    sus.passes = (int)(((double)wbytes * (double)tg + BM_PROBE_BYTES / 2) / BM_PROBE_BYTES);
-    if (sus.passes < 1) sus.passes = 1;
     if (tg > 0) {
-        double best = 1e30;
+        double best = 1e30, sus_best = 1e30; /* sus_best: seconds per pass of the sustained probe */
+        bm_probe sus = pr;
+        sus.passes = (int)(((double)wbytes * (double)tg + BM_PROBE_BYTES / 2) / BM_PROBE_BYTES);
+        if (sus.passes < 1) sus.passes = 1;
         for (long r = 0; r <= reps; r++) {
             PROBE();
             double t0 = genset_now_s();

@@ -57,8 +57,8 @@ typedef struct spex_matmul_kernels {
  * words (ql, qh, the scale bytes) the same, then the 16 fp16 d (a 3360-byte unit, so every
  * other unit is 32 bytes off 64-byte alignment); for Q8_0 / Q4_0 / Q4_1 /
  * Q5_0 / Q5_1 the fp16 scale (then the fp16 min), the 32-bit qh word (Q5), and the code bytes
- * as words (Q8_0: 32 bytes, eight words; the others 16 bytes, four). One SIMD lane per row: what the AVX-512 kernels otherwise build with transposes
- * or gathers every block. Same size as the ggml layout; only matmul reads it. */
+ * as words (Q8_0: 32 bytes, eight words; the others 16 bytes, four). One SIMD lane per row:
+ * what the AVX-512 kernels otherwise build with transposes or gathers every block. Same size as the ggml layout; only matmul reads it. */
 bool spex_r16_supported(spex_type t);
 /* dst <- src (ggml layout, n_out x n, n_out % 16 == 0) in the R16 layout; src != dst. */
 void spex_r16_pack(spex_type t, const void *src, void *dst, int64_t n_out, int64_t n);

@@ -51,17 +51,14 @@ bool spex_r16_supported(spex_type t) {
     return fields(t, &bs) != NULL;
 }
 
-/* Copies one block between the ggml layout (blk) and lane l of an R16 unit. */
-static void move_block(const uint8_t *f, uint8_t *unit, int l, uint8_t *blk, bool to_unit) {
+/* Copies lane l of an R16 unit back into one block in the ggml layout (blk). */
+static void block_from_unit(const uint8_t *f, const uint8_t *unit, int l, uint8_t *blk) {
     size_t uo = 0, bo = 0;
     for (; *f; f++) {
-        uint8_t *u = unit + uo + (size_t)l * *f;
-        uint8_t *to = to_unit ? u : blk + bo;
-        const uint8_t *from = to_unit ? blk + bo : u;
-        /* constant sizes, so each copy is one move (a memcpy of a variable size was a library
-         * call per field: 2.2-2.9 s to pack a 637 MB Q8_0 model, its nine fields a block) */
-        if (*f == 4) memcpy(to, from, 4);
-        else memcpy(to, from, 2);
+        const uint8_t *u = unit + uo + (size_t)l * *f;
+        /* constant sizes, so each copy is one move rather than a library call */
+        if (*f == 4) memcpy(blk + bo, u, 4);
+        else memcpy(blk + bo, u, 2);
         uo += (size_t)R16 * *f;
         bo += *f;
     }
@@ -78,7 +75,8 @@ void spex_r16_pack(spex_type t, const void *src, void *dst, int64_t n_out, int64
         uint8_t *d = (uint8_t *)dst + (size_t)g * row;
         for (int64_t b = 0; b < nb; b++) {
             /* field by field, the 16 rows' copies of a field one after the other: the unit is
-             * written front to back, with constant-size moves */
+             * written front to back, with constant-size moves (a variable-size memcpy per field
+             * was a library call each: 2.2-2.9 s to pack a 637 MB Q8_0 model, now 0.5 s) */
             uint8_t *u = d + (size_t)b * R16 * bs;
             const uint8_t *blk = s + (size_t)b * bs;
             for (const uint8_t *fp = f; *fp; fp++) {
@@ -97,5 +95,5 @@ void spex_r16_get_block(spex_type t, const void *g16, int l, int64_t b, void *bl
     size_t bs;
     const uint8_t *f = fields(t, &bs);
     if (!f) return;
-    move_block(f, (uint8_t *)g16 + (size_t)b * R16 * bs, l, blk, false);
+    block_from_unit(f, (const uint8_t *)g16 + (size_t)b * R16 * bs, l, (uint8_t *)blk);
 }

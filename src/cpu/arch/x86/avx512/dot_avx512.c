@@ -719,13 +719,11 @@ AI void qrow(const int K, const bool vnni, int64_t nb, const uint8_t *w, size_t 
                         for (size_t o = 0; o < (size_t)cnt * ubytes; o += 64) _mm_prefetch((const char *)(g0 + o), _MM_HINT_T1);
                     __m512 (*kp)[QR_G] = keep[i0 / 16];
                     int64_t it = 0; /* blocks visited in this group, over the four passes */
-                    for (int r = 0; r < 4 && g > 2; r++) {
+                    for (int r = 0; r < 4; r++) { /* g >= 3 here: 1-2 rows took qr_seq2 above */
                         __m512 P[QR_G];
                         for (int j = 0; j < QR_G; j++) P[j] = first ? _mm512_setzero_ps() : kp[r][j];
 #define QR_R(G_) qr_residue(K, vnni, G_, g0, ubytes, xg, xst, c0, cnt, r, &xp, pf, it, P)
                         switch (g) {
-                        case 1: QR_R(1); break;
-                        case 2: QR_R(2); break;
                         case 3: QR_R(3); break;
                         case 4: QR_R(4); break;
                         case 5: QR_R(5); break;
