@@ -458,22 +458,25 @@ KQ_INLINE void kq_w16_sb_q6(const uint8_t *u, const kq_x6 *xs, const float *xd, 
             if (pf) kq_prefetch(pf + (uintptr_t)((4 * h + p) * pfs / 8), pfs / 8 + (4 * h + p == 7 ? pfs % 8 : 0));
             /* p = 0 (A), 1 (C), 2 (B), 3 (D): ql word 16h + 8(p & 1) + k, nibble p >> 1 */
             const uint8_t *ql = u + 64 * (16 * h + 8 * (p & 1)), *qh = u + KQ6_QH + 64 * (8 * h);
-            __m512i V[8];
-            _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
-                const __m512i L = _mm512_loadu_si512(ql + 64 * k), H = _mm512_loadu_si512(qh + 64 * k);
-                __m512i nib, top;
-                switch (p) {
-                case 0: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x03)), 4); break;
-                case 1: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x0c)), 2); break;
-                case 2: nib = _mm512_srli_epi32(L, 4), top = _mm512_and_si512(H, _mm512_set1_epi8(0x30)); break;
-                default:
-                    nib = _mm512_srli_epi32(L, 4);
-                    top = _mm512_srli_epi32(_mm512_and_si512(H, _mm512_set1_epi8((char)0xc0)), 2);
-                    break;
-                }
-                V[k] = _mm512_ternarylogic_epi32(nib, top, m0f, 0xe4); /* m0f ? nib : top */
-            }
             _Pragma("GCC unroll 2") for (int q = 0; q < 2; q++) {
+                /* the four code words of sub-block q, built just before use: 4 live registers,
+                 * not 8 (with 8 rows' sums and accumulators, 8 spilled) */
+                __m512i V[4];
+                _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
+                    const int k = 4 * q + t;
+                    const __m512i L = _mm512_loadu_si512(ql + 64 * k), H = _mm512_loadu_si512(qh + 64 * k);
+                    __m512i nib, top;
+                    switch (p) {
+                    case 0: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x03)), 4); break;
+                    case 1: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x0c)), 2); break;
+                    case 2: nib = _mm512_srli_epi32(L, 4), top = _mm512_and_si512(H, _mm512_set1_epi8(0x30)); break;
+                    default:
+                        nib = _mm512_srli_epi32(L, 4);
+                        top = _mm512_srli_epi32(_mm512_and_si512(H, _mm512_set1_epi8((char)0xc0)), 2);
+                        break;
+                    }
+                    V[t] = _mm512_ternarylogic_epi32(nib, top, m0f, 0xe4); /* m0f ? nib : top */
+                }
                 const int s = 8 * h + 2 * p + q, xo = 128 * h + 32 * p + 16 * q;
                 /* sub-block s's signed scale bytes (byte s % 4 of scale word s / 4) */
                 const __m512i sw = _mm512_loadu_si512(u + KQ6_SC + 64 * (s / 4));
@@ -481,7 +484,7 @@ KQ_INLINE void kq_w16_sb_q6(const uint8_t *u, const kq_x6 *xs, const float *xd, 
                 _Pragma("GCC unroll 8") for (int j = 0; j < KQ_G; j++) {
                     if (j >= g) break;
                     __m512i a = _mm512_set1_epi32(xs[j].o[s]);
-                    for (int t = 0; t < 4; t++) a = kq_dpb(a, V[4 * q + t], xs[j].q + xo + 4 * t, vnni);
+                    for (int t = 0; t < 4; t++) a = kq_dpb(a, V[t], xs[j].q + xo + 4 * t, vnni);
                     T[j] = _mm512_add_epi32(T[j], _mm512_mullo_epi32(a, scv));
                 }
             }
