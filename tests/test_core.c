@@ -1,8 +1,10 @@
 /*
- * test_core.c — core utilities: fp16/bf16 conversions, status strings, the type table, ISA choice.
+ * test_core.c — core utilities: fp16/bf16 conversions, status strings, the type table, ISA choice,
+ * large-buffer allocation.
  */
 #include "spex.h"
 #include "core/fp16.h"
+#include "core/mem.h"
 #include "tensor/blocks.h"
 #include "test.h"
 
@@ -66,6 +68,28 @@ TEST(isa_choice_and_override) {
 #if defined(__x86_64__)
     CHECK(spex_cpu_set_isa(SPEX_ISA_NEON) == SPEX_ERR_UNSUPPORTED);
 #endif
+}
+
+TEST(alloc_large_alignment_and_use) {
+    CHECK(spex_alloc_large(0) == NULL);
+    /* small: 64-byte aligned; from SPEX_HUGE_MIN on: 2 MiB aligned (huge pages where offered) */
+    const size_t sizes[] = {1, 100, SPEX_HUGE_MIN - 1, SPEX_HUGE_MIN, SPEX_HUGE_MIN + 1, 3 * SPEX_HUGE_MIN + 4097};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uint8_t *p = spex_alloc_large(sizes[i]);
+        CHECK_MSG(p != NULL, "size %zu", sizes[i]);
+        if (!p) continue;
+        const size_t align = sizes[i] >= SPEX_HUGE_MIN ? SPEX_HUGE_MIN : 64;
+        CHECK_MSG((uintptr_t)p % align == 0, "size %zu at %p", sizes[i], (void *)p);
+        memset(p, 0xa5, sizes[i]); /* every byte asked for is usable */
+        CHECK(p[0] == 0xa5 && p[sizes[i] - 1] == 0xa5);
+        free(p);
+    }
+    /* the measurement switch off: ordinary 64-byte aligned memory */
+    spex_mem_thp = 0;
+    uint8_t *q = spex_alloc_large(SPEX_HUGE_MIN + 1);
+    spex_mem_thp = 1;
+    CHECK(q != NULL && (uintptr_t)q % 64 == 0);
+    free(q);
 }
 
 TEST_MAIN()

@@ -251,6 +251,8 @@ TEST(qwen3_e256_q4_k_m_dequantized_vs_reference) {
 
 /* Logits of the 40 fixture tokens, as one batch (rows 0..39) and then decoded one by one
  * (rows 40..79), into out[80][V]; returns the model's R16 bytes. */
+static bool g_arena_ok; /* set by run_tokens: the R16 copies sit in one arena */
+
 static uint64_t run_tokens(const char *mp, bool no_repack, const int32_t *tokens, float *out, int V) {
     spex_model_params mp_ = spex_model_default_params();
     mp_.no_repack = no_repack;
@@ -275,6 +277,13 @@ static uint64_t run_tokens(const char *mp, bool no_repack, const int32_t *tokens
         memcpy(out + (size_t)(N_TOK + p) * V, spex_logits(c, 0), sizeof(float) * (size_t)V);
     }
     bytes = m->repack.bytes;
+    /* every copy is a 64-byte aligned slice of the load's one arena, in order, none overlapping */
+    if (!no_repack) g_arena_ok = m->repack.n == 0 || m->repack.n_arena == 1;
+    for (int i = 0; !no_repack && g_arena_ok && i < m->repack.n; i++) {
+        const uint8_t *b = m->repack.bufs[i], *base = m->repack.arenas[0];
+        g_arena_ok = b >= base && (uintptr_t)b % 64 == 0 && (uint64_t)(b - base) < m->repack.bytes &&
+                     (i == 0 || b > (const uint8_t *)m->repack.bufs[i - 1]);
+    }
 done:
     spex_context_free(c);
     spex_model_free(m);
@@ -289,6 +298,7 @@ TEST(q4_k_m_r16_repack_bit_identical) {
     float *a = malloc(sizeof(float) * 2 * N_TOK * V_MAX), *b = malloc(sizeof(float) * 2 * N_TOK * V_MAX);
     const uint64_t ra = run_tokens(mp, false, tokens, a, V_MAX), rb = run_tokens(mp, true, tokens, b, V_MAX);
     CHECK(ra != UINT64_MAX && rb == 0);
+    CHECK_MSG(g_arena_ok, "the R16 copies are not 64-byte aligned slices of one arena");
     if (spex_matmul_kernels_get()->r16_fast[SPEX_TYPE_Q4_K]) CHECK_MSG(ra > 0, "nothing was repacked");
     else CHECK(ra == 0);
     printf("  %llu bytes of Q4_K repacked (ISA %s)\n", (unsigned long long)ra, spex_isa_name(spex_cpu_isa()));

@@ -13,6 +13,7 @@
  */
 #include "model/model.h"
 #include "cpu/gdn.h"
+#include "core/mem.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -49,10 +50,10 @@ void *spex_ctx_buf_alloc(uint64_t bytes, uint64_t *total) {
     if (bytes == 0) bytes = BUF_ALIGN;
     uint64_t r = (bytes + BUF_ALIGN - 1) / BUF_ALIGN * BUF_ALIGN;
     if (r > SIZE_MAX / 2) return NULL;
-    void *p = aligned_alloc(BUF_ALIGN, (size_t)r);
+    void *p = spex_alloc_large((size_t)r);
     if (p) {
         memset(p, 0, (size_t)r);
-        *total += r;
+        *total += spex_alloc_large_size((size_t)r);
     }
     return p;
 }

@@ -52,9 +52,11 @@ typedef struct model_weight {
 
 /* The R16 copies a model or drafter owns (repack_weights.c). */
 typedef struct model_repack {
-    void **bufs;                 /* [n] owned copies                                  */
+    void **bufs;                 /* [n] the copies (slices of the arenas)              */
     const void **src;            /* [n] the mapped data each was made from            */
-    int n, cap;
+    int n, cap, cap_src;
+    void **arenas;               /* [n_arena] owned: one per spex_model_repack call   */
+    int n_arena, cap_arena;
     uint64_t bytes;
 } model_repack;
 

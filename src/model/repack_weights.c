@@ -4,8 +4,9 @@
  * Q4_K, Q5_K, Q6_K, Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1: per-block transposes of 16 rows become plain
  * loads, and 16 rows read side by side become one stream).
  *
- * What it is: a load-time step. Each chosen matrix is copied once into an owned, 64-byte
- * aligned buffer in the new layout (the same number of bytes), the weight's data pointer
+ * What it is: a load-time step. Each chosen matrix is copied once, in the new layout (the
+ * same number of bytes), into a 64-byte aligned slice of one owned arena per call (on huge
+ * pages where the system offers them, core/mem.h), the weight's data pointer
  * and its r16 flag are switched, and the original pages of a file mapping are given back
  * to the kernel, so resident memory stays about the model's size (the file stays in the
  * page cache until the kernel needs the memory). Tables that are also read row by row
@@ -15,6 +16,7 @@
  */
 #include "model/model.h"
 #include "gguf/gguf.h"
+#include "core/mem.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -25,33 +27,80 @@ static bool in_list(const void *p, const void *const *list, int n) {
     return false;
 }
 
+/* Whether w is repacked by this call (see spex_model_repack). */
+static bool repackable(const model_weight *w, const spex_matmul_kernels *k, const void *const *keep, int n_keep) {
+    if (!w || !w->t || !w->data || w->r16) return false;
+    if (!spex_r16_supported(w->type) || !k->r16_fast[w->type] || w->n_out % 16 != 0) return false;
+    return !in_list(w->data, keep, n_keep);
+}
+
+static size_t weight_bytes(const model_weight *w) {
+    return spex_type_row_size(w->type, w->n_in) * (size_t)w->n_out;
+}
+
+static int find_src(const model_repack *r, const void *data) {
+    for (int j = 0; j < r->n; j++)
+        if (r->src[j] == data) return j;
+    return -1;
+}
+
+static spex_status grow(void ***a, int n, int *cap, int need, spex_error *err) {
+    if (need <= *cap) return SPEX_OK;
+    int c = *cap ? *cap : 32;
+    while (c < need) c *= 2;
+    void **na = realloc(*a, sizeof *na * (size_t)c);
+    if (!na) return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: out of memory");
+    memset(na + n, 0, sizeof *na * (size_t)(c - n));
+    *a = na;
+    *cap = c;
+    return SPEX_OK;
+}
+
 spex_status spex_model_repack(model_weight *const *ws, int n, const void *const *keep, int n_keep,
                               const spex_gguf *g, model_repack *r, spex_error *err) {
     const spex_matmul_kernels *k = spex_matmul_kernels_get();
+    /* Pass 1: the distinct matrices to copy and their total size. All of a call's copies go
+     * in one arena (core/mem.h: huge pages where offered — a decode streams them all every
+     * token), each at a 64-byte aligned offset. */
+    size_t total = 0;
+    int n_new = 0;
+    for (int i = 0; i < n; i++) {
+        const model_weight *w = ws[i];
+        if (!repackable(w, k, keep, n_keep) || find_src(r, w->data) >= 0) continue;
+        bool dup = false;
+        for (int j = 0; j < i && !dup; j++) dup = ws[j] && ws[j]->data == w->data && repackable(ws[j], k, keep, n_keep);
+        if (dup) continue;
+        total += (weight_bytes(w) + 63) / 64 * 64;
+        n_new++;
+    }
+    if (n_new == 0) return SPEX_OK;
+    spex_status s = grow(&r->bufs, r->n, &r->cap, r->n + n_new, err);
+    if (s == SPEX_OK) {
+        int cap = r->cap_src;
+        s = grow((void ***)&r->src, r->n, &cap, r->n + n_new, err);
+        r->cap_src = cap;
+    }
+    if (s == SPEX_OK) {
+        int cap = r->cap_arena;
+        s = grow(&r->arenas, r->n_arena, &cap, r->n_arena + 1, err);
+        r->cap_arena = cap;
+    }
+    if (s != SPEX_OK) return s;
+    uint8_t *arena = spex_alloc_large(total);
+    if (!arena)
+        return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: cannot allocate %zu bytes", total);
+    r->arenas[r->n_arena++] = arena;
+
+    /* Pass 2: pack each distinct matrix into its slice and switch every weight on it. */
+    size_t off = 0;
     for (int i = 0; i < n; i++) {
         model_weight *w = ws[i];
-        if (!w || !w->t || !w->data || w->r16) continue;
-        if (!spex_r16_supported(w->type) || !k->r16_fast[w->type] || w->n_out % 16 != 0) continue;
-        if (in_list(w->data, keep, n_keep)) continue;
-        int found = -1;
-        for (int j = 0; j < r->n; j++)
-            if (r->src[j] == w->data) found = j;
+        if (!repackable(w, k, keep, n_keep)) continue;
+        int found = find_src(r, w->data);
         if (found < 0) {
-            const size_t bytes = spex_type_row_size(w->type, w->n_in) * (size_t)w->n_out;
-            if (r->n == r->cap) {
-                const int cap = r->cap ? 2 * r->cap : 32;
-                void **nb = realloc(r->bufs, sizeof *nb * (size_t)cap);
-                if (!nb) return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: out of memory");
-                r->bufs = nb;
-                const void **ns = realloc(r->src, sizeof *ns * (size_t)cap);
-                if (!ns) return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: out of memory");
-                r->src = ns;
-                r->cap = cap;
-            }
-            void *buf = aligned_alloc(64, (bytes + 63) / 64 * 64);
-            if (!buf)
-                return spex_error_set(err, SPEX_ERR_NOMEM, "repacking %s: cannot allocate %zu bytes", w->t->name,
-                                      bytes);
+            const size_t bytes = weight_bytes(w);
+            void *buf = arena + off;
+            off += (bytes + 63) / 64 * 64;
             spex_r16_pack(w->type, w->data, buf, w->n_out, w->n_in);
             spex_gguf_release_data(g, w->data, bytes);
             r->bufs[r->n] = buf;
@@ -66,7 +115,8 @@ spex_status spex_model_repack(model_weight *const *ws, int n, const void *const 
 }
 
 void spex_model_repack_free(model_repack *r) {
-    for (int i = 0; i < r->n; i++) free(r->bufs[i]);
+    for (int i = 0; i < r->n_arena; i++) free(r->arenas[i]);
+    free(r->arenas);
     free(r->bufs);
     free(r->src);
     memset(r, 0, sizeof *r);
