@@ -307,4 +307,45 @@ TEST(q4_k_m_r16_repack_bit_identical) {
     free(b);
 }
 
+/* spex_model_repack on hand-made weights: a Q4_K matrix large enough to be packed in several
+ * pieces (threads), a Q6_K one, and a third weight on the first one's data; each copy must
+ * equal spex_r16_pack of the whole matrix, shared data must be copied once. */
+TEST(repack_in_pieces_equals_whole_pack) {
+    const spex_matmul_kernels *k = spex_matmul_kernels_get();
+    if (!k->r16_fast[SPEX_TYPE_Q4_K] || !k->r16_fast[SPEX_TYPE_Q6_K])
+        SKIP("the active kernels read the ggml layout (no R16 repack on this ISA)");
+    const int64_t n = 1024, rows_a = 16 * 300, rows_b = 32; /* A: 2.7 MB, more than one 2 MiB piece */
+    const size_t row_a = spex_type_row_size(SPEX_TYPE_Q4_K, n), row_b = spex_type_row_size(SPEX_TYPE_Q6_K, n);
+    uint8_t *a = malloc(row_a * (size_t)rows_a), *b = malloc(row_b * (size_t)rows_b);
+    uint8_t *ra = malloc(row_a * (size_t)rows_a), *rb = malloc(row_b * (size_t)rows_b);
+    float *f = malloc(sizeof(float) * (size_t)n);
+    uint32_t st = 7;
+    for (int64_t r = 0; r < rows_a + rows_b; r++) {
+        for (int64_t i = 0; i < n; i++) {
+            st = st * 1664525u + 1013904223u;
+            f[i] = (float)((int32_t)(st >> 8) - (1 << 23)) / (float)(1 << 23);
+        }
+        if (r < rows_a) spex_quantize_row_ref(SPEX_TYPE_Q4_K, f, a + (size_t)r * row_a, n);
+        else spex_quantize_row_ref(SPEX_TYPE_Q6_K, f, b + (size_t)(r - rows_a) * row_b, n);
+    }
+    spex_r16_pack(SPEX_TYPE_Q4_K, a, ra, rows_a, n);
+    spex_r16_pack(SPEX_TYPE_Q6_K, b, rb, rows_b, n);
+    spex_tensor_info ti = {0};
+    model_weight wa = {.t = &ti, .data = a, .type = SPEX_TYPE_Q4_K, .n_in = n, .n_out = rows_a};
+    model_weight wb = {.t = &ti, .data = b, .type = SPEX_TYPE_Q6_K, .n_in = n, .n_out = rows_b};
+    model_weight wc = wa;
+    model_weight *ws[] = {&wa, &wb, &wc};
+    model_repack rp = {0};
+    spex_error e = {0};
+    CHECK(spex_model_repack(ws, 3, NULL, 0, NULL, &rp, &e) == SPEX_OK);
+    CHECK_EQ_INT(rp.n, 2);
+    CHECK_EQ_INT(rp.n_arena, 1);
+    CHECK(wa.r16 && wb.r16 && wc.r16 && wc.data == wa.data && wa.data != a);
+    CHECK(rp.bytes == row_a * (uint64_t)rows_a + row_b * (uint64_t)rows_b);
+    CHECK(!memcmp(wa.data, ra, row_a * (size_t)rows_a));
+    CHECK(!memcmp(wb.data, rb, row_b * (size_t)rows_b));
+    spex_model_repack_free(&rp);
+    free(a), free(b), free(ra), free(rb), free(f);
+}
+
 TEST_MAIN()

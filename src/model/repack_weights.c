@@ -6,7 +6,8 @@
  *
  * What it is: a load-time step. Each chosen matrix is copied once, in the new layout (the
  * same number of bytes), into a 64-byte aligned slice of one owned arena per call (on huge
- * pages where the system offers them, core/mem.h), the weight's data pointer
+ * pages where the system offers them, core/mem.h; the copies are made by a few short-lived
+ * threads, in pieces of whole 16-row groups), the weight's data pointer
  * and its r16 flag are switched, and the original pages of a file mapping are given back
  * to the kernel, so resident memory stays about the model's size (the file stays in the
  * page cache until the kernel needs the memory). Tables that are also read row by row
@@ -18,8 +19,11 @@
 #include "gguf/gguf.h"
 #include "core/mem.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static bool in_list(const void *p, const void *const *list, int n) {
     for (int i = 0; i < n; i++)
@@ -54,6 +58,82 @@ static spex_status grow(void ***a, int n, int *cap, int need, spex_error *err) {
     *a = na;
     *cap = c;
     return SPEX_OK;
+}
+
+/* ---- packing on several threads --------------------------------------------------------- */
+
+/* One matrix to pack: src (ggml layout, rows `row` bytes apart) into dst (R16). */
+typedef struct {
+    spex_type t;
+    const uint8_t *src;
+    uint8_t *dst;
+    int64_t n_out, n;
+    size_t row;
+    _Atomic int64_t left; /* pieces not packed yet */
+} pack_job;
+
+#define PACK_PIECE_BYTES ((size_t)2 << 20) /* rows per piece: about this many bytes, 16-row groups */
+#define PACK_MAX_THREADS 8                 /* a copy: more threads than this add no bandwidth  */
+
+typedef struct {
+    pack_job *jobs;
+    int n_jobs;
+    const spex_gguf *g;   /* the sources' file, whose pages are given back job by job */
+    _Atomic int64_t next; /* the next piece, numbered job after job */
+} pack_work;
+
+static int64_t piece_rows(const pack_job *j) {
+    int64_t rows = (int64_t)(PACK_PIECE_BYTES / (j->row ? j->row : 1)) / 16 * 16;
+    return rows < 16 ? 16 : rows;
+}
+
+/* Takes pieces until none is left. A piece is a run of whole 16-row groups, which the R16
+ * layout stores where the same rows are in the ggml layout (cpu/repack.c), so pieces of one
+ * matrix pack independently. */
+static void *pack_worker(void *arg) {
+    pack_work *pw = arg;
+    for (;;) {
+        int64_t p = atomic_fetch_add_explicit(&pw->next, 1, memory_order_relaxed);
+        int j = 0;
+        for (; j < pw->n_jobs; j++) {
+            pack_job *jb = &pw->jobs[j];
+            const int64_t rows = piece_rows(jb), np = (jb->n_out + rows - 1) / rows;
+            if (p < np) {
+                const int64_t r0 = p * rows, nr = jb->n_out - r0 < rows ? jb->n_out - r0 : rows;
+                spex_r16_pack(jb->t, jb->src + (size_t)r0 * jb->row, jb->dst + (size_t)r0 * jb->row, nr, jb->n);
+                /* the last piece of a matrix gives its source's pages back at once, so the
+                 * resident size stays about the model's (pieces go out matrix by matrix) */
+                if (atomic_fetch_sub_explicit(&jb->left, 1, memory_order_acq_rel) == 1)
+                    spex_gguf_release_data(pw->g, jb->src, jb->row * (size_t)jb->n_out);
+                break;
+            }
+            p -= np;
+        }
+        if (j == pw->n_jobs) return NULL;
+    }
+}
+
+/* Packs every job: the calling thread and up to PACK_MAX_THREADS - 1 short-lived helpers
+ * (fewer when threads cannot be started: the caller alone still does all of it). A 16 GB
+ * model packs in about the time of one copy at the memory's speed instead of one core's. */
+static void pack_all(pack_job *jobs, int n_jobs, const spex_gguf *g) {
+    pack_work pw = {.jobs = jobs, .n_jobs = n_jobs, .g = g};
+    atomic_init(&pw.next, 0);
+    int64_t pieces = 0;
+    for (int j = 0; j < n_jobs; j++) {
+        const int64_t np = (jobs[j].n_out + piece_rows(&jobs[j]) - 1) / piece_rows(&jobs[j]);
+        atomic_init(&jobs[j].left, np);
+        pieces += np;
+    }
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = ncpu < 1 ? 1 : ncpu > PACK_MAX_THREADS ? PACK_MAX_THREADS : (int)ncpu;
+    if (pieces < nt) nt = (int)pieces;
+    pthread_t tid[PACK_MAX_THREADS];
+    int started = 0;
+    for (int t = 1; t < nt; t++)
+        if (pthread_create(&tid[started], NULL, pack_worker, &pw) == 0) started++;
+    pack_worker(&pw);
+    for (int t = 0; t < started; t++) pthread_join(tid[t], NULL);
 }
 
 spex_status spex_model_repack(model_weight *const *ws, int n, const void *const *keep, int n_keep,
@@ -91,23 +171,33 @@ spex_status spex_model_repack(model_weight *const *ws, int n, const void *const 
         return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: cannot allocate %zu bytes", total);
     r->arenas[r->n_arena++] = arena;
 
-    /* Pass 2: pack each distinct matrix into its slice and switch every weight on it. */
+    /* Pass 2: a slice of the arena for each distinct matrix. */
+    pack_job *jobs = malloc(sizeof *jobs * (size_t)n_new);
+    if (!jobs) return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: out of memory");
+    const int first_new = r->n;
     size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        const model_weight *w = ws[i];
+        if (!repackable(w, k, keep, n_keep) || find_src(r, w->data) >= 0) continue;
+        const size_t bytes = weight_bytes(w);
+        pack_job *jb = &jobs[r->n - first_new];
+        jb->t = w->type, jb->src = w->data, jb->dst = arena + off;
+        jb->n_out = w->n_out, jb->n = w->n_in, jb->row = bytes / (size_t)w->n_out;
+        r->bufs[r->n] = arena + off;
+        r->src[r->n] = w->data;
+        r->bytes += bytes;
+        r->n++;
+        off += (bytes + 63) / 64 * 64;
+    }
+    /* Pass 3: pack them all (on several threads; each source's pages given back as soon as
+     * its matrix is done), then switch every weight on a copied matrix. */
+    pack_all(jobs, n_new, g);
+    free(jobs);
     for (int i = 0; i < n; i++) {
         model_weight *w = ws[i];
         if (!repackable(w, k, keep, n_keep)) continue;
-        int found = find_src(r, w->data);
-        if (found < 0) {
-            const size_t bytes = weight_bytes(w);
-            void *buf = arena + off;
-            off += (bytes + 63) / 64 * 64;
-            spex_r16_pack(w->type, w->data, buf, w->n_out, w->n_in);
-            spex_gguf_release_data(g, w->data, bytes);
-            r->bufs[r->n] = buf;
-            r->src[r->n] = w->data;
-            r->bytes += bytes;
-            found = r->n++;
-        }
+        const int found = find_src(r, w->data);
+        if (found < 0) continue; /* cannot happen: every repackable matrix has a copy now */
         w->data = r->bufs[found];
         w->r16 = true;
     }
