@@ -114,8 +114,8 @@ static void *pack_worker(void *arg) {
 }
 
 /* Packs every job: the calling thread and up to PACK_MAX_THREADS - 1 short-lived helpers
- * (fewer when threads cannot be started: the caller alone still does all of it). A 16 GB
- * model packs in about the time of one copy at the memory's speed instead of one core's. */
+ * (fewer when threads cannot be started: the caller alone still does all of it): packing is
+ * a copy, which one core cannot run at the memory's speed. */
 static void pack_all(pack_job *jobs, int n_jobs, const spex_gguf *g) {
     pack_work pw = {.jobs = jobs, .n_jobs = n_jobs, .g = g};
     atomic_init(&pw.next, 0);
