@@ -54,7 +54,7 @@ typedef struct model_weight {
 typedef struct model_repack {
     void **bufs;                 /* [n] the copies (slices of the arenas)              */
     const void **src;            /* [n] the mapped data each was made from            */
-    int n, cap, cap_src;
+    int n, cap;
     void **arenas;               /* [n_arena] owned: one per spex_model_repack call   */
     int n_arena, cap_arena;
     uint64_t bytes;

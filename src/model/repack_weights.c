@@ -48,15 +48,18 @@ static int find_src(const model_repack *r, const void *data) {
     return -1;
 }
 
-static spex_status grow(void ***a, int n, int *cap, int need, spex_error *err) {
-    if (need <= *cap) return SPEX_OK;
-    int c = *cap ? *cap : 32;
+/* Room for `need` entries in r's bufs and src (one capacity: they run side by side). */
+static spex_status grow_copies(model_repack *r, int need, spex_error *err) {
+    if (need <= r->cap) return SPEX_OK;
+    int c = r->cap ? r->cap : 32;
     while (c < need) c *= 2;
-    void **na = realloc(*a, sizeof *na * (size_t)c);
-    if (!na) return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: out of memory");
-    memset(na + n, 0, sizeof *na * (size_t)(c - n));
-    *a = na;
-    *cap = c;
+    void **nb = realloc(r->bufs, sizeof *nb * (size_t)c);
+    if (!nb) return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: out of memory");
+    r->bufs = nb;
+    const void **ns = realloc(r->src, sizeof *ns * (size_t)c);
+    if (!ns) return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: out of memory");
+    r->src = ns;
+    r->cap = c;
     return SPEX_OK;
 }
 
@@ -67,9 +70,11 @@ typedef struct {
     spex_type t;
     const uint8_t *src;
     uint8_t *dst;
+    size_t off; /* dst's offset in the call's arena */
     int64_t n_out, n;
     size_t row;
-    _Atomic int64_t left; /* pieces not packed yet */
+    int64_t piece_rows, n_pieces; /* set by pack_all */
+    _Atomic int64_t left;         /* pieces not packed yet */
 } pack_job;
 
 #define PACK_PIECE_BYTES ((size_t)2 << 20) /* rows per piece: about this many bytes, 16-row groups */
@@ -82,11 +87,6 @@ typedef struct {
     _Atomic int64_t next; /* the next piece, numbered job after job */
 } pack_work;
 
-static int64_t piece_rows(const pack_job *j) {
-    int64_t rows = (int64_t)(PACK_PIECE_BYTES / (j->row ? j->row : 1)) / 16 * 16;
-    return rows < 16 ? 16 : rows;
-}
-
 /* Takes pieces until none is left. A piece is a run of whole 16-row groups, which the R16
  * layout stores where the same rows are in the ggml layout (cpu/repack.c), so pieces of one
  * matrix pack independently. */
@@ -97,9 +97,8 @@ static void *pack_worker(void *arg) {
         int j = 0;
         for (; j < pw->n_jobs; j++) {
             pack_job *jb = &pw->jobs[j];
-            const int64_t rows = piece_rows(jb), np = (jb->n_out + rows - 1) / rows;
-            if (p < np) {
-                const int64_t r0 = p * rows, nr = jb->n_out - r0 < rows ? jb->n_out - r0 : rows;
+            if (p < jb->n_pieces) {
+                const int64_t rows = jb->piece_rows, r0 = p * rows, nr = jb->n_out - r0 < rows ? jb->n_out - r0 : rows;
                 spex_r16_pack(jb->t, jb->src + (size_t)r0 * jb->row, jb->dst + (size_t)r0 * jb->row, nr, jb->n);
                 /* the last piece of a matrix gives its source's pages back at once, so the
                  * resident size stays about the model's (pieces go out matrix by matrix) */
@@ -107,7 +106,7 @@ static void *pack_worker(void *arg) {
                     spex_gguf_release_data(pw->g, jb->src, jb->row * (size_t)jb->n_out);
                 break;
             }
-            p -= np;
+            p -= jb->n_pieces;
         }
         if (j == pw->n_jobs) return NULL;
     }
@@ -121,9 +120,12 @@ static void pack_all(pack_job *jobs, int n_jobs, const spex_gguf *g) {
     atomic_init(&pw.next, 0);
     int64_t pieces = 0;
     for (int j = 0; j < n_jobs; j++) {
-        const int64_t np = (jobs[j].n_out + piece_rows(&jobs[j]) - 1) / piece_rows(&jobs[j]);
-        atomic_init(&jobs[j].left, np);
-        pieces += np;
+        pack_job *jb = &jobs[j];
+        const int64_t rows = (int64_t)(PACK_PIECE_BYTES / jb->row) / 16 * 16;
+        jb->piece_rows = rows < 16 ? 16 : rows;
+        jb->n_pieces = (jb->n_out + jb->piece_rows - 1) / jb->piece_rows;
+        atomic_init(&jb->left, jb->n_pieces);
+        pieces += jb->n_pieces;
     }
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nt = ncpu < 1 ? 1 : ncpu > PACK_MAX_THREADS ? PACK_MAX_THREADS : (int)ncpu;
@@ -139,55 +141,54 @@ static void pack_all(pack_job *jobs, int n_jobs, const spex_gguf *g) {
 spex_status spex_model_repack(model_weight *const *ws, int n, const void *const *keep, int n_keep,
                               const spex_gguf *g, model_repack *r, spex_error *err) {
     const spex_matmul_kernels *k = spex_matmul_kernels_get();
-    /* Pass 1: the distinct matrices to copy and their total size. All of a call's copies go
-     * in one arena (core/mem.h: huge pages where offered — a decode streams them all every
-     * token), each at a 64-byte aligned offset. */
-    size_t total = 0;
+    /* Pass 1: the distinct matrices not copied yet, each at a 64-byte aligned offset of one
+     * arena for the whole call (core/mem.h: huge pages where offered — a decode streams them
+     * all every token). */
+    pack_job *jobs = malloc(sizeof *jobs * (size_t)(n > 0 ? n : 1));
+    if (!jobs) return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: out of memory");
     int n_new = 0;
+    size_t total = 0;
     for (int i = 0; i < n; i++) {
         const model_weight *w = ws[i];
         if (!repackable(w, k, keep, n_keep) || find_src(r, w->data) >= 0) continue;
-        bool dup = false;
-        for (int j = 0; j < i && !dup; j++) dup = ws[j] && ws[j]->data == w->data && repackable(ws[j], k, keep, n_keep);
-        if (dup) continue;
-        total += (weight_bytes(w) + 63) / 64 * 64;
-        n_new++;
+        bool seen = false;
+        for (int j = 0; j < n_new && !seen; j++) seen = jobs[j].src == w->data;
+        if (seen) continue;
+        const size_t bytes = weight_bytes(w);
+        jobs[n_new++] = (pack_job){.t = w->type, .src = w->data, .off = total, .n_out = w->n_out, .n = w->n_in,
+                                   .row = bytes / (size_t)w->n_out};
+        total += (bytes + 63) / 64 * 64;
     }
-    if (n_new == 0) return SPEX_OK;
-    spex_status s = grow(&r->bufs, r->n, &r->cap, r->n + n_new, err);
-    if (s == SPEX_OK) {
-        int cap = r->cap_src;
-        s = grow((void ***)&r->src, r->n, &cap, r->n + n_new, err);
-        r->cap_src = cap;
+    if (n_new == 0) {
+        free(jobs);
+        return SPEX_OK;
     }
-    if (s == SPEX_OK) {
-        int cap = r->cap_arena;
-        s = grow(&r->arenas, r->n_arena, &cap, r->n_arena + 1, err);
-        r->cap_arena = cap;
+    spex_status s = grow_copies(r, r->n + n_new, err);
+    if (s != SPEX_OK) goto fail;
+    if (r->n_arena == r->cap_arena) {
+        const int c = r->cap_arena ? 2 * r->cap_arena : 4;
+        void **na = realloc(r->arenas, sizeof *na * (size_t)c);
+        if (!na) {
+            s = spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: out of memory");
+            goto fail;
+        }
+        r->arenas = na;
+        r->cap_arena = c;
     }
-    if (s != SPEX_OK) return s;
     uint8_t *arena = spex_alloc_large(total);
-    if (!arena)
-        return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: cannot allocate %zu bytes", total);
+    if (!arena) {
+        s = spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: cannot allocate %zu bytes", total);
+        goto fail;
+    }
     r->arenas[r->n_arena++] = arena;
 
-    /* Pass 2: a slice of the arena for each distinct matrix. */
-    pack_job *jobs = malloc(sizeof *jobs * (size_t)n_new);
-    if (!jobs) return spex_error_set(err, SPEX_ERR_NOMEM, "repacking weights: out of memory");
-    const int first_new = r->n;
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        const model_weight *w = ws[i];
-        if (!repackable(w, k, keep, n_keep) || find_src(r, w->data) >= 0) continue;
-        const size_t bytes = weight_bytes(w);
-        pack_job *jb = &jobs[r->n - first_new];
-        jb->t = w->type, jb->src = w->data, jb->dst = arena + off;
-        jb->n_out = w->n_out, jb->n = w->n_in, jb->row = bytes / (size_t)w->n_out;
-        r->bufs[r->n] = arena + off;
-        r->src[r->n] = w->data;
-        r->bytes += bytes;
+    /* Pass 2: the slices recorded as the copies. */
+    for (int j = 0; j < n_new; j++) {
+        jobs[j].dst = arena + jobs[j].off;
+        r->bufs[r->n] = jobs[j].dst;
+        r->src[r->n] = jobs[j].src;
+        r->bytes += jobs[j].row * (uint64_t)jobs[j].n_out;
         r->n++;
-        off += (bytes + 63) / 64 * 64;
     }
     /* Pass 3: pack them all (on several threads; each source's pages given back as soon as
      * its matrix is done), then switch every weight on a copied matrix. */
@@ -202,6 +203,9 @@ spex_status spex_model_repack(model_weight *const *ws, int n, const void *const 
         w->r16 = true;
     }
     return SPEX_OK;
+fail:
+    free(jobs);
+    return s;
 }
 
 void spex_model_repack_free(model_repack *r) {
