@@ -8,7 +8,7 @@
  * independent afterwards; that sequences never write into each other's regions; and that
  * truncate / copy / clear compose with spex_forward (the logits after a rollback equal those
  * of a fresh run). Model: tests/data/models/tiny-qwen3.gguf (3 layers, H_kv 2, hd 32, V 256).
- * The row addresses come from the internal spex_kv_row (src/model/model.h).
+ * The row addresses come from the internal spex_kv_seg (src/model/model.h).
  */
 #include "spex.h"
 #include "test.h"
@@ -62,12 +62,33 @@ static size_t region_bytes(const spex_context *c, int n) {
 
 static void snapshot(const spex_context *c, int32_t seq, int n, uint8_t *out) {
     const int N = spex_model_get_hparams(spex_context_model(c))->n_layer;
-    const size_t rb = (size_t)n * c->kv_row_bytes;
+    const size_t rb = (size_t)n * c->kv_seg_bytes;
     for (int l = 0; l < N; l++)
-        for (int v = 0; v < 2; v++) {
-            memcpy(out, spex_kv_row(c, v, l, seq, 0), rb);
-            out += rb;
-        }
+        for (int v = 0; v < 2; v++)
+            for (int g = 0; g < c->kv_nseg; g++) {
+                memcpy(out, spex_kv_seg(c, v, l, seq, g, 0), rb);
+                out += rb;
+            }
+}
+
+/* F16 and F32 caches are head-major (a kv head's rows of a sequence are one stream, what
+ * attention reads), Q8_0 keeps whole rows; sequences and layers follow each other. */
+TEST(layout_head_major) {
+    const spex_type types[3] = {SPEX_TYPE_F32, SPEX_TYPE_F16, SPEX_TYPE_Q8_0};
+    for (int i = 0; i < 3; i++) {
+        NEED_CTX(c, types[i], 2, 16);
+        const size_t row = spex_type_row_size(types[i], 64); /* H_kv 2 x hd 32 */
+        const bool hm = types[i] != SPEX_TYPE_Q8_0;
+        CHECK_EQ_INT(c->kv_nseg, hm ? 2 : 1);
+        CHECK_EQ_INT(c->kv_seg_bytes, hm ? row / 2 : row);
+        const uint8_t *r0 = spex_kv_seg(c, false, 0, 0, 0, 0);
+        CHECK_EQ_INT((const uint8_t *)spex_kv_seg(c, false, 0, 0, 0, 1) - r0, (int64_t)c->kv_seg_bytes);
+        CHECK_EQ_INT((const uint8_t *)spex_kv_seg(c, false, 0, 0, c->kv_nseg - 1, 15) - r0,
+                     (int64_t)((c->kv_nseg - 1) * 16 + 15) * (int64_t)c->kv_seg_bytes);
+        CHECK_EQ_INT((const uint8_t *)spex_kv_seg(c, false, 0, 1, 0, 0) - r0, 16 * (int64_t)row);
+        CHECK_EQ_INT((const uint8_t *)spex_kv_seg(c, false, 1, 0, 0, 0) - r0, 2 * 16 * (int64_t)row);
+        spex_context_free(c);
+    }
 }
 
 TEST(len_and_errors) {
@@ -116,10 +137,10 @@ TEST(truncate_is_o1) {
     snapshot(c, 0, 16, b0);
     snapshot(c, 1, 16, b1);
     const int N = spex_model_get_hparams(spex_context_model(c))->n_layer;
-    const size_t rb = c->kv_row_bytes;
+    const size_t rb = c->kv_seg_bytes; /* the snapshot is [layer][K, V][segment][16 rows] */
     bool only_row5 = !memcmp(a1, b1, n0);
     bool row5_changed = false;
-    for (int r = 0; r < 2 * N; r++)
+    for (int r = 0; r < 2 * N * c->kv_nseg; r++)
         for (int p = 0; p < 16; p++) {
             const size_t off = ((size_t)r * 16 + (size_t)p) * rb;
             const bool eq = !memcmp(a0 + off, b0 + off, rb);
@@ -151,7 +172,8 @@ TEST(copy_semantics) {
     const int N = spex_model_get_hparams(spex_context_model(c))->n_layer;
     for (int l = 0; l < N; l++)
         for (int v = 0; v < 2; v++)
-            prefix_eq &= !memcmp(spex_kv_row(c, v, l, 2, 0), spex_kv_row(c, v, l, 0, 0), 6 * c->kv_row_bytes);
+            for (int g = 0; g < c->kv_nseg; g++)
+                prefix_eq &= !memcmp(spex_kv_seg(c, v, l, 2, g, 0), spex_kv_seg(c, v, l, 0, g, 0), 6 * c->kv_seg_bytes);
     /* continuing dst does not disturb src, and gives the logits src gave at those positions */
     float want[256], got[256];
     CHECK_OK(spex_kv_seq_truncate(c, 0, 6, &e));

@@ -721,10 +721,12 @@ static void run_attn_case(const attn_case *c) {
     float *kf = malloc(sizeof(float) * ((size_t)c->n_kv * kvrow + 1));
     float *vf = malloc(sizeof(float) * ((size_t)c->n_kv * kvrow + 1));
     uint8_t *kraw = malloc(kstride * (size_t)c->n_kv + 1), *vraw = malloc(kstride * (size_t)c->n_kv + 1);
+    const size_t hm_bytes = (size_t)c->n_head_kv * (size_t)(c->n_kv + 1) * (size_t)c->hd * es;
+    uint8_t *khm = malloc(hm_bytes), *vhm = malloc(hm_bytes);
     float *out = malloc(sizeof(float) * (size_t)c->n_q * os), *out2 = malloc(sizeof(float) * (size_t)c->n_q * os);
     double *want = malloc(sizeof(double) * (size_t)c->n_q * qrow);
     int32_t *q_pos = malloc(sizeof(int32_t) * c->n_q), *kv_pos = malloc(sizeof(int32_t) * (c->n_kv + 1));
-    CHECK(q && kf && vf && kraw && vraw && out && out2 && want && q_pos && kv_pos);
+    CHECK(q && kf && vf && kraw && vraw && khm && vhm && out && out2 && want && q_pos && kv_pos);
 
     fill(q, (int64_t)c->n_q * qs, -1.0f, 1.0f);
     for (int j = 0; j < c->n_kv; j++)
@@ -788,8 +790,25 @@ static void run_attn_case(const attn_case *c) {
         for (int i = 0; i < c->n_q; i++)
             CHECK_MSG(!memcmp(out + i * os, out2 + i * os, sizeof(float) * qrow), "%s %s: split changes bits", ISA(k),
                       c->name);
+        /* the same cache head-major (each kv head's rows contiguous, a row of padding between
+         * heads, as a context's cache with capacity above n_kv) gives the same bits */
+        spex_attn_args h = a;
+        const size_t hrow = (size_t)c->hd * es, hstride = (size_t)(c->n_kv + 1) * hrow;
+        h.k = khm, h.v = vhm, h.k_stride = h.v_stride = hrow, h.k_head_stride = h.v_head_stride = hstride;
+        for (int hk = 0; hk < c->n_head_kv; hk++)
+            for (int j = 0; j < c->n_kv; j++) {
+                memcpy(khm + hk * hstride + j * hrow, kraw + j * kstride + hk * hrow, hrow);
+                memcpy(vhm + hk * hstride + j * hrow, vraw + j * kstride + hk * hrow, hrow);
+            }
+        CHECK_MSG(spex_attn_check(&h, &err) == SPEX_OK, "%s head-major: %s", c->name, err.msg);
+        h.out = out2;
+        for (int t = 0; t < 2; t++) spex_attention(k, &h, t, 2, scratch);
+        for (int i = 0; i < c->n_q; i++)
+            CHECK_MSG(!memcmp(out + i * os, out2 + i * os, sizeof(float) * qrow), "%s %s: head-major changes bits",
+                      ISA(k), c->name);
     }
     free(scratch);
+    free(khm); free(vhm);
     free(q); free(kf); free(vf); free(kraw); free(vraw); free(out); free(out2); free(want);
     free(q_pos); free(kv_pos);
 }

@@ -22,6 +22,13 @@ void *spex_alloc_large(size_t bytes);
 /* Bytes spex_alloc_large(bytes) actually takes (the size rounded to its alignment). */
 size_t spex_alloc_large_size(size_t bytes);
 
+/* bytes (> 0) of zeroed memory, committed page by page as it is first touched (a KV cache
+ * whose far rows a short conversation never reaches), 2 MiB aligned and advised for huge
+ * pages from SPEX_HUGE_MIN on; NULL when out of memory. Free with spex_free_zeroed(p, bytes),
+ * the same bytes. */
+void *spex_alloc_zeroed(size_t bytes);
+void spex_free_zeroed(void *p, size_t bytes);
+
 extern int spex_mem_thp; /* 0: no huge-page advice (measurement switch) */
 
 #endif

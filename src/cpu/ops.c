@@ -178,17 +178,21 @@ spex_status spex_attn_check(const spex_attn_args *a, spex_error *err) {
     else if (a->kv_type == SPEX_TYPE_F16) es = 2;
     else return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "attention: kv type %d: expected F32 or F16", (int)a->kv_type);
     const int64_t qrow = (int64_t)a->n_head * a->head_dim;
-    const size_t kvrow = (size_t)a->n_head_kv * (size_t)a->head_dim * es;
+    const size_t hrow = (size_t)a->head_dim * es;
+    /* Heads side by side: a row holds all of them; with a head stride a row is one head's slice. */
+    const size_t krow = a->k_head_stride ? hrow : (size_t)a->n_head_kv * hrow;
+    const size_t vrow = a->v_head_stride ? hrow : (size_t)a->n_head_kv * hrow;
     if (a->n_q > 0 && (!a->q || !a->out || a->q_stride < qrow || a->out_stride < qrow))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG,
                               "attention: q/out missing or row stride < n_head*head_dim = %lld", (long long)qrow);
     if (a->n_q > 0 && !a->q_pos && (a->causal || a->window > 0))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "attention: causal or windowed attention needs q_pos");
-    if (a->n_kv > 0 && (!a->k || !a->v || a->k_stride < kvrow || a->v_stride < kvrow || a->k_stride % es ||
-                        a->v_stride % es))
+    if (a->n_kv > 0 && (!a->k || !a->v || a->k_stride < krow || a->v_stride < vrow || a->k_stride % es ||
+                        a->v_stride % es || a->k_head_stride % es || a->v_head_stride % es))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG,
-                              "attention: k/v missing, or row stride below %zu bytes or not a multiple of %zu",
-                              kvrow, es);
+                              "attention: k/v missing, or row stride below %zu / %zu bytes, or a stride not a "
+                              "multiple of %zu",
+                              krow, vrow, es);
     return SPEX_OK;
 }
 
@@ -245,6 +249,9 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
         qmax = qp > qmax ? qp : qmax;
     }
     uint8_t vis[SPEX_ATTN_QBLOCK][SPEX_ATTN_TILE];
+    const size_t es = f16 ? 2 : 4;
+    const size_t koff = (size_t)hk * (a->k_head_stride ? a->k_head_stride : (size_t)d * es);
+    const size_t voff = (size_t)hk * (a->v_head_stride ? a->v_head_stride : (size_t)d * es);
     for (int t0 = 0; t0 < a->n_kv; t0 += T) {
         const int nt = a->n_kv - t0 < T ? a->n_kv - t0 : T;
         /* The common tile (the cache's past) is seen whole by every pair: no per-pair mask. */
@@ -260,13 +267,11 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
         }
         if (!any) continue;
 
-        const char *krow = (const char *)a->k + (size_t)t0 * a->k_stride;
+        const char *krow = (const char *)a->k + (size_t)t0 * a->k_stride + koff;
         if (f16)
-            k->attn_scores_f16(R, sc->qs, d, nt, (const uint16_t *)krow + (size_t)hk * d, (int64_t)(a->k_stride / 2),
-                               d, sc->s, T);
+            k->attn_scores_f16(R, sc->qs, d, nt, (const uint16_t *)krow, (int64_t)(a->k_stride / 2), d, sc->s, T);
         else
-            k->attn_scores(R, sc->qs, d, nt, (const float *)krow + (size_t)hk * d, (int64_t)(a->k_stride / 4), d,
-                           sc->s, T);
+            k->attn_scores(R, sc->qs, d, nt, (const float *)krow, (int64_t)(a->k_stride / 4), d, sc->s, T);
 
         for (int qi = 0; qi < nq && !all; qi++)
             for (int t = 0; t < nt; t++)
@@ -292,13 +297,11 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
             sc->m[r] = m_new;
         }
 
-        const char *vrow = (const char *)a->v + (size_t)t0 * a->v_stride;
+        const char *vrow = (const char *)a->v + (size_t)t0 * a->v_stride + voff;
         if (f16)
-            k->attn_accum_f16(R, sc->acc, d, sc->s, T, nt, (const uint16_t *)vrow + (size_t)hk * d,
-                              (int64_t)(a->v_stride / 2), d);
+            k->attn_accum_f16(R, sc->acc, d, sc->s, T, nt, (const uint16_t *)vrow, (int64_t)(a->v_stride / 2), d);
         else
-            k->attn_accum(R, sc->acc, d, sc->s, T, nt, (const float *)vrow + (size_t)hk * d,
-                          (int64_t)(a->v_stride / 4), d);
+            k->attn_accum(R, sc->acc, d, sc->s, T, nt, (const float *)vrow, (int64_t)(a->v_stride / 4), d);
     }
 
     for (int qi = 0; qi < nq; qi++)

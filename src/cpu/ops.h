@@ -167,6 +167,11 @@ typedef struct spex_attn_args {
     int n_kv;
     const void *k, *v;         /* [n_kv][n_head_kv][head_dim], rows k_/v_stride bytes apart */
     size_t k_stride, v_stride;
+    size_t k_head_stride, v_head_stride; /* bytes from one kv head's slice to the next's;
+                                * 0: head_dim elements (the heads side by side in a row).
+                                * A head-major cache ([n_head_kv][n_kv][head_dim]) passes
+                                * row strides of head_dim elements and head strides of a
+                                * head's whole region: each head's rows are then one stream. */
     const int32_t *kv_pos;     /* [n_kv] position of each kv row; NULL: row i is position i.
                                 * A negative position marks an empty slot: never seen.    */
 

@@ -61,8 +61,8 @@ void *spex_ctx_buf_alloc(uint64_t bytes, uint64_t *total) {
 void spex_context_free(spex_context *ctx) {
     if (!ctx) return;
     if (ctx->own_pool) spex_pool_free(ctx->pool);
-    free(ctx->k_cache);
-    free(ctx->v_cache);
+    spex_free_zeroed(ctx->k_cache, ctx->kv_bytes);
+    spex_free_zeroed(ctx->v_cache, ctx->kv_bytes);
     free(ctx->rs_S);
     free(ctx->rs_conv);
     free(ctx->rs_lo);
@@ -165,15 +165,20 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     }
     c->nth = spex_pool_n_threads(c->pool);
 
-    /* KV cache: calloc, so pages a short conversation never reaches are not committed. */
+    /* KV cache: zeroed pages committed as first touched (a short conversation never reaches
+     * most of them), on huge pages where offered (core/mem.h: the rows of one kv head are a
+     * few lines per 2-4 KiB row apart, a TLB miss per 4 KiB page otherwise). */
     c->kv_row_bytes = spex_type_row_size(p.kv_type, (int64_t)kvd);
     const uint64_t rows = (uint64_t)m->n_kv_layers * S * C;
     if (c->kv_row_bytes == 0 || rows > (uint64_t)SIZE_MAX / 4 / c->kv_row_bytes) {
         s = spex_error_set(err, SPEX_ERR_RANGE, "context: KV cache of %" PRIu64 " rows is too large", rows);
         goto fail;
     }
-    c->k_cache = calloc(rows ? (size_t)rows : 1, c->kv_row_bytes);
-    c->v_cache = calloc(rows ? (size_t)rows : 1, c->kv_row_bytes);
+    c->kv_nseg = p.kv_type == SPEX_TYPE_Q8_0 ? 1 : hp->n_head_kv;
+    c->kv_seg_bytes = c->kv_row_bytes / (size_t)c->kv_nseg;
+    c->kv_bytes = (size_t)(rows ? rows : 1) * c->kv_row_bytes;
+    c->k_cache = spex_alloc_zeroed(c->kv_bytes);
+    c->v_cache = spex_alloc_zeroed(c->kv_bytes);
     /* Recurrent state ring (model.h): calloc as well, slots are written before they are read. */
     uint64_t rs_bytes = 0;
     bool rs_ok = true;
@@ -317,11 +322,11 @@ spex_memory_usage spex_context_memory(const spex_context *ctx) {
 /* KV cache                                                                  */
 /* ======================================================================== */
 
-void *spex_kv_row(const spex_context *ctx, bool v, int32_t layer, int32_t seq, int32_t pos) {
+void *spex_kv_seg(const spex_context *ctx, bool v, int32_t layer, int32_t seq, int32_t seg, int32_t pos) {
     const uint64_t S = (uint64_t)ctx->params.n_seq_max, C = (uint64_t)ctx->params.n_ctx_per_seq;
     const uint64_t li = (uint64_t)ctx->model->layers[layer].kv_index;
-    const uint64_t row = (li * S + (uint64_t)seq) * C + (uint64_t)pos;
-    return (uint8_t *)(v ? ctx->v_cache : ctx->k_cache) + row * ctx->kv_row_bytes;
+    const uint64_t row = ((li * S + (uint64_t)seq) * (uint64_t)ctx->kv_nseg + (uint64_t)seg) * C + (uint64_t)pos;
+    return (uint8_t *)(v ? ctx->v_cache : ctx->k_cache) + row * ctx->kv_seg_bytes;
 }
 
 static bool seq_ok(const spex_context *ctx, int32_t seq) { return ctx && seq >= 0 && seq < ctx->params.n_seq_max; }
@@ -388,11 +393,13 @@ spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_
         return st != SPEX_OK ? st : spex_kv_seq_rewind(ctx, dst, len, NULL, err);
     }
     if (src != dst && len > 0) {
-        const size_t bytes = (size_t)len * ctx->kv_row_bytes;
+        const size_t bytes = (size_t)len * ctx->kv_seg_bytes;
         for (int32_t l = 0; l < ctx->model->hp.n_layer; l++) {
             if (ctx->model->layers[l].kv_index < 0) continue;
-            memcpy(spex_kv_row(ctx, false, l, dst, 0), spex_kv_row(ctx, false, l, src, 0), bytes);
-            memcpy(spex_kv_row(ctx, true, l, dst, 0), spex_kv_row(ctx, true, l, src, 0), bytes);
+            for (int32_t g = 0; g < ctx->kv_nseg; g++) {
+                memcpy(spex_kv_seg(ctx, false, l, dst, g, 0), spex_kv_seg(ctx, false, l, src, g, 0), bytes);
+                memcpy(spex_kv_seg(ctx, true, l, dst, g, 0), spex_kv_seg(ctx, true, l, src, g, 0), bytes);
+            }
         }
     }
     if (ctx->rs_S && src != dst && len > 0) {

@@ -15,6 +15,7 @@
  */
 #include "model/dflash_ctx.h"
 #include "model/dflash_select.h"
+#include "core/mem.h"
 
 #include <inttypes.h>
 #include <stdlib.h>
@@ -42,8 +43,8 @@ spex_draft_context_params spex_draft_context_default_params(void) {
 void spex_draft_context_free(spex_draft_context *dc) {
     if (!dc) return;
     if (dc->own_pool) spex_pool_free(dc->pool);
-    free(dc->k_cache);
-    free(dc->v_cache);
+    spex_free_zeroed(dc->k_cache, dc->kv_bytes);
+    spex_free_zeroed(dc->v_cache, dc->kv_bytes);
     void *bufs[] = {dc->seq_len, dc->kv_f32, dc->x, dc->xn, dc->xc, dc->tmp, dc->q, dc->k, dc->v, dc->att,
                     dc->gate, dc->up, dc->rope, dc->da, dc->df, dc->hout, dc->logits, dc->gatev, dc->cand,
                     dc->cand_u, dc->tk_idx, dc->tk_val, dc->mm_ws, dc->attn_ws, dc->iy, dc->ic, dc->ik, dc->iv, dc->row_pos,
@@ -130,8 +131,9 @@ spex_status spex_draft_context_init(const spex_drafter *d, const spex_draft_cont
         s = spex_error_set(err, SPEX_ERR_RANGE, "draft context: KV cache of %" PRIu64 " rows is too large", rows);
         goto fail;
     }
-    c->k_cache = calloc((size_t)rows, c->kv_row_bytes);
-    c->v_cache = calloc((size_t)rows, c->kv_row_bytes);
+    c->kv_bytes = (size_t)(rows ? rows : 1) * c->kv_row_bytes; /* as the target's (context.c) */
+    c->k_cache = spex_alloc_zeroed(c->kv_bytes);
+    c->v_cache = spex_alloc_zeroed(c->kv_bytes);
     c->params = p;
 
     spex_attn_args aa = {.n_q = (int)B, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,

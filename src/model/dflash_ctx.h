@@ -43,7 +43,8 @@ struct spex_draft_context {
 
     /* draft KV cache */
     size_t kv_row_bytes;
-    void *k_cache, *v_cache;          /* [N_d][S][C] rows each                            */
+    void *k_cache, *v_cache;          /* [N_d][S][C] rows each (spex_alloc_zeroed)        */
+    size_t kv_bytes;                  /* bytes of each                                    */
     int32_t *seq_len;                 /* [S]                                              */
     float *kv_f32;                    /* Q8_0 only: [2][C][kv_dim] one region as f32      */
 

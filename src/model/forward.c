@@ -169,16 +169,23 @@ void spex_fwd_pre_attn_norm(spex_context *c, const fwd_phase *ph, int ith, int n
 void spex_fwd_store_kv(spex_context *c, int l, int64_t r, int32_t seq) {
     const int64_t kvd = (int64_t)c->model->hp.n_head_kv * c->model->hp.head_dim;
     const spex_type t = c->params.kv_type;
-    void *kd = spex_kv_row(c, false, l, seq, c->pos[r]);
-    void *vd = spex_kv_row(c, true, l, seq, c->pos[r]);
-    if (t == SPEX_TYPE_F32) {
-        memcpy(kd, c->b.k + r * kvd, sizeof(float) * (size_t)kvd);
-        memcpy(vd, c->b.v + r * kvd, sizeof(float) * (size_t)kvd);
-    } else if (t == SPEX_TYPE_F16) {
+    const int32_t p = c->pos[r];
+    if (t == SPEX_TYPE_F32 || t == SPEX_TYPE_F16) { /* head-major: one segment per kv head */
         const spex_ops_kernels *k = spex_ops_get();
-        k->cvt_f32_f16(c->b.k + r * kvd, kd, kvd);
-        k->cvt_f32_f16(c->b.v + r * kvd, vd, kvd);
+        const int64_t hd = c->model->hp.head_dim;
+        for (int32_t h = 0; h < c->kv_nseg; h++) {
+            const float *ks = c->b.k + r * kvd + h * hd, *vs = c->b.v + r * kvd + h * hd;
+            void *kd = spex_kv_seg(c, false, l, seq, h, p), *vd = spex_kv_seg(c, true, l, seq, h, p);
+            if (t == SPEX_TYPE_F32) {
+                memcpy(kd, ks, sizeof(float) * (size_t)hd);
+                memcpy(vd, vs, sizeof(float) * (size_t)hd);
+            } else {
+                k->cvt_f32_f16(ks, kd, hd);
+                k->cvt_f32_f16(vs, vd, hd);
+            }
+        }
     } else {
+        void *kd = spex_kv_seg(c, false, l, seq, 0, p), *vd = spex_kv_seg(c, true, l, seq, 0, p);
         spex_quantize_row_ref(t, c->b.k + r * kvd, kd, kvd);
         spex_quantize_row_ref(t, c->b.v + r * kvd, vd, kvd);
     }
@@ -236,8 +243,10 @@ void spex_fwd_attend(spex_context *c, const fwd_phase *ph, int ith, int nth) {
             .n_q = nq, .n_head = H, .n_head_kv = Hkv, .head_dim = hd,
             .q = c->b.q + (int64_t)a0 * qd, .q_stride = qd, .q_pos = c->pos + a0,
             .kv_type = c->params.kv_type, .n_kv = n_kv,
-            .k = spex_kv_row(c, false, l, s, 0), .v = spex_kv_row(c, true, l, s, 0),
-            .k_stride = c->kv_row_bytes, .v_stride = c->kv_row_bytes, .kv_pos = NULL,
+            .k = spex_kv_seg(c, false, l, s, 0, 0), .v = spex_kv_seg(c, true, l, s, 0, 0),
+            .k_stride = c->kv_seg_bytes, .v_stride = c->kv_seg_bytes,
+            .k_head_stride = (size_t)c->params.n_ctx_per_seq * c->kv_seg_bytes, /* head-major (model.h) */
+            .v_head_stride = (size_t)c->params.n_ctx_per_seq * c->kv_seg_bytes, .kv_pos = NULL,
             .scale = 0.0f, .causal = true, .window = 0,
             .out = c->b.att + (int64_t)a0 * qd, .out_stride = qd,
         };
@@ -247,14 +256,15 @@ void spex_fwd_attend(spex_context *c, const fwd_phase *ph, int ith, int nth) {
             int64_t t0, t1;
             row_split(n_kv, ith, nth, &t0, &t1);
             for (int64_t t = t0; t < t1; t++) {
-                spex_dequantize_row_ref(SPEX_TYPE_Q8_0, spex_kv_row(c, false, l, s, (int32_t)t), kf + t * kvd, kvd);
-                spex_dequantize_row_ref(SPEX_TYPE_Q8_0, spex_kv_row(c, true, l, s, (int32_t)t), vf + t * kvd, kvd);
+                spex_dequantize_row_ref(SPEX_TYPE_Q8_0, spex_kv_seg(c, false, l, s, 0, (int32_t)t), kf + t * kvd, kvd);
+                spex_dequantize_row_ref(SPEX_TYPE_Q8_0, spex_kv_seg(c, true, l, s, 0, (int32_t)t), vf + t * kvd, kvd);
             }
             if (nth > 1) spex_pool_barrier(c->pool);
             a.kv_type = SPEX_TYPE_F32;
             a.k = kf;
             a.v = vf;
             a.k_stride = a.v_stride = sizeof(float) * (size_t)kvd;
+            a.k_head_stride = a.v_head_stride = 0; /* the expanded rows hold all heads */
             spex_attention(k, &a, ith, nth, scratch);
             if (nth > 1) spex_pool_barrier(c->pool); /* the expanded region is reused */
         } else {

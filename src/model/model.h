@@ -12,11 +12,13 @@
  *   n   tokens of the current batch (<= n_batch_max)            C  n_ctx_per_seq
  *   S   n_seq_max       n_out  tokens of the batch that want logits (<= n_outputs_max)
  *
- * KV cache layout. K and V are separate arrays of kv_type, each [N_kv][S][C][kv_dim]: attention
- * layer l (its kv_index i; all N layers for llama / qwen3), sequence s, position p is row
- * ((i * S + s) * C + p). A sequence's rows are contiguous in
- * every layer, so attention reads one region per (layer, sequence) with kv_pos = NULL (row p
- * is position p), truncation only changes seq_len[s], and a prefix copy is N*2 memcpys.
+ * KV cache layout. K and V are separate arrays of kv_type, each [N_kv][S][nseg][C][kv_dim/nseg]:
+ * attention layer l (its kv_index i; all N layers for llama / qwen3), sequence s, segment g,
+ * position p is row (((i * S + s) * nseg + g) * C + p). F16 and F32 caches are head-major
+ * (nseg = H_kv, a segment per kv head); Q8_0 has one segment of whole rows. A sequence's rows
+ * of one segment are contiguous in every layer, so attention reads one stream per (layer,
+ * sequence, kv head) with kv_pos = NULL (row p is position p), truncation only changes
+ * seq_len[s], and a prefix copy is N*2*nseg memcpys.
  *
  * Recurrent state (qwen35, targets.md §7.3, §9 strategy A). Per sequence a ring of R =
  * 1 + n_rs_seq copies of the state of every GDN layer: rs_S [S][R][N_rs][Hv][Dk][Dv] and
@@ -208,8 +210,16 @@ struct spex_context {
     int nth;                     /* threads of the pool */
 
     /* KV cache */
-    size_t kv_row_bytes;         /* bytes of one [kv_dim] row in kv_type */
-    void *k_cache, *v_cache;     /* [N][S][C] rows each          */
+    /* KV cache: per (kv layer, seq) a region of C positions, split into kv_nseg segments of
+     * C rows each, one row kv_seg_bytes: F16 and F32 caches are head-major (a segment per kv
+     * head, so the rows attention reads for one head are one stream, not 256 bytes of every
+     * 2 KiB row); Q8_0 keeps whole rows (one segment; its blocks may span heads, and it is
+     * expanded row by row before attention anyway). */
+    size_t kv_row_bytes;         /* bytes of one position's [kv_dim] in kv_type */
+    int32_t kv_nseg;             /* n_head_kv (F16, F32) or 1 (Q8_0) */
+    size_t kv_seg_bytes;         /* kv_row_bytes / kv_nseg */
+    void *k_cache, *v_cache;     /* [N][S][nseg][C] rows each (spex_alloc_zeroed) */
+    size_t kv_bytes;             /* bytes of each                */
     int32_t *seq_len;            /* [S]                          */
 
     /* Recurrent state ring (qwen35; NULL otherwise): see "Recurrent state" above. */
@@ -281,7 +291,8 @@ size_t spex_forward_mm_ws_size(const spex_model *m, int32_t n_batch_max, int32_t
  * (the memory report); NULL on failure. Contexts allocate every buffer with it. */
 void *spex_ctx_buf_alloc(uint64_t bytes, uint64_t *total);
 
-/* Internal (tests): address of the K or V row of (layer, seq, pos). */
-void *spex_kv_row(const spex_context *ctx, bool v, int32_t layer, int32_t seq, int32_t pos);
+/* Address of segment seg's K or V row of (layer, seq, pos) (see kv_nseg above); the next
+ * position's row is kv_seg_bytes further, the next segment's C rows further. */
+void *spex_kv_seg(const spex_context *ctx, bool v, int32_t layer, int32_t seq, int32_t seg, int32_t pos);
 
 #endif
