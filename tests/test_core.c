@@ -92,4 +92,27 @@ TEST(alloc_large_alignment_and_use) {
     free(q);
 }
 
+/* The KV cache's allocation: zeroed, every byte usable, 2 MiB aligned from SPEX_HUGE_MIN on;
+ * the free matches the allocation even when the measurement switch changed in between. */
+TEST(alloc_zeroed) {
+    CHECK(spex_alloc_zeroed(0) == NULL);
+    spex_free_zeroed(NULL, 5); /* no-op */
+    const size_t sizes[] = {1, 4096, SPEX_HUGE_MIN - 1, SPEX_HUGE_MIN, 3 * SPEX_HUGE_MIN + 4097};
+    for (int round = 0; round < 2; round++)
+        for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            uint8_t *p = spex_alloc_zeroed(sizes[i]);
+            CHECK_MSG(p != NULL, "size %zu", sizes[i]);
+            if (!p) continue;
+            if (sizes[i] >= SPEX_HUGE_MIN) CHECK_MSG((uintptr_t)p % SPEX_HUGE_MIN == 0, "size %zu", sizes[i]);
+            size_t nz = 0;
+            for (size_t b = 0; b < sizes[i]; b += 509) nz += p[b] != 0;
+            CHECK_MSG(nz == 0 && p[sizes[i] - 1] == 0, "size %zu: not zeroed", sizes[i]);
+            memset(p, 0x5a, sizes[i]);
+            CHECK(p[0] == 0x5a && p[sizes[i] - 1] == 0x5a);
+            spex_mem_thp = round; /* round 0 frees with the switch flipped */
+            spex_free_zeroed(p, sizes[i]);
+            spex_mem_thp = 1;
+        }
+}
+
 TEST_MAIN()
