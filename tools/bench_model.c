@@ -4,8 +4,10 @@
  * the same run on the same pool.
  *
  * What it is: a tool, not a test (it asserts nothing). Prefill ppN is one spex_forward of N
- * tokens of one sequence from an empty cache, logits for the last token only (as a prompt is
- * processed); decode tgN is N single-token forwards from an empty cache. Each number is the
+ * tokens of one sequence, logits for the last token only (as a prompt is processed); decode
+ * tgN is N single-token forwards. Both start from an empty cache, or with --depth D after a
+ * D-token context (prefilled once; each run truncates back to it, which moves no data), as
+ * llama-bench's -d does: attention then also reads D rows of K and V per layer and token. Each number is the
  * best of --reps runs, after one warm-up run: other processes on a shared machine only ever
  * make a run slower. "Weights per token" counts every matrix the decode step streams (all
  * layer matrices and the LM head; of an untied embedding table only the one row it reads).
@@ -68,12 +70,30 @@ static uint64_t decode_bytes(const spex_model *m) {
     return sum;
 }
 
-/* One ppN run: clear, one forward of n tokens. Seconds, or < 0 on error. */
-static double run_pp(spex_context *ctx, spex_batch_token *toks, int n, int32_t n_vocab) {
+/* The depth-token context: tokens 0 .. depth-1 in forwards of at most nb. 0 or -1 on error. */
+static int fill_depth(spex_context *ctx, spex_batch_token *toks, int nb, int depth, int32_t n_vocab) {
     spex_error err = {0};
     spex_kv_seq_clear(ctx, -1, NULL);
+    for (int p0 = 0; p0 < depth; p0 += nb) {
+        const int n = depth - p0 < nb ? depth - p0 : nb;
+        for (int i = 0; i < n; i++)
+            toks[i] = (spex_batch_token){.token = (int32_t)(((p0 + i) * 104729 + 7) % n_vocab), .pos = p0 + i,
+                                         .seq = 0, .logits = i == n - 1};
+        spex_batch b = {toks, n};
+        if (spex_forward(ctx, &b, &err) != SPEX_OK) {
+            fprintf(stderr, "error: %s\n", err.msg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One ppN run: back to the depth, one forward of n tokens. Seconds, or < 0 on error. */
+static double run_pp(spex_context *ctx, spex_batch_token *toks, int n, int depth, int32_t n_vocab) {
+    spex_error err = {0};
+    spex_kv_seq_truncate(ctx, 0, depth, NULL);
     for (int i = 0; i < n; i++)
-        toks[i] = (spex_batch_token){.token = (int32_t)((i * 7919 + 13) % n_vocab), .pos = i, .seq = 0,
+        toks[i] = (spex_batch_token){.token = (int32_t)((i * 7919 + 13) % n_vocab), .pos = depth + i, .seq = 0,
                                      .logits = i == n - 1};
     spex_batch b = {toks, n};
     double t0 = genset_now_s();
@@ -84,12 +104,13 @@ static double run_pp(spex_context *ctx, spex_batch_token *toks, int n, int32_t n
     return genset_now_s() - t0;
 }
 
-static double run_tg(spex_context *ctx, int n, int32_t n_vocab) {
+static double run_tg(spex_context *ctx, int n, int depth, int32_t n_vocab) {
     spex_error err = {0};
-    spex_kv_seq_clear(ctx, -1, NULL);
+    spex_kv_seq_truncate(ctx, 0, depth, NULL);
     double t0 = genset_now_s();
     for (int i = 0; i < n; i++) {
-        spex_batch_token t = {.token = (int32_t)((i * 7919 + 13) % n_vocab), .pos = i, .seq = 0, .logits = true};
+        spex_batch_token t = {.token = (int32_t)((i * 7919 + 13) % n_vocab), .pos = depth + i, .seq = 0,
+                              .logits = true};
         spex_batch b = {&t, 1};
         if (spex_forward(ctx, &b, &err) != SPEX_OK) {
             fprintf(stderr, "error: %s\n", err.msg);
@@ -100,8 +121,9 @@ static double run_tg(spex_context *ctx, int n, int32_t n_vocab) {
 }
 
 static void bm_usage(FILE *f) {
-    fprintf(f, "usage: spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--reps R] [--no-repack]\n"
+    fprintf(f, "usage: spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--depth D] [--reps R] [--no-repack]\n"
                "  prefill ppN (one forward of N tokens) and decode tgN (N one-token forwards), best of R;\n"
+               "  --depth D: both after a D-token context (default 0: from an empty cache);\n"
                "  decode also as GB/s of weights per token next to a streaming-read probe on the same threads\n"
                "  (sustained: as many passes as a decode run streams weight bytes; and the best single pass);\n"
                "  --no-repack keeps every weight in the file's layout (no R16 copies at load)\n");
@@ -109,7 +131,7 @@ static void bm_usage(FILE *f) {
 
 int bench_model(int argc, char **argv) {
     const char *path = NULL;
-    long threads = 2, tg = 32, reps = 3, pp[BM_MAX_PP] = {64, 512};
+    long threads = 2, tg = 32, reps = 3, depth = 0, pp[BM_MAX_PP] = {64, 512};
     int n_pp = 2;
     spex_model_params mparams = spex_model_default_params();
     for (int i = 1; i < argc; i++) {
@@ -124,6 +146,9 @@ int bench_model(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--tg")) {
             if (!cli_parse_int(a, val, 0, 1 << 16, &tg)) return 2;
+            i++;
+        } else if (!strcmp(a, "--depth") || !strcmp(a, "-d")) {
+            if (!cli_parse_int(a, val, 0, 1 << 20, &depth)) return 2;
             i++;
         } else if (!strcmp(a, "--reps")) {
             if (!cli_parse_int(a, val, 1, 1000, &reps)) return 2;
@@ -160,13 +185,15 @@ int bench_model(int argc, char **argv) {
     if (spex_model_load(path, &mparams, &m, &err) != SPEX_OK) goto fail;
     if (spex_pool_create((int)threads, &pool, &err) != SPEX_OK) goto fail;
     spex_context_params cp = spex_context_default_params();
-    cp.n_batch_max = (int32_t)max_pp;
+    long nb = depth < 512 ? depth : 512; /* the context is prefilled in forwards of up to 512 */
+    if (nb < max_pp) nb = max_pp;
+    cp.n_batch_max = (int32_t)nb;
     cp.n_outputs_max = 1;
-    cp.n_ctx_per_seq = (int32_t)(max_pp > tg ? max_pp : tg) + 1;
+    cp.n_ctx_per_seq = (int32_t)(depth + (max_pp > tg ? max_pp : tg) + 1);
     cp.pool = pool;
     if (spex_context_init(m, &cp, &ctx, &err) != SPEX_OK) goto fail;
     probe = malloc(BM_PROBE_BYTES);
-    toks = malloc((size_t)max_pp * sizeof *toks);
+    toks = malloc((size_t)nb * sizeof *toks);
     if (!probe || !toks) {
         spex_error_set(&err, SPEX_ERR_NOMEM, "bench model: out of memory");
         goto fail;
@@ -179,8 +206,16 @@ int bench_model(int argc, char **argv) {
     const uint64_t wbytes = decode_bytes(m);
     printf("model: %s (%s, %d layers, E %d, V %d), %.1f MiB of weights per decode step\n", path,
            spex_arch_name(hp->arch), hp->n_layer, hp->n_embd, hp->n_vocab, (double)wbytes / 1048576.0);
-    printf("threads: %ld, isa: %s, best of %ld reps (after one warm-up)\n\n", threads, spex_isa_name(spex_cpu_isa()),
+    printf("threads: %ld, isa: %s, best of %ld reps (after one warm-up)\n", threads, spex_isa_name(spex_cpu_isa()),
            reps);
+    if (depth > 0) {
+        const spex_memory_usage mu = spex_context_memory(ctx);
+        const double kv_tok = (double)mu.kv / (double)cp.n_ctx_per_seq; /* K and V bytes per position */
+        printf("depth: %ld tokens of context before each test (decode also reads %.1f MiB of K/V per token there)\n",
+               depth, kv_tok * (double)depth / 1048576.0);
+        if (fill_depth(ctx, toks, (int)nb, (int)depth, hp->n_vocab) != 0) goto fail_quiet;
+    }
+    printf("\n");
 
     /* The probe runs once before every timed run (prefill and decode alike) and the best of
      * all is kept, so a busy moment cannot make it look slow next to a lucky decode run. */
@@ -203,7 +238,7 @@ int bench_model(int argc, char **argv) {
         double best = 1e30;
         for (long r = 0; r <= reps; r++) {
             PROBE();
-            double dt = run_pp(ctx, toks, (int)pp[i], hp->n_vocab);
+            double dt = run_pp(ctx, toks, (int)pp[i], (int)depth, hp->n_vocab);
             if (dt < 0) goto fail_quiet;
             if (r > 0 && dt < best) best = dt;
         }
@@ -223,7 +258,7 @@ int bench_model(int argc, char **argv) {
             spex_pool_run(pool, bm_probe_task, &sus);
             double dps = (genset_now_s() - t0) / sus.passes;
             if (r > 0 && dps < sus_best) sus_best = dps;
-            double dt = run_tg(ctx, (int)tg, hp->n_vocab);
+            double dt = run_tg(ctx, (int)tg, (int)depth, hp->n_vocab);
             if (dt < 0) goto fail_quiet;
             if (r > 0 && dt < best) best = dt;
         }
