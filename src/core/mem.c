@@ -51,8 +51,9 @@ void *spex_alloc_zeroed(size_t bytes) {
         uint8_t *m = mmap(NULL, r + SPEX_HUGE_MIN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) return NULL;
         uint8_t *p = (uint8_t *)(((uintptr_t)m + SPEX_HUGE_MIN - 1) & ~(uintptr_t)(SPEX_HUGE_MIN - 1));
-        if (p > m) (void)munmap(m, (size_t)(p - m)); /* the slack before and after */
-        if (p < m + SPEX_HUGE_MIN) (void)munmap(p + r, (size_t)(m + SPEX_HUGE_MIN - p));
+        /* the slack before p and after p + r (p < m + SPEX_HUGE_MIN, so there is always some after) */
+        if (p > m) (void)munmap(m, (size_t)(p - m));
+        (void)munmap(p + r, (size_t)(m + SPEX_HUGE_MIN - p));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
         if (spex_mem_thp) (void)madvise(p, r, MADV_HUGEPAGE);
 #endif

@@ -22,9 +22,9 @@ void *spex_alloc_large(size_t bytes);
 /* Bytes spex_alloc_large(bytes) actually takes (the size rounded to its alignment). */
 size_t spex_alloc_large_size(size_t bytes);
 
-/* bytes (> 0) of zeroed memory, committed page by page as it is first touched (a KV cache
- * whose far rows a short conversation never reaches), 2 MiB aligned and advised for huge
- * pages from SPEX_HUGE_MIN on; NULL when out of memory. Free with spex_free_zeroed(p, bytes),
+/* bytes (> 0) of zeroed memory, committed page by page as it is first touched (where huge
+ * pages are granted, a page is 2 MiB), 2 MiB aligned and advised for huge pages from
+ * SPEX_HUGE_MIN on; NULL when out of memory. Free with spex_free_zeroed(p, bytes),
  * the same bytes. */
 void *spex_alloc_zeroed(size_t bytes);
 void spex_free_zeroed(void *p, size_t bytes);

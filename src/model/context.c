@@ -165,9 +165,10 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     }
     c->nth = spex_pool_n_threads(c->pool);
 
-    /* KV cache: zeroed pages committed as first touched (a short conversation never reaches
-     * most of them), on huge pages where offered (core/mem.h: the rows of one kv head are a
-     * few lines per 2-4 KiB row apart, a TLB miss per 4 KiB page otherwise). */
+    /* KV cache: zeroed pages committed as first touched, head-major (model.h), advised for
+     * huge pages (core/mem.h): each kv head's stream then commits in 2 MiB steps (the whole
+     * default cache after one token, as llama.cpp commits it at load), and a decode at 3000
+     * positions ran 10 % faster than on 4 KiB pages (docs/performance.md, session 12). */
     c->kv_row_bytes = spex_type_row_size(p.kv_type, (int64_t)kvd);
     const uint64_t rows = (uint64_t)m->n_kv_layers * S * C;
     if (c->kv_row_bytes == 0 || rows > (uint64_t)SIZE_MAX / 4 / c->kv_row_bytes) {

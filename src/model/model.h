@@ -209,7 +209,6 @@ struct spex_context {
     bool own_pool;
     int nth;                     /* threads of the pool */
 
-    /* KV cache */
     /* KV cache: per (kv layer, seq) a region of C positions, split into kv_nseg segments of
      * C rows each, one row kv_seg_bytes: F16 and F32 caches are head-major (a segment per kv
      * head, so the rows attention reads for one head are one stream, not 256 bytes of every
