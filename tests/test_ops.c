@@ -874,6 +874,63 @@ TEST(ops_attention_edge_cases) {
     CHECK_OK(spex_attn_check(&b, &err));
 }
 
+/* cvt_q8_0_f32 of every ISA gives the bits of spex_dequantize_row_ref; attention over a Q8_0
+ * cache (rows with the heads side by side, and head-major with a gap between heads) gives the
+ * bits of the same attention over the cache dequantized to f32 first (the old path, and the
+ * definition), decode and verify-sized, on every ISA and split over threads. */
+TEST(ops_attention_q8_0) {
+    enum { NKV = 75, HKV = 2, G = 2, D = 64, H = HKV * G, KVD = HKV * D, NB = KVD / 32 };
+    const size_t row = (size_t)NB * 34, hrow = (size_t)(D / 32) * 34, hstride = (size_t)(NKV + 3) * hrow;
+    static float kf[NKV * KVD], vf[NKV * KVD], kd[NKV * KVD], vd[NKV * KVD], q[16 * H * D], want[16 * H * D],
+        got[16 * H * D], scratch[1 << 16], tmp[KVD];
+    static uint8_t kq[NKV * NB * 34], vq[NKV * NB * 34], khm[HKV * (NKV + 3) * (D / 32) * 34],
+        vhm[HKV * (NKV + 3) * (D / 32) * 34];
+    fill(kf, NKV * KVD, -3.0f, 3.0f);
+    fill(vf, NKV * KVD, -2.0f, 2.0f);
+    fill(q, 16 * H * D, -1.0f, 1.0f);
+    for (int t = 0; t < NKV; t++) {
+        spex_quantize_row_ref(SPEX_TYPE_Q8_0, kf + t * KVD, kq + t * row, KVD);
+        spex_quantize_row_ref(SPEX_TYPE_Q8_0, vf + t * KVD, vq + t * row, KVD);
+        spex_dequantize_row_ref(SPEX_TYPE_Q8_0, kq + t * row, kd + t * KVD, KVD);
+        spex_dequantize_row_ref(SPEX_TYPE_Q8_0, vq + t * row, vd + t * KVD, KVD);
+        for (int h = 0; h < HKV; h++) {
+            memcpy(khm + h * hstride + t * hrow, kq + t * row + h * hrow, hrow);
+            memcpy(vhm + h * hstride + t * hrow, vq + t * row + h * hrow, hrow);
+        }
+    }
+    int32_t q_pos[16];
+    FOR_EACH_ISA(k) {
+        for (int t = 0; t < NKV; t++) {
+            k->cvt_q8_0_f32(kq + t * row, tmp, KVD);
+            CHECK_MSG(!memcmp(tmp, kd + t * KVD, sizeof tmp), "%s: cvt_q8_0_f32 row %d differs from the reference",
+                      ISA(k), t);
+        }
+        for (int nq = 1; nq <= 16; nq += 15) {
+            for (int i = 0; i < nq; i++) q_pos[i] = NKV - nq + i;
+            spex_attn_args f = {.n_q = nq, .n_head = H, .n_head_kv = HKV, .head_dim = D, .q = q, .q_stride = H * D,
+                                .q_pos = q_pos, .kv_type = SPEX_TYPE_F32, .n_kv = NKV, .k = kd, .v = vd,
+                                .k_stride = 4 * KVD, .v_stride = 4 * KVD, .causal = true, .out = want,
+                                .out_stride = H * D};
+            spex_attn_args r = f, m = f;
+            r.kv_type = m.kv_type = SPEX_TYPE_Q8_0;
+            r.k = kq, r.v = vq, r.k_stride = r.v_stride = row;
+            m.k = khm, m.v = vhm, m.k_stride = m.v_stride = hrow, m.k_head_stride = m.v_head_stride = hstride;
+            spex_error err = {0};
+            CHECK_MSG(spex_attn_check(&r, &err) == SPEX_OK && spex_attn_check(&m, &err) == SPEX_OK, "%s", err.msg);
+            CHECK(spex_attn_scratch_floats(&r) <= sizeof scratch / sizeof scratch[0] / 3);
+            spex_attention(k, &f, 0, 1, scratch);
+            r.out = got;
+            spex_attention(k, &r, 0, 1, scratch);
+            CHECK_MSG(!memcmp(want, got, sizeof(float) * (size_t)nq * H * D), "%s n_q %d: q8_0 rows differ", ISA(k), nq);
+            m.out = got;
+            memset(got, 0, sizeof got);
+            for (int t = 0; t < 3; t++) spex_attention(k, &m, t, 3, scratch);
+            CHECK_MSG(!memcmp(want, got, sizeof(float) * (size_t)nq * H * D), "%s n_q %d: q8_0 head-major differs",
+                      ISA(k), nq);
+        }
+    }
+}
+
 /* The intended use: spex_attention called from every thread of a pool task, each with its
  * own slice of scratch; must give the bits of the single-threaded call. */
 typedef struct {

@@ -135,6 +135,11 @@ static int attn_qblock(const spex_attn_args *a) {
 
 static size_t pad16(size_t n) { return (n + 15) / 16 * 16; }
 
+/* Bytes of one kv head's slice of a row: head_dim elements (Q8_0: head_dim / 32 blocks). */
+static size_t attn_head_bytes(spex_type t, int d) {
+    return t == SPEX_TYPE_F32 ? 4 * (size_t)d : t == SPEX_TYPE_F16 ? 2 * (size_t)d : (size_t)d / 32 * 34;
+}
+
 /* Scratch layout of one thread (floats, each part rounded to 16 = 64 bytes). */
 typedef struct attn_scratch {
     float *qs;   /* [R][d] pre-scaled queries          */
@@ -142,15 +147,17 @@ typedef struct attn_scratch {
     float *s;    /* [R][T] scores, then probabilities  */
     float *m;    /* [R] running max                    */
     float *l;    /* [R] running sum                    */
+    float *kv;   /* [T][d] a Q8_0 tile as f32          */
 } attn_scratch;
 
 static size_t attn_carve(const spex_attn_args *a, float *base, attn_scratch *sc) {
     const size_t d = (size_t)a->head_dim, T = SPEX_ATTN_TILE;
     const size_t R = (size_t)attn_qblock(a) * (size_t)(a->n_head / a->n_head_kv);
-    const size_t parts[5] = {pad16(R * d), pad16(R * d), pad16(R * T), pad16(R), pad16(R)};
-    float **dst[5] = {&sc->qs, &sc->acc, &sc->s, &sc->m, &sc->l};
+    const size_t kv = a->kv_type == SPEX_TYPE_Q8_0 ? pad16(T * d) : 0;
+    const size_t parts[6] = {pad16(R * d), pad16(R * d), pad16(R * T), pad16(R), pad16(R), kv};
+    float **dst[6] = {&sc->qs, &sc->acc, &sc->s, &sc->m, &sc->l, &sc->kv};
     size_t off = 0;
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 6; i++) {
         if (base) *dst[i] = base + off;
         off += parts[i];
     }
@@ -173,12 +180,18 @@ spex_status spex_attn_check(const spex_attn_args *a, spex_error *err) {
     if (a->n_head % a->n_head_kv)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "attention: n_head %d is not a multiple of n_head_kv %d",
                               a->n_head, a->n_head_kv);
-    size_t es;
+    size_t es; /* strides must be multiples of it (Q8_0: 1, blocks are not aligned) */
     if (a->kv_type == SPEX_TYPE_F32) es = 4;
     else if (a->kv_type == SPEX_TYPE_F16) es = 2;
-    else return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "attention: kv type %d: expected F32 or F16", (int)a->kv_type);
+    else if (a->kv_type == SPEX_TYPE_Q8_0) es = 1;
+    else
+        return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "attention: kv type %d: expected F32, F16 or Q8_0",
+                              (int)a->kv_type);
+    if (a->kv_type == SPEX_TYPE_Q8_0 && a->head_dim % 32)
+        return spex_error_set(err, SPEX_ERR_UNSUPPORTED,
+                              "attention: a Q8_0 cache needs head_dim (%d) to be a multiple of 32", a->head_dim);
     const int64_t qrow = (int64_t)a->n_head * a->head_dim;
-    const size_t hrow = (size_t)a->head_dim * es;
+    const size_t hrow = attn_head_bytes(a->kv_type, a->head_dim);
     /* Heads side by side: a row holds all of them; with a head stride a row is one head's slice. */
     const size_t krow = a->k_head_stride ? hrow : (size_t)a->n_head_kv * hrow;
     const size_t vrow = a->v_head_stride ? hrow : (size_t)a->n_head_kv * hrow;
@@ -227,8 +240,11 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
     const float scale = a->scale != 0.0f ? a->scale : 1.0f / sqrtf((float)d);
     /* An F16 cache is read in place by the F16 kernels, each element converted in a register
      * (converting a tile into scratch first measured 1.0-1.7x slower at 1 to 32 query rows
-     * per kv row, docs/performance.md); same bits either way (ops.h). */
-    const bool f16 = a->kv_type == SPEX_TYPE_F16;
+     * per kv row, docs/performance.md); same bits either way (ops.h). A Q8_0 cache is
+     * converted a tile at a time into sc->kv (L1-sized) for the f32 kernels: the same bits
+     * as expanding the whole cache to f32 first, without writing and re-reading 4 bytes
+     * per element. */
+    const bool f16 = a->kv_type == SPEX_TYPE_F16, q8 = a->kv_type == SPEX_TYPE_Q8_0;
 
     /* Pair r = qi * G + g is query row q0 + qi, head hk * G + g. */
     for (int qi = 0; qi < nq; qi++)
@@ -249,9 +265,9 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
         qmax = qp > qmax ? qp : qmax;
     }
     uint8_t vis[SPEX_ATTN_QBLOCK][SPEX_ATTN_TILE];
-    const size_t es = f16 ? 2 : 4;
-    const size_t koff = (size_t)hk * (a->k_head_stride ? a->k_head_stride : (size_t)d * es);
-    const size_t voff = (size_t)hk * (a->v_head_stride ? a->v_head_stride : (size_t)d * es);
+    const size_t hb = attn_head_bytes(a->kv_type, d);
+    const size_t koff = (size_t)hk * (a->k_head_stride ? a->k_head_stride : hb);
+    const size_t voff = (size_t)hk * (a->v_head_stride ? a->v_head_stride : hb);
     for (int t0 = 0; t0 < a->n_kv; t0 += T) {
         const int nt = a->n_kv - t0 < T ? a->n_kv - t0 : T;
         /* The common tile (the cache's past) is seen whole by every pair: no per-pair mask. */
@@ -268,7 +284,10 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
         if (!any) continue;
 
         const char *krow = (const char *)a->k + (size_t)t0 * a->k_stride + koff;
-        if (f16)
+        if (q8) {
+            for (int t = 0; t < nt; t++) k->cvt_q8_0_f32(krow + (size_t)t * a->k_stride, sc->kv + (size_t)t * d, d);
+            k->attn_scores(R, sc->qs, d, nt, sc->kv, d, d, sc->s, T);
+        } else if (f16)
             k->attn_scores_f16(R, sc->qs, d, nt, (const uint16_t *)krow, (int64_t)(a->k_stride / 2), d, sc->s, T);
         else
             k->attn_scores(R, sc->qs, d, nt, (const float *)krow, (int64_t)(a->k_stride / 4), d, sc->s, T);
@@ -298,7 +317,10 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
         }
 
         const char *vrow = (const char *)a->v + (size_t)t0 * a->v_stride + voff;
-        if (f16)
+        if (q8) {
+            for (int t = 0; t < nt; t++) k->cvt_q8_0_f32(vrow + (size_t)t * a->v_stride, sc->kv + (size_t)t * d, d);
+            k->attn_accum(R, sc->acc, d, sc->s, T, nt, sc->kv, d, d);
+        } else if (f16)
             k->attn_accum_f16(R, sc->acc, d, sc->s, T, nt, (const uint16_t *)vrow, (int64_t)(a->v_stride / 2), d);
         else
             k->attn_accum(R, sc->acc, d, sc->s, T, nt, (const float *)vrow, (int64_t)(a->v_stride / 4), d);

@@ -85,6 +85,10 @@ typedef struct spex_ops_kernels {
     /* F32 -> F16 rounded to nearest even, the bits of spex_f32_to_fp16 (NaN stays a NaN): the
      * F16 KV-cache store of every new K/V row. */
     void (*cvt_f32_f16)(const float *src, uint16_t *dst, int64_t n);
+    /* n (a multiple of 32) elements of Q8_0 blocks (34 bytes: fp16 d, 32 int8 q) -> f32
+     * d * q, the bits of spex_dequantize_row_q8_0_ref (the product is exact: 11 x 8 bits):
+     * a Q8_0 KV cache's rows, a tile at a time (ops.c, attn_unit). */
+    void (*cvt_q8_0_f32)(const void *src, float *dst, int64_t n);
     /* s[r*lds + t] = dot(q[r*ldq .. +d], k[t*ldk .. +d]) for r < n_q, t < n_k. */
     void (*attn_scores)(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
                         int d, float *s, int64_t lds);
@@ -163,7 +167,7 @@ typedef struct spex_attn_args {
     int64_t q_stride;
     const int32_t *q_pos;      /* [n_q] position of each query row                         */
 
-    spex_type kv_type;         /* SPEX_TYPE_F32 or SPEX_TYPE_F16                           */
+    spex_type kv_type;         /* SPEX_TYPE_F32, F16, or Q8_0 (head_dim a multiple of 32)  */
     int n_kv;
     const void *k, *v;         /* [n_kv][n_head_kv][head_dim], rows k_/v_stride bytes apart */
     size_t k_stride, v_stride;

@@ -175,7 +175,7 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
         s = spex_error_set(err, SPEX_ERR_RANGE, "context: KV cache of %" PRIu64 " rows is too large", rows);
         goto fail;
     }
-    c->kv_nseg = p.kv_type == SPEX_TYPE_Q8_0 ? 1 : hp->n_head_kv;
+    c->kv_nseg = p.kv_type == SPEX_TYPE_Q8_0 && hp->head_dim % 32 ? 1 : hp->n_head_kv;
     c->kv_seg_bytes = c->kv_row_bytes / (size_t)c->kv_nseg;
     c->kv_bytes = (size_t)(rows ? rows : 1) * c->kv_row_bytes;
     c->k_cache = spex_alloc_zeroed(c->kv_bytes);

@@ -170,24 +170,21 @@ void spex_fwd_store_kv(spex_context *c, int l, int64_t r, int32_t seq) {
     const int64_t kvd = (int64_t)c->model->hp.n_head_kv * c->model->hp.head_dim;
     const spex_type t = c->params.kv_type;
     const int32_t p = c->pos[r];
-    if (t == SPEX_TYPE_F32 || t == SPEX_TYPE_F16) { /* head-major: one segment per kv head */
-        const spex_ops_kernels *k = spex_ops_get();
-        const int64_t hd = c->model->hp.head_dim;
-        for (int32_t h = 0; h < c->kv_nseg; h++) {
-            const float *ks = c->b.k + r * kvd + h * hd, *vs = c->b.v + r * kvd + h * hd;
-            void *kd = spex_kv_seg(c, false, l, seq, h, p), *vd = spex_kv_seg(c, true, l, seq, h, p);
-            if (t == SPEX_TYPE_F32) {
-                memcpy(kd, ks, sizeof(float) * (size_t)hd);
-                memcpy(vd, vs, sizeof(float) * (size_t)hd);
-            } else {
-                k->cvt_f32_f16(ks, kd, hd);
-                k->cvt_f32_f16(vs, vd, hd);
-            }
+    const int64_t n = kvd / c->kv_nseg; /* elements per segment: a kv head, or the whole row */
+    const spex_ops_kernels *k = spex_ops_get();
+    for (int32_t g = 0; g < c->kv_nseg; g++) {
+        const float *ks = c->b.k + r * kvd + g * n, *vs = c->b.v + r * kvd + g * n;
+        void *kd = spex_kv_seg(c, false, l, seq, g, p), *vd = spex_kv_seg(c, true, l, seq, g, p);
+        if (t == SPEX_TYPE_F32) {
+            memcpy(kd, ks, sizeof(float) * (size_t)n);
+            memcpy(vd, vs, sizeof(float) * (size_t)n);
+        } else if (t == SPEX_TYPE_F16) {
+            k->cvt_f32_f16(ks, kd, n);
+            k->cvt_f32_f16(vs, vd, n);
+        } else { /* Q8_0: whole blocks per segment (context.c), so the bytes of a whole-row quantization */
+            spex_quantize_row_ref(t, ks, kd, n);
+            spex_quantize_row_ref(t, vs, vd, n);
         }
-    } else {
-        void *kd = spex_kv_seg(c, false, l, seq, 0, p), *vd = spex_kv_seg(c, true, l, seq, 0, p);
-        spex_quantize_row_ref(t, c->b.k + r * kvd, kd, kvd);
-        spex_quantize_row_ref(t, c->b.v + r * kvd, vd, kvd);
     }
 }
 
@@ -233,7 +230,8 @@ void spex_fwd_attend(spex_context *c, const fwd_phase *ph, int ith, int nth) {
     const int l = ph->layer, hd = hp->head_dim, H = hp->n_head, Hkv = hp->n_head_kv;
     const int64_t qd = (int64_t)H * hd, kvd = (int64_t)Hkv * hd;
     float *scratch = c->b.attn_ws + (size_t)ith * c->b.attn_ws_floats;
-    const bool q8 = c->params.kv_type == SPEX_TYPE_Q8_0;
+    /* Q8_0 in whole rows (head_dim not a multiple of 32): expanded to f32 first */
+    const bool q8 = c->params.kv_type == SPEX_TYPE_Q8_0 && c->kv_nseg == 1;
     for (int32_t s = 0; s < c->params.n_seq_max; s++) {
         const int32_t a0 = c->seq_start[s], nq = c->seq_start[s + 1] - a0;
         if (nq == 0) continue;
@@ -245,7 +243,8 @@ void spex_fwd_attend(spex_context *c, const fwd_phase *ph, int ith, int nth) {
             .kv_type = c->params.kv_type, .n_kv = n_kv,
             .k = spex_kv_seg(c, false, l, s, 0, 0), .v = spex_kv_seg(c, true, l, s, 0, 0),
             .k_stride = c->kv_seg_bytes, .v_stride = c->kv_seg_bytes,
-            .k_head_stride = (size_t)c->params.n_ctx_per_seq * c->kv_seg_bytes, /* head-major (model.h) */
+            .k_head_stride = (size_t)c->params.n_ctx_per_seq * c->kv_seg_bytes, /* head-major (model.h);
+                                                                                    Q8_0 read directly */
             .v_head_stride = (size_t)c->params.n_ctx_per_seq * c->kv_seg_bytes, .kv_pos = NULL,
             .scale = 0.0f, .causal = true, .window = 0,
             .out = c->b.att + (int64_t)a0 * qd, .out_stride = qd,

@@ -14,8 +14,9 @@
  *
  * KV cache layout. K and V are separate arrays of kv_type, each [N_kv][S][nseg][C][kv_dim/nseg]:
  * attention layer l (its kv_index i; all N layers for llama / qwen3), sequence s, segment g,
- * position p is row (((i * S + s) * nseg + g) * C + p). F16 and F32 caches are head-major
- * (nseg = H_kv, a segment per kv head); Q8_0 has one segment of whole rows. A sequence's rows
+ * position p is row (((i * S + s) * nseg + g) * C + p). Caches are head-major (nseg = H_kv,
+ * a segment per kv head), but for Q8_0 with hd not a multiple of 32 (its 32-element blocks
+ * would span heads), which has one segment of whole rows. A sequence's rows
  * of one segment are contiguous in every layer, so attention reads one stream per (layer,
  * sequence, kv head) with kv_pos = NULL (row p is position p), truncation only changes
  * seq_len[s], and a prefix copy is N*2*nseg memcpys.
@@ -210,12 +211,12 @@ struct spex_context {
     int nth;                     /* threads of the pool */
 
     /* KV cache: per (kv layer, seq) a region of C positions, split into kv_nseg segments of
-     * C rows each, one row kv_seg_bytes: F16 and F32 caches are head-major (a segment per kv
-     * head, so the rows attention reads for one head are one stream, not 256 bytes of every
-     * 2 KiB row); Q8_0 keeps whole rows (one segment; its blocks may span heads, and it is
-     * expanded row by row before attention anyway). */
+     * C rows each, one row kv_seg_bytes: head-major (a segment per kv head, so the rows
+     * attention reads for one head are one stream, not 256 bytes of every 2 KiB row), except
+     * Q8_0 with head_dim not a multiple of 32 (blocks would span heads): whole rows, one
+     * segment, expanded to f32 row by row before attention. */
     size_t kv_row_bytes;         /* bytes of one position's [kv_dim] in kv_type */
-    int32_t kv_nseg;             /* n_head_kv (F16, F32) or 1 (Q8_0) */
+    int32_t kv_nseg;             /* n_head_kv, or 1 (Q8_0 with head_dim % 32 != 0) */
     size_t kv_seg_bytes;         /* kv_row_bytes / kv_nseg */
     void *k_cache, *v_cache;     /* [N][S][nseg][C] rows each (spex_alloc_zeroed) */
     size_t kv_bytes;             /* bytes of each                */

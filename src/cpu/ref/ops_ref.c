@@ -214,6 +214,14 @@ static void cvt_f32_f16_ref(const float *src, uint16_t *dst, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = spex_f32_to_fp16(src[i]);
 }
 
+static void cvt_q8_0_f32_ref(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n; i += 32, b += 34) {
+        const float d = spex_fp16_to_f32((uint16_t)(b[0] | b[1] << 8)); /* little-endian fp16 */
+        for (int j = 0; j < 32; j++) dst[i + j] = (float)(int8_t)b[2 + j] * d;
+    }
+}
+
 /* Element i of a K or V row, f32 or F16 (converted where it is used: the conversion is exact,
  * so the F16 entry points give the bits of converting the rows first). */
 static inline float kv_at(const void *row, int64_t i, int f16) {
@@ -280,6 +288,7 @@ void spex_ops_register_scalar(spex_ops_kernels *k) {
     k->exp_sum = exp_sum_ref;
     k->cvt_f16_f32 = cvt_f16_f32_ref;
     k->cvt_f32_f16 = cvt_f32_f16_ref;
+    k->cvt_q8_0_f32 = cvt_q8_0_f32_ref;
     k->attn_scores = attn_scores_ref;
     k->attn_accum = attn_accum_ref;
     k->attn_scores_f16 = attn_scores_f16_ref;

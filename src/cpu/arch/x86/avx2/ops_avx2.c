@@ -301,6 +301,20 @@ static void cvt_f16_f32_avx2(const uint16_t *src, float *dst, int64_t n) {
     }
 }
 
+/* Scalar twin: cvt_q8_0_f32_ref (ops_ref.c). */
+static void cvt_q8_0_f32_avx2(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n; i += 32, b += 34) {
+        const __m256 d = _mm256_set1_ps(spex_fp16_to_f32((uint16_t)(b[0] | b[1] << 8)));
+        for (int c = 0; c < 4; c++) {
+            int64_t w; /* 8 codes */
+            memcpy(&w, b + 2 + 8 * c, 8);
+            const __m256i q = _mm256_cvtepi8_epi32(_mm_cvtsi64_si128(w));
+            _mm256_storeu_ps(dst + i + 8 * c, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+        }
+    }
+}
+
 /* Sums of four vectors as the four lanes of one (a hadd tree). Each lane goes through the
  * same tree whatever the other inputs are, so reduce4(a, a, a, a) lane 0 has the same bits
  * as a's lane in a block of four. */
@@ -481,6 +495,7 @@ void spex_ops_register_avx2(spex_ops_kernels *k) {
     k->cvt_f32_f16 = cvt_f32_f16_avx2;
     k->attn_scores = attn_scores_avx2;
     k->attn_accum = attn_accum_avx2;
+    k->cvt_q8_0_f32 = cvt_q8_0_f32_avx2;
     k->attn_scores_f16 = attn_scores_f16_avx2;
     k->attn_accum_f16 = attn_accum_f16_avx2;
 }

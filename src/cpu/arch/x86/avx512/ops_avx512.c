@@ -305,6 +305,18 @@ static void cvt_f16_f32_avx512(const uint16_t *src, float *dst, int64_t n) {
     }
 }
 
+/* Scalar twin: cvt_q8_0_f32_ref (ops_ref.c). */
+static void cvt_q8_0_f32_avx512(const void *src, float *dst, int64_t n) {
+    const uint8_t *b = src;
+    for (int64_t i = 0; i < n; i += 32, b += 34) {
+        const __m512 d = _mm512_set1_ps(_mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(b[0] | b[1] << 8))));
+        const __m512i q0 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 2)));
+        const __m512i q1 = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(b + 18)));
+        _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtepi32_ps(q0), d));
+        _mm512_storeu_ps(dst + i + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(q1), d));
+    }
+}
+
 /* Sums of four vectors as the four lanes of one: fold 512 -> 256, then a hadd tree. Each
  * lane goes through the same tree whatever the other three inputs are, so a score reduced
  * alone (reduce4(a, a, a, a), lane 0) has the same bits as in a block of four. */
@@ -502,6 +514,7 @@ void spex_ops_register_avx512(spex_ops_kernels *k) {
     k->cvt_f32_f16 = cvt_f32_f16_avx512;
     k->attn_scores = attn_scores_avx512;
     k->attn_accum = attn_accum_avx512;
+    k->cvt_q8_0_f32 = cvt_q8_0_f32_avx512;
     k->attn_scores_f16 = attn_scores_f16_avx512;
     k->attn_accum_f16 = attn_accum_f16_avx512;
 }
