@@ -153,8 +153,8 @@ typedef struct attn_scratch {
 static size_t attn_carve(const spex_attn_args *a, float *base, attn_scratch *sc) {
     const size_t d = (size_t)a->head_dim, T = SPEX_ATTN_TILE;
     const size_t R = (size_t)attn_qblock(a) * (size_t)(a->n_head / a->n_head_kv);
-    const size_t kv = a->kv_type == SPEX_TYPE_Q8_0 ? pad16(T * d) : 0;
-    const size_t parts[6] = {pad16(R * d), pad16(R * d), pad16(R * T), pad16(R), pad16(R), kv};
+    /* the Q8_0 tile whatever kv_type says: callers size scratch once for any cache type */
+    const size_t parts[6] = {pad16(R * d), pad16(R * d), pad16(R * T), pad16(R), pad16(R), pad16(T * d)};
     float **dst[6] = {&sc->qs, &sc->acc, &sc->s, &sc->m, &sc->l, &sc->kv};
     size_t off = 0;
     for (int i = 0; i < 6; i++) {
