@@ -277,17 +277,18 @@ TEST(bench_model_table_and_probes) {
     CHECK(strstr(r.out, "\n| probe, one pass | "));
     CHECK(!strstr(r.out, "pp64 / decode")); /* no pp64 asked for */
     bs_free(&r);
-    /* --depth: the same rows after a context, which the header states */
+    /* --depth: the same rows after a context, which the header states (with its cache type) */
     const char *const d[] = {"bench", "model", "-m", DEF_TARGET, "--pp", "8", "--tg", "4", "--depth", "700",
-                             "--reps", "1", "-t", "1", NULL};
+                             "-ctk", "q8_0", "--reps", "1", "-t", "1", NULL};
     CHECK_MSG(test_spex_exec(d, &r), "could not run %s", test_spex_bin());
     CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
-    CHECK_MSG(strstr(r.out, "depth: 700 tokens of context before each test") && strstr(r.out, "\n| pp8 | 8 | ") &&
+    CHECK_MSG(strstr(r.out, "depth: 700 tokens of context before each test") && strstr(r.out, "of q8_0 K/V") &&
+                  strstr(r.out, "\n| pp8 | 8 | ") &&
                   strstr(r.out, "\n| tg4 | 4 | "),
               "depth run:\n%s", r.out);
     bs_free(&r);
     const char *const bad[][6] = {{"-m", DEF_TARGET, "--reps", "0"}, {"-m", DEF_TARGET, "--tg", "x"}, {"--pp", "8"},
-                                  {"-m", DEF_TARGET, "--depth", "-1"}};
+                                  {"-m", DEF_TARGET, "--depth", "-1"}, {"-m", DEF_TARGET, "-ctk", "q4_0"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *const b[] = {"bench", "model", bad[i][0], bad[i][1], bad[i][2], bad[i][3], NULL};
         CHECK_MSG(test_spex_exec(b, &r), "could not run %s", test_spex_bin());

@@ -609,6 +609,27 @@ TEST(qwen35_mtp_and_dflash2_equal_target_only) {
     CHECK(ok);
 }
 
+/* -ctk / -ctv (the target's KV type, llama.cpp's flags): bad types and a K/V mismatch are
+ * clear errors; with a Q8_0 cache (read directly by attention, head-major at hd 32)
+ * speculative greedy output still equals the target alone's, and the verbose context line
+ * names the type. */
+TEST(target_kv_type_flags) {
+    REQUIRE_BIN();
+    const char *m = TINY_QWEN3;
+    EXPECT_ERROR(2, "-ctk expects f16, f32 or q8_0", "-m", m, "-ctk", "q4_0", "-p", "hi");
+    EXPECT_ERROR(2, "differ (q8_0, f16)", "-m", m, "-ctk", "q8_0", "-ctv", "f16", "-p", "hi");
+    EXPECT_ERROR(2, "needs a value", "-m", m, "-p", "hi", "--cache-type-v");
+    run_result a, b;
+    RUN(a, "-m", m, "-p", "Once upon a time", "-n", "60", "--temp", "0", "-t", "2", "-ctv", "q8_0", "-v");
+    RUN(b, "-m", m, "-md", TINY_DRAFT2, "-p", "Once upon a time", "-n", "60", "--temp", "0", "-t", "2",
+        "--cache-type-k", "q8_0");
+    CHECK_MSG(a.rc == 0 && strstr(a.err, "KV q8_0"), "rc %d:\n%s", a.rc, a.err);
+    CHECK_MSG(b.rc == 0 && b.out_len == a.out_len && !memcmp(a.out, b.out, a.out_len),
+              "q8_0 KV: speculative output differs from the target alone (rc %d)\n%s", b.rc, b.err);
+    run_free(&a);
+    run_free(&b);
+}
+
 TEST(speculative_flags_and_errors) {
     REQUIRE_BIN();
     const char *m = TINY_QWEN3;

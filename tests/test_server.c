@@ -1573,6 +1573,35 @@ TEST(request_fields_system_parts_and_sampling) {
     CHECK(differs);
 }
 
+/* -ctk / -ctv (the target's KV type): a bad type, or K and V apart, is a clear start-up error;
+ * a Q8_0 cache serves (with a drafter), and the memory line names it. */
+TEST(target_kv_type_flags) {
+    const char *bad_kv[][8] = {{"serve", "-m", TINY_QWEN3, "-ctk", "q4_0", NULL},
+                               {"serve", "-m", TINY_QWEN3, "-ctk", "f32", "--cache-type-v", "f16", NULL}};
+    for (int i = 0; i < 2; i++) {
+        test_proc rk;
+        CHECK(test_spex_exec(bad_kv[i], &rk));
+        CHECK_MSG(rk.rc == 2 && strstr(rk.err, i ? "differ" : "expects f16, f32 or q8_0"), "case %d: rc %d: %s", i,
+                  rk.rc, rk.err);
+        test_proc_free(&rk);
+    }
+    /* a Q8_0 cache with the drafter serves, and the memory line names it (test_run's
+     * target_kv_type_flags checks its speculative text against the target alone) */
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    server s;
+    const char *a8[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-np", "1", "-t", "1", "-ctk", "q8_0", NULL};
+    CHECK_MSG(server_start(&s, a8), "the q8_0 server did not start");
+    size_t len = 0;
+    char *err = test_slurp(s.err_path, &len);
+    bool named = err && strstr(err, "target KV q8_0");
+    free(err);
+    gen_result g;
+    bool ok = gen(s.port, false, "Once upon a time", 24, false, NULL, &g);
+    bool clean = false;
+    CHECK_EQ_INT(server_stop(&s, &clean), 0);
+    CHECK(named && ok && clean && g.status == 200 && g.completion_tokens > 0);
+}
+
 TEST(shutdown_clean) {
     REQUIRE_SERVER(port);
     (void)port;

@@ -121,9 +121,11 @@ static double run_tg(spex_context *ctx, int n, int depth, int32_t n_vocab) {
 }
 
 static void bm_usage(FILE *f) {
-    fprintf(f, "usage: spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--depth D] [--reps R] [--no-repack]\n"
+    fprintf(f, "usage: spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--depth D] [-ctk T] [--reps R]\n"
+               "                        [--no-repack]\n"
                "  prefill ppN (one forward of N tokens) and decode tgN (N one-token forwards), best of R;\n"
                "  --depth D: both after a D-token context (default 0: from an empty cache);\n"
+               "  -ctk/-ctv T: the KV cache type, f16 (default), f32 or q8_0;\n"
                "  decode also as GB/s of weights per token next to a streaming-read probe on the same threads\n"
                "  (sustained: as many passes as a decode run streams weight bytes; and the best single pass);\n"
                "  --no-repack keeps every weight in the file's layout (no R16 copies at load)\n");
@@ -133,6 +135,8 @@ int bench_model(int argc, char **argv) {
     const char *path = NULL;
     long threads = 2, tg = 32, reps = 3, depth = 0, pp[BM_MAX_PP] = {64, 512};
     int n_pp = 2;
+    spex_type kt = SPEX_TYPE_F16, vt = SPEX_TYPE_F16, kv = SPEX_TYPE_F16;
+    bool has_kt = false, has_vt = false;
     spex_model_params mparams = spex_model_default_params();
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -150,6 +154,12 @@ int bench_model(int argc, char **argv) {
         } else if (!strcmp(a, "--depth") || !strcmp(a, "-d")) {
             if (!cli_parse_int(a, val, 0, 1 << 20, &depth)) return 2;
             i++;
+        } else if (!strcmp(a, "-ctk") || !strcmp(a, "--cache-type-k")) {
+            if (!cli_parse_kv_type(a, val, &kt)) return 2;
+            has_kt = true, i++;
+        } else if (!strcmp(a, "-ctv") || !strcmp(a, "--cache-type-v")) {
+            if (!cli_parse_kv_type(a, val, &vt)) return 2;
+            has_vt = true, i++;
         } else if (!strcmp(a, "--reps")) {
             if (!cli_parse_int(a, val, 1, 1000, &reps)) return 2;
             i++;
@@ -166,6 +176,7 @@ int bench_model(int argc, char **argv) {
             return 2;
         }
     }
+    if (!cli_kv_pair("bench model", has_kt, kt, has_vt, vt, &kv)) return 2;
     if (!path) {
         fprintf(stderr, "error: bench model needs a model (-m FILE)\n");
         bm_usage(stderr);
@@ -189,6 +200,7 @@ int bench_model(int argc, char **argv) {
     if (nb < max_pp) nb = max_pp;
     cp.n_batch_max = (int32_t)nb;
     cp.n_outputs_max = 1;
+    cp.kv_type = kv;
     cp.n_ctx_per_seq = (int32_t)(depth + (max_pp > tg ? max_pp : tg) + 1);
     cp.pool = pool;
     if (spex_context_init(m, &cp, &ctx, &err) != SPEX_OK) goto fail;
@@ -211,8 +223,8 @@ int bench_model(int argc, char **argv) {
     if (depth > 0) {
         const spex_memory_usage mu = spex_context_memory(ctx);
         const double kv_tok = (double)mu.kv / (double)cp.n_ctx_per_seq; /* K and V bytes per position */
-        printf("depth: %ld tokens of context before each test (decode also reads %.1f MiB of K/V per token there)\n",
-               depth, kv_tok * (double)depth / 1048576.0);
+        printf("depth: %ld tokens of context before each test (decode also reads %.1f MiB of %s K/V per token there)\n",
+               depth, kv_tok * (double)depth / 1048576.0, spex_type_get_info(kv)->name);
         if (fill_depth(ctx, toks, (int)nb, (int)depth, hp->n_vocab) != 0) goto fail_quiet;
     }
     printf("\n");

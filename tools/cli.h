@@ -6,6 +6,10 @@
 #ifndef SPEX_TOOLS_CLI_H
 #define SPEX_TOOLS_CLI_H
 
+#include "spex.h"
+
+#include <stdbool.h>
+
 int cmd_inspect(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_run(int argc, char **argv);
@@ -21,12 +25,17 @@ int bench_attn(int argc, char **argv);  /* `spex bench attn`, tools/bench_attn.c
 int bench_spec(int argc, char **argv);  /* `spex bench spec`, tools/bench_spec.c */
 
 /* Parses "-t N" style integers; prints an error naming the flag and returns false on bad input. */
-#include <stdbool.h>
 bool cli_parse_int(const char *flag, const char *s, long min, long max, long *out);
 /* "64,512" into out[0..*n) (at most max_n values, each as cli_parse_int checks it); prints an
  * error naming the flag and returns false on bad input or an empty list. */
 bool cli_parse_int_list(const char *flag, const char *s, long min, long max, long *out, int max_n, int *n);
 /* The same for a finite float. */
 bool cli_parse_float(const char *flag, const char *s, float *out);
+/* A KV cache type, llama.cpp's names: f16, f32 or q8_0 (the types a context takes). */
+bool cli_parse_kv_type(const char *flag, const char *s, spex_type *out);
+/* -ctk / -ctv given separately: spex keeps K and V in one type, so they must agree. Sets *kv
+ * from whichever was given (unchanged when neither); false with an error line when they
+ * differ. */
+bool cli_kv_pair(const char *what, bool has_k, spex_type k, bool has_v, spex_type v, spex_type *kv);
 
 #endif

@@ -84,6 +84,8 @@ static void usage(FILE *f) {
             "                             greedy (greedy walk + sample-and-match) (probabilistic)\n"
             "      --spec-draft-override-kv KEY=TYPE:VALUE  draft-only metadata override (repeatable),\n"
             "                             e.g. dflash.block_size=int:6\n"
+            "  -ctk, --cache-type-k T, -ctv, --cache-type-v T\n"
+            "                             target KV type: f16, f32, q8_0 (f16; K and V share one type)\n"
             "  -ctkd, --cache-type-k-draft T, -ctvd, --cache-type-v-draft T\n"
             "                             draft KV type: f16, f32, q8_0 (f16; K and V share one type)\n"
             "\n"
@@ -110,6 +112,8 @@ static bool need_value(const char *flag, const char *v) {
 
 /* Returns 0 when the run should go on, else the exit status (0 for --help is signalled by -1). */
 static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
+    spex_type kt = SPEX_TYPE_F16, vt = SPEX_TYPE_F16;
+    bool has_kt = false, has_vt = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -238,6 +242,13 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
                 return 2;
             }
             o->overrides[o->n_overrides++] = v, i++;
+        } else if (flag_is(a, "-ctk", "--cache-type-k") || flag_is(a, "-ctv", "--cache-type-v")) {
+            if (!need_value(a, v)) return 2;
+            spex_type t;
+            if (!cli_parse_kv_type(a, v, &t)) return 2;
+            if (a[3] == 'k' || strstr(a, "-k")) kt = t, has_kt = true;
+            else vt = t, has_vt = true;
+            i++;
         } else if (flag_is(a, "-ctkd", "--cache-type-k-draft") || flag_is(a, "-ctvd", "--cache-type-v-draft")) {
             if (!need_value(a, v)) return 2;
             spex_type t;
@@ -273,6 +284,7 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
         fprintf(stderr, "error: unknown --chat-template '%s' (none, chatml, qwen3, qwen35)\n", o->chat_template);
         return 2;
     }
+    if (!cli_kv_pair("target", has_kt, kt, has_vt, vt, &o->kv_type)) return 2;
     if (o->has_ctk && o->has_ctv && o->ctk_draft != o->ctv_draft) {
         fprintf(stderr, "error: -ctkd and -ctvd differ: spex keeps draft K and V in one type\n");
         return 2;
@@ -507,6 +519,7 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
     if (o->n_ctx > 0) cp.n_ctx_per_seq = (int32_t)o->n_ctx;
     cp.n_batch_max = (int32_t)o->n_batch;
     cp.n_outputs_max = 1;   /* only the last prompt token and each generated token need logits */
+    cp.kv_type = o->kv_type;
     cp.n_threads = o->n_threads > 0 ? (int32_t)o->n_threads : 0;
     if (o->n_threads == 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -627,7 +640,7 @@ done:
 }
 
 int cmd_run(int argc, char **argv) {
-    run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16};
+    run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16, .kv_type = SPEX_TYPE_F16};
     long repeat_last_n = o.sp.repeat_last_n;
     int prc = parse_args(argc, argv, &o, &repeat_last_n);
     if (prc < 0) return 0;

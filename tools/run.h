@@ -37,6 +37,7 @@ typedef struct run_opts {
     int n_overrides;
     spex_type ctk_draft, ctv_draft;
     bool has_ctk, has_ctv;
+    spex_type kv_type;         /* -ctk / -ctv: the target's KV cache type (f16) */
 } run_opts;
 
 /* Generation with the drafter o->draft over the tokenized prompt; prints like run.c and

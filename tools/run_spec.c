@@ -73,6 +73,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     cp.n_batch_max = (int32_t)(o->n_batch > n_max + 1 ? o->n_batch : n_max + 1);
     cp.n_outputs_max = n_max + 1;
     cp.n_threads = n_threads;
+    cp.kv_type = o->kv_type;
     const int32_t tap_n = hp->n_layer;   /* MTP: the target's last hidden state */
     cp.tap_layers = mtp ? &tap_n : dh->target_layers;
     cp.n_taps = mtp ? 1 : dh->n_taps;

@@ -36,6 +36,7 @@ static void usage(FILE *f) {
             "  -md, --model-draft FILE     DFlash drafter              --spec-type none|draft-dflash|draft-mtp\n"
             "                              (draft-mtp: a qwen35 target's own MTP block drafts; no -md; n-max 3)\n"
             "  --spec-draft-n-max N  --spec-draft-n-min N  --spec-draft-p-min P  --spec-draft-sampling greedy|probabilistic\n"
+            "  -ctk/-ctv f16|f32|q8_0      target KV type (f16; K = V)\n"
             "  -ctkd/-ctvd f16|f32|q8_0    draft KV type                        --spec-draft-override-kv KEY=TYPE:VALUE\n"
             "  --spec-adaptive on|off      adaptive draft length (on)           --spec-min-gain X (1.05)\n"
             "  --queue-max N               waiting requests before 503 (64)     --body-max BYTES (8 MiB)\n"
@@ -73,6 +74,7 @@ int cmd_serve(int argc, char **argv) {
     c.n_predict = -1;
     c.sp = spex_sampler_default_params();
     c.draft_kv = SPEX_TYPE_F16;
+    c.kv_type = SPEX_TYPE_F16;
     c.enable_thinking = 1;
     c.reasoning_format = SRV_REASONING_DEEPSEEK;
     c.queue_max = 64;
@@ -87,6 +89,16 @@ int cmd_serve(int argc, char **argv) {
     c.overrides = overrides;
     const char *env = getenv("LLAMA_ARG_MODEL");
     if (env) c.model = env;
+    spex_type kt = SPEX_TYPE_F16, vt = SPEX_TYPE_F16; /* -ctk / -ctv, or their environment variables */
+    bool has_kt = false, has_vt = false;
+    if ((env = getenv("LLAMA_ARG_CACHE_TYPE_K")) != NULL) {
+        if (!cli_parse_kv_type("LLAMA_ARG_CACHE_TYPE_K", env, &kt)) return 2;
+        has_kt = true;
+    }
+    if ((env = getenv("LLAMA_ARG_CACHE_TYPE_V")) != NULL) {
+        if (!cli_parse_kv_type("LLAMA_ARG_CACHE_TYPE_V", env, &vt)) return 2;
+        has_vt = true;
+    }
     long repeat_last_n = c.sp.repeat_last_n;
     bool spec_none = false, spec_dflash = false;
     for (int i = 1; i < argc; i++) {
@@ -248,6 +260,12 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             c.draft_greedy = !strcmp(v, "greedy");
+        } else if (is(a, "-ctk", "--cache-type-k")) {
+            if (!cli_parse_kv_type(a, v, &kt)) return 2;
+            has_kt = true;
+        } else if (is(a, "-ctv", "--cache-type-v")) {
+            if (!cli_parse_kv_type(a, v, &vt)) return 2;
+            has_vt = true;
         } else if (is(a, "-ctkd", "--spec-draft-type-k") || is(a, "-ctvd", "--spec-draft-type-v")) {
             if (!v) goto need;
             if (!strcmp(v, "f16")) c.draft_kv = SPEX_TYPE_F16;
@@ -301,6 +319,7 @@ int cmd_serve(int argc, char **argv) {
         fprintf(stderr, "error: %s needs a value\n", a);
         return 2;
     }
+    if (!cli_kv_pair("target", has_kt, kt, has_vt, vt, &c.kv_type)) return 2;
     if (!c.model) {
         fprintf(stderr, "error: -m MODEL is required (see 'spex serve --help')\n");
         return 2;

@@ -45,6 +45,32 @@ bool cli_parse_int_list(const char *flag, const char *s, long min, long max, lon
     return *n > 0;
 }
 
+bool cli_parse_kv_type(const char *flag, const char *s, spex_type *out) {
+    if (!s) {
+        fprintf(stderr, "error: %s needs a value\n", flag);
+        return false;
+    }
+    if (!strcmp(s, "f16")) *out = SPEX_TYPE_F16;
+    else if (!strcmp(s, "f32")) *out = SPEX_TYPE_F32;
+    else if (!strcmp(s, "q8_0")) *out = SPEX_TYPE_Q8_0;
+    else {
+        fprintf(stderr, "error: %s expects f16, f32 or q8_0, got '%s'\n", flag, s);
+        return false;
+    }
+    return true;
+}
+
+bool cli_kv_pair(const char *what, bool has_k, spex_type k, bool has_v, spex_type v, spex_type *kv) {
+    if (has_k && has_v && k != v) {
+        fprintf(stderr, "error: %s K and V cache types differ (%s, %s): spex keeps K and V in one type\n", what,
+                spex_type_get_info(k)->name, spex_type_get_info(v)->name);
+        return false;
+    }
+    if (has_k) *kv = k;
+    else if (has_v) *kv = v;
+    return true;
+}
+
 bool cli_parse_float(const char *flag, const char *s, float *out) {
     if (!s) {
         fprintf(stderr, "error: %s needs a value\n", flag);

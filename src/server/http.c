@@ -1048,6 +1048,7 @@ static int load(srv_server *S) {
     cp.n_ctx_per_seq = S->n_ctx_slot;
     cp.n_batch_max = cfg->n_batch > rows ? cfg->n_batch : rows;
     cp.n_outputs_max = rows;
+    cp.kv_type = cfg->kv_type;
     cp.n_threads = cfg->n_threads > 0 ? cfg->n_threads : 0;
     if (cp.n_threads <= 0) {
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -1065,8 +1066,9 @@ static int load(srv_server *S) {
         return 1;
     }
     spex_memory_usage mu = spex_context_memory(S->ctx);
-    fprintf(stderr, "memory: target weights %.1f MiB, target KV %.1f MiB (%d slots x %d tokens), compute %.1f MiB\n",
-            (double)mu.weights / 1048576.0, (double)mu.kv / 1048576.0, np, S->n_ctx_slot, (double)mu.compute / 1048576.0);
+    fprintf(stderr, "memory: target weights %.1f MiB, target KV %s %.1f MiB (%d slots x %d tokens), compute %.1f MiB\n",
+            (double)mu.weights / 1048576.0, spex_type_get_info(cfg->kv_type)->name, (double)mu.kv / 1048576.0, np,
+            S->n_ctx_slot, (double)mu.compute / 1048576.0);
     if (dh) {
         spex_draft_context_params dcp = spex_draft_context_default_params();
         dcp.n_seq_max = np;

@@ -286,6 +286,7 @@ typedef struct srv_config {
     float p_draft_min;
     bool draft_greedy;
     spex_type draft_kv;
+    spex_type kv_type;        /* the target's KV cache (-ctk / -ctv)                   */
     const char *chat_template;   /* NULL: detected                                     */
     int enable_thinking;         /* default for requests (1/0)                         */
     srv_reasoning reasoning_format;
