@@ -235,21 +235,34 @@ TEST(bad_flags_and_files) {
  * both cache types; bad flags are a usage error (exit 2), not a crash. */
 TEST(bench_attn_table_and_bad_flags) {
     REQUIRE_BIN();
-    const char *const types[] = {"f16", "f32"};
-    for (int i = 0; i < 2; i++) {
+    /* each cache type, head-major (a context's layout) and, for f32, heads side by side */
+    const char *const types[] = {"f16", "f32", "q8_0"}, *const names[] = {"f16 cache (head-major)",
+                                                                        "f32 cache (heads side by side)",
+                                                                        "q8_0 cache (head-major)"};
+    for (int i = 0; i < 3; i++) {
         bs_result r;
-        const char *const a[] = {"bench", "attn", "--nq", "1,3,64", "--nkv", "40", "--heads", "4/2", "--hd", "24",
-                                 "--kv", types[i], "--reps", "2", NULL};
+        const char *const a[] = {"bench", "attn", "--nq", "1,3,64", "--nkv", "40", "--heads", "4/2", "--hd",
+                                 i == 2 ? "32" : "24", "--kv", types[i], "--layout", i == 1 ? "rows" : "heads",
+                                 "--reps", "2", NULL};
         CHECK_MSG(test_spex_exec(a, &r), "could not run %s", test_spex_bin());
         CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
         CHECK_MSG(strstr(r.out, "| n_q | n_kv | µs | GFLOP/s | K/V GB/s |"), "no table in:\n%s", r.out);
         CHECK(strstr(r.out, "\n| 1 | 40 | "));
         CHECK(strstr(r.out, "\n| 3 | 40 | "));
         CHECK(!strstr(r.out, "\n| 64 | 40 | ")); /* more queries than cache rows: skipped */
-        CHECK(strstr(r.out, i ? "F32 cache" : "F16 cache"));
+        CHECK_MSG(strstr(r.out, names[i]), "%s:\n%s", names[i], r.out);
         bs_free(&r);
     }
-    const char *const bad[][4] = {{"--nq", "0"}, {"--nkv", "1,x"}, {"--heads", "5/2"}, {"--kv", "q8_0"}, {"--reps"}};
+    /* q8_0 needs whole 32-element blocks per head */
+    {
+        bs_result r;
+        const char *const a[] = {"bench", "attn", "--kv", "q8_0", "--hd", "24", NULL};
+        CHECK_MSG(test_spex_exec(a, &r), "could not run %s", test_spex_bin());
+        CHECK_MSG(r.rc == 2 && strstr(r.err, "multiple of 32"), "rc %d, stderr: %s", r.rc, r.err);
+        bs_free(&r);
+    }
+    const char *const bad[][4] = {{"--nq", "0"}, {"--nkv", "1,x"}, {"--heads", "5/2"}, {"--kv", "q4_0"},
+                                  {"--layout", "cols"}, {"--reps"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         bs_result r;
         const char *const a[] = {"bench", "attn", bad[i][0], bad[i][1], NULL};

@@ -8,13 +8,14 @@
  * cache (the verify case: query i sees n_kv - n_q + i + 1 rows), for each n_q of --nq and
  * n_kv of --nkv, best of --reps calls. It prints µs per call, GFLOP/s (2 flops per
  * multiply-add of the scores and of the value sums) and GB/s of K and V rows read once per
- * kv head. The cache (a few MiB) stays in the last-level cache between calls, as one layer's
- * does not in a model; `spex bench model` and `spex bench spec` time the real thing.
+ * kv head. The cache is laid out as a context's (head-major: each kv head's rows one stream;
+ * --layout rows: the heads side by side in each row), in F16, F32 or Q8_0 (--kv). It (a few
+ * MiB) stays in the last-level cache between calls, as one layer's does not in a model;
+ * `spex bench model` (--depth) and `spex bench spec` time the real thing.
  */
 #include "spex.h"
 #include "cli.h"
 #include "genset.h"
-#include "core/fp16.h"
 #include "cpu/ops.h"
 
 #include <stdio.h>
@@ -26,7 +27,7 @@
 static void ba_usage(void) {
     fprintf(stderr,
             "usage: spex bench attn [--nq 1,2,4,8,16] [--nkv 128,512,2048] [--heads 16/8] [--hd 128]\n"
-            "                       [--kv f16|f32] [--reps R]\n"
+            "                       [--kv f16|f32|q8_0] [--layout heads|rows] [--reps R]\n"
             "  one layer's causal attention on one thread: n_q new query rows at the end of an\n"
             "  n_kv-row cache, best of R calls (default 50); µs, GFLOP/s, GB/s of K/V rows\n");
 }
@@ -35,6 +36,7 @@ int bench_attn(int argc, char **argv) {
     long nq[BA_MAX_LIST] = {1, 2, 4, 8, 16}, nkv[BA_MAX_LIST] = {128, 512, 2048};
     int n_nq = 5, n_nkv = 3, H = 16, HKV = 8, D = 128, reps = 50;
     spex_type kvt = SPEX_TYPE_F16;
+    bool head_major = true;
     for (int i = 1; i < argc; i += 2) { /* every flag but --help takes a value */
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = v != NULL;
@@ -47,8 +49,11 @@ int bench_attn(int argc, char **argv) {
         else if (!strcmp(a, "--hd") && v) ok = (D = atoi(v)) > 0 && D <= 1024;
         else if (!strcmp(a, "--reps") && v) ok = (reps = atoi(v)) > 0;
         else if (!strcmp(a, "--kv") && v) {
-            ok = !strcmp(v, "f16") || !strcmp(v, "f32");
-            kvt = !strcmp(v, "f32") ? SPEX_TYPE_F32 : SPEX_TYPE_F16;
+            ok = !strcmp(v, "f16") || !strcmp(v, "f32") || !strcmp(v, "q8_0");
+            kvt = !strcmp(v, "f32") ? SPEX_TYPE_F32 : !strcmp(v, "q8_0") ? SPEX_TYPE_Q8_0 : SPEX_TYPE_F16;
+        } else if (!strcmp(a, "--layout") && v) {
+            ok = !strcmp(v, "heads") || !strcmp(v, "rows");
+            head_major = !strcmp(v, "heads");
         } else ok = false;
         if (!ok) {
             fprintf(stderr, "error: bad or incomplete argument '%s'\n", a);
@@ -56,10 +61,16 @@ int bench_attn(int argc, char **argv) {
             return 2;
         }
     }
+    if (kvt == SPEX_TYPE_Q8_0 && D % 32) {
+        fprintf(stderr, "error: --kv q8_0 needs --hd to be a multiple of 32 (got %d)\n", D);
+        return 2;
+    }
     int max_q = 0, max_kv = 0;
     for (int i = 0; i < n_nq; i++) max_q = nq[i] > max_q ? (int)nq[i] : max_q;
     for (int i = 0; i < n_nkv; i++) max_kv = nkv[i] > max_kv ? (int)nkv[i] : max_kv;
-    const size_t es = kvt == SPEX_TYPE_F16 ? 2 : 4, kvrow = (size_t)HKV * (size_t)D * es;
+    /* hrow: bytes of one kv head's slice of a row; the cache is [HKV][max_kv] slices
+     * (head-major) or [max_kv][HKV] (rows) */
+    const size_t hrow = spex_type_row_size(kvt, D), kvrow = (size_t)HKV * hrow;
     float *q = malloc(sizeof(float) * (size_t)max_q * H * D), *out = malloc(sizeof(float) * (size_t)max_q * H * D);
     uint8_t *k = malloc(kvrow * (size_t)max_kv), *v = malloc(kvrow * (size_t)max_kv);
     int32_t *qpos = malloc(sizeof(int32_t) * (size_t)max_q);
@@ -73,15 +84,25 @@ int bench_attn(int argc, char **argv) {
     uint32_t s = 12345u;
 #define BA_RND() ((s = s * 1664525u + 1013904223u), (float)(s >> 8) / 16777216.0f - 0.5f)
     for (size_t i = 0; i < (size_t)max_q * H * D; i++) q[i] = BA_RND();
-    for (size_t i = 0; i < (size_t)max_kv * HKV * D; i++) {
-        const float a = BA_RND(), b = BA_RND();
-        if (es == 2) ((uint16_t *)k)[i] = spex_f32_to_fp16(a), ((uint16_t *)v)[i] = spex_f32_to_fp16(b);
-        else ((float *)k)[i] = a, ((float *)v)[i] = b;
+    float *ft = malloc(sizeof(float) * 2 * (size_t)D);
+    if (!ft) {
+        fprintf(stderr, "error: out of memory\n");
+        free(q), free(out), free(k), free(v), free(qpos), free(scratch);
+        return 1;
     }
+    for (int t = 0; t < max_kv; t++)
+        for (int h = 0; h < HKV; h++) {
+            for (int i = 0; i < 2 * D; i++) ft[i] = BA_RND();
+            const size_t off = head_major ? ((size_t)h * (size_t)max_kv + (size_t)t) * hrow : (size_t)t * kvrow + h * hrow;
+            (void)spex_quantize_row_ref(kvt, ft, k + off, D); /* f32, f16, q8_0 with D % 32 == 0: cannot fail */
+            (void)spex_quantize_row_ref(kvt, ft + D, v + off, D);
+        }
+    free(ft);
 #undef BA_RND
     const spex_ops_kernels *ops = spex_ops_get();
-    printf("spex bench attn: isa %s, %d/%d heads of %d, %s cache, causal, 1 thread, best of %d\n\n",
-           spex_isa_name(spex_cpu_isa()), H, HKV, D, es == 2 ? "F16" : "F32", reps);
+    printf("spex bench attn: isa %s, %d/%d heads of %d, %s cache (%s), causal, 1 thread, best of %d\n\n",
+           spex_isa_name(spex_cpu_isa()), H, HKV, D, spex_type_get_info(kvt)->name,
+           head_major ? "head-major" : "heads side by side", reps);
     printf("| n_q | n_kv | µs | GFLOP/s | K/V GB/s |\n|---|---|---|---|---|\n");
     for (int a = 0; a < n_nkv; a++)
         for (int b = 0; b < n_nq; b++) {
@@ -90,8 +111,10 @@ int bench_attn(int argc, char **argv) {
             for (int i = 0; i < n_q; i++) qpos[i] = n_kv - n_q + i;
             spex_attn_args args = {.n_q = n_q, .n_head = H, .n_head_kv = HKV, .head_dim = D, .q = q,
                                    .q_stride = (int64_t)H * D, .q_pos = qpos, .kv_type = kvt, .n_kv = n_kv,
-                                   .k = k, .v = v, .k_stride = kvrow, .v_stride = kvrow, .causal = true,
-                                   .out = out, .out_stride = (int64_t)H * D};
+                                   .k = k, .v = v, .k_stride = head_major ? hrow : kvrow,
+                                   .v_stride = head_major ? hrow : kvrow, .causal = true, .out = out,
+                                   .out_stride = (int64_t)H * D};
+            if (head_major) args.k_head_stride = args.v_head_stride = (size_t)max_kv * hrow;
             double best = 1e30;
             for (int r = 0; r <= reps; r++) {
                 const double t0 = genset_now_s();
