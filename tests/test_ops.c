@@ -921,7 +921,8 @@ TEST(ops_attention_q8_0) {
             spex_attention(k, &f, 0, 1, scratch);
             r.out = got;
             spex_attention(k, &r, 0, 1, scratch);
-            CHECK_MSG(!memcmp(want, got, sizeof(float) * (size_t)nq * H * D), "%s n_q %d: q8_0 rows differ", ISA(k), nq);
+            CHECK_MSG(!memcmp(want, got, sizeof(float) * (size_t)nq * H * D), "%s n_q %d: q8_0 rows differ", ISA(k),
+                      nq);
             m.out = got;
             memset(got, 0, sizeof got);
             for (int t = 0; t < 3; t++) spex_attention(k, &m, t, 3, scratch);

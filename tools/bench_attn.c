@@ -93,7 +93,8 @@ int bench_attn(int argc, char **argv) {
     for (int t = 0; t < max_kv; t++)
         for (int h = 0; h < HKV; h++) {
             for (int i = 0; i < 2 * D; i++) ft[i] = BA_RND();
-            const size_t off = head_major ? ((size_t)h * (size_t)max_kv + (size_t)t) * hrow : (size_t)t * kvrow + h * hrow;
+            const size_t off =
+                head_major ? ((size_t)h * (size_t)max_kv + (size_t)t) * hrow : (size_t)t * kvrow + (size_t)h * hrow;
             (void)spex_quantize_row_ref(kvt, ft, k + off, D); /* f32, f16, q8_0 with D % 32 == 0: cannot fail */
             (void)spex_quantize_row_ref(kvt, ft + D, v + off, D);
         }

@@ -640,7 +640,8 @@ done:
 }
 
 int cmd_run(int argc, char **argv) {
-    run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16, .kv_type = SPEX_TYPE_F16};
+    run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16,
+                  .kv_type = SPEX_TYPE_F16};
     long repeat_last_n = o.sp.repeat_last_n;
     int prc = parse_args(argc, argv, &o, &repeat_last_n);
     if (prc < 0) return 0;
