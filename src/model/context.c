@@ -234,7 +234,8 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     b->taps = p.n_taps ? spex_ctx_buf_alloc(nb * (uint64_t)p.n_taps * E * 4, &compute) : NULL;
     b->mm_ws = spex_ctx_buf_alloc(spex_forward_mm_ws_size(m, p.n_batch_max, p.n_outputs_max), &compute);
     b->attn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * b->attn_ws_floats * 4, &compute);
-    b->kv_f32 = p.kv_type == SPEX_TYPE_Q8_0 ? spex_ctx_buf_alloc(2 * C * kvd * 4, &compute) : NULL;
+    const bool expand = p.kv_type == SPEX_TYPE_Q8_0 && c->kv_nseg == 1; /* forward.c, spex_fwd_attend */
+    b->kv_f32 = expand ? spex_ctx_buf_alloc(2 * C * kvd * 4, &compute) : NULL;
     bool q35_ok = true;
     if (hp->attn_gated) {
         b->qg = spex_ctx_buf_alloc(nb * 2 * qd * 4, &compute);
@@ -270,7 +271,7 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     c->seq_next = spex_ctx_buf_alloc(S * 4, &small);
     if (!rs_ok || !q35_ok || !c->k_cache || !c->v_cache || !b->x || !b->xn || !b->tmp || !b->q || !b->k || !b->v || !b->att ||
         !b->gate || !b->up || !b->rope || !b->hout || !b->logits || (p.n_taps && !b->taps) || !b->mm_ws ||
-        !b->attn_ws || (p.kv_type == SPEX_TYPE_Q8_0 && !b->kv_f32) || !c->tap_ids || !c->tap_slot ||
+        !b->attn_ws || (expand && !b->kv_f32) || !c->tap_ids || !c->tap_slot ||
         !c->seq_len || !c->perm || !c->row_of || !c->tok || !c->pos || !c->out_row || !c->out_of ||
         !c->seq_start || !c->seq_next) {
         s = spex_error_set(err, SPEX_ERR_NOMEM,

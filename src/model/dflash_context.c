@@ -140,7 +140,9 @@ spex_status spex_draft_context_init(const spex_drafter *d, const spex_draft_cont
                          .head_dim = hp->head_dim};
     c->attn_ws_floats = (spex_attn_scratch_floats(&aa) + 15) / 16 * 16;
     c->seq_len = spex_ctx_buf_alloc(S * 4, &small);
-    c->kv_f32 = p.kv_type == SPEX_TYPE_Q8_0 ? spex_ctx_buf_alloc(2 * C * kvd * 4, &compute) : NULL;
+    /* dflash_forward.c expands a Q8_0 region to f32 only when head_dim is not whole blocks */
+    const bool expand = p.kv_type == SPEX_TYPE_Q8_0 && hp->head_dim % 32 != 0;
+    c->kv_f32 = expand ? spex_ctx_buf_alloc(2 * C * kvd * 4, &compute) : NULL;
     c->x = spex_ctx_buf_alloc(nr * D * 4, &compute);
     c->xn = spex_ctx_buf_alloc(nr * D * 4, &compute);
     c->xc = spex_ctx_buf_alloc(nr * D * 4, &compute);
@@ -177,7 +179,7 @@ spex_status spex_draft_context_init(const spex_drafter *d, const spex_draft_cont
     c->blocks = spex_ctx_buf_alloc(NB * sizeof(spex_draft_block), &small);
     c->blk_row0 = spex_ctx_buf_alloc((NB + 1) * 4, &small);
     c->blk_slot0 = spex_ctx_buf_alloc((NB + 1) * 4, &small);
-    if (!c->k_cache || !c->v_cache || !c->seq_len || (p.kv_type == SPEX_TYPE_Q8_0 && !c->kv_f32) || !c->x ||
+    if (!c->k_cache || !c->v_cache || !c->seq_len || (expand && !c->kv_f32) || !c->x ||
         !c->xn || !c->xc || !c->tmp || !c->q || !c->k || !c->v || !c->att || !c->gate || !c->up || !c->rope ||
         !c->da || !c->df || !c->hout || !c->logits || !c->gatev || !c->cand || !c->cand_u || !c->mm_ws || !c->tk_idx || !c->tk_val ||
         !c->attn_ws || !c->iy || !c->ic || !c->ik || !c->iv || !c->row_pos || !c->row_seq || !c->row_j ||

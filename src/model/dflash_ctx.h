@@ -46,7 +46,7 @@ struct spex_draft_context {
     void *k_cache, *v_cache;          /* [N_d][S][C] rows each (spex_alloc_zeroed)        */
     size_t kv_bytes;                  /* bytes of each                                    */
     int32_t *seq_len;                 /* [S]                                              */
-    float *kv_f32;                    /* Q8_0 only: [2][C][kv_dim] one region as f32      */
+    float *kv_f32;                    /* Q8_0, head_dim % 32 != 0: [2][C][kv_dim] as f32  */
 
     /* block forward buffers (rows in block order) */
     float *x;                         /* [nr][D]    residual stream                       */

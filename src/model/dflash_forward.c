@@ -293,7 +293,9 @@ static void pre_attention(spex_draft_context *c, const draft_phase *ph, int ith,
     if (nth > 1) spex_pool_barrier(c->pool);
 
     float *scratch = c->attn_ws + (size_t)ith * c->attn_ws_floats;
-    const bool q8 = c->params.kv_type == SPEX_TYPE_Q8_0;
+    /* A Q8_0 cache is read in place when each head's slice is whole blocks (ops.c converts it
+     * a tile at a time); otherwise each block's region is expanded to f32 first. */
+    const bool q8 = c->params.kv_type == SPEX_TYPE_Q8_0 && hd % 32 != 0;
     const bool swa = hp->swa_window > 0 && hp->swa_layer[l];
     for (int32_t b = 0; b < c->n_blocks; b++) {
         const int32_t a0 = c->blk_row0[b], nq = c->blk_row0[b + 1] - a0, s = c->blocks[b].seq;
@@ -308,7 +310,7 @@ static void pre_attention(spex_draft_context *c, const draft_phase *ph, int ith,
             .out = c->att + (int64_t)a0 * qd, .out_stride = qd,
         };
         if (q8) {
-            /* spex_attention reads F32/F16 caches: expand this region to f32 first. */
+            /* blocks would span heads: expand this region to f32 first */
             float *kf = c->kv_f32, *vf = c->kv_f32 + (size_t)c->params.n_ctx_per_seq * (size_t)kvd;
             int64_t t0, t1;
             row_split(n_kv, ith, nth, &t0, &t1);

@@ -182,7 +182,7 @@ typedef struct fwd_bufs {
     void *mm_ws;     /* matmul workspace (converted activations)                       */
     float *attn_ws;  /* [nth][attn_ws_floats] per-thread attention scratch             */
     size_t attn_ws_floats;
-    float *kv_f32;   /* Q8_0 cache only: [2][C][kv_dim] one region dequantized         */
+    float *kv_f32;   /* Q8_0 cache in whole rows only: [2][C][kv_dim] one region as f32 */
     /* qwen35 */
     float *qg;       /* [n][2*H*hd]  attn_q output: per head [q_h | gate_h]               */
     float *agate;    /* [n][H*hd]    the attention output gates                           */
