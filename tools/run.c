@@ -112,8 +112,9 @@ static bool need_value(const char *flag, const char *v) {
 
 /* Returns 0 when the run should go on, else the exit status (0 for --help is signalled by -1). */
 static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
-    spex_type kt = SPEX_TYPE_F16, vt = SPEX_TYPE_F16;
-    bool has_kt = false, has_vt = false;
+    /* -ctk / -ctv and -ctkd / -ctvd: each pair must agree (cli_kv_pair after the loop) */
+    spex_type kt = SPEX_TYPE_F16, vt = SPEX_TYPE_F16, dkt = SPEX_TYPE_F16, dvt = SPEX_TYPE_F16;
+    bool has_kt = false, has_vt = false, has_dkt = false, has_dvt = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -242,26 +243,18 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
                 return 2;
             }
             o->overrides[o->n_overrides++] = v, i++;
-        } else if (flag_is(a, "-ctk", "--cache-type-k") || flag_is(a, "-ctv", "--cache-type-v")) {
-            if (!need_value(a, v)) return 2;
-            spex_type t;
-            if (!cli_parse_kv_type(a, v, &t)) return 2;
-            if (a[3] == 'k' || strstr(a, "-k")) kt = t, has_kt = true;
-            else vt = t, has_vt = true;
-            i++;
-        } else if (flag_is(a, "-ctkd", "--cache-type-k-draft") || flag_is(a, "-ctvd", "--cache-type-v-draft")) {
-            if (!need_value(a, v)) return 2;
-            spex_type t;
-            if (!strcmp(v, "f16")) t = SPEX_TYPE_F16;
-            else if (!strcmp(v, "f32")) t = SPEX_TYPE_F32;
-            else if (!strcmp(v, "q8_0")) t = SPEX_TYPE_Q8_0;
-            else {
-                fprintf(stderr, "error: %s expects f16, f32 or q8_0, got '%s'\n", a, v);
-                return 2;
-            }
-            if (a[3] == 'k' || strstr(a, "-k-")) o->ctk_draft = t, o->has_ctk = true;
-            else o->ctv_draft = t, o->has_ctv = true;
-            i++;
+        } else if (flag_is(a, "-ctk", "--cache-type-k")) {
+            if (!cli_parse_kv_type(a, v, &kt)) return 2;
+            has_kt = true, i++;
+        } else if (flag_is(a, "-ctv", "--cache-type-v")) {
+            if (!cli_parse_kv_type(a, v, &vt)) return 2;
+            has_vt = true, i++;
+        } else if (flag_is(a, "-ctkd", "--cache-type-k-draft")) {
+            if (!cli_parse_kv_type(a, v, &dkt)) return 2;
+            has_dkt = true, i++;
+        } else if (flag_is(a, "-ctvd", "--cache-type-v-draft")) {
+            if (!cli_parse_kv_type(a, v, &dvt)) return 2;
+            has_dvt = true, i++;
         } else if (flag_is(a, "-v", "--verbose")) {
             o->verbose = true;
         } else if (flag_is(a, "-nr", "--no-repack")) {
@@ -285,11 +278,7 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
         return 2;
     }
     if (!cli_kv_pair("target", has_kt, kt, has_vt, vt, &o->kv_type)) return 2;
-    if (o->has_ctk && o->has_ctv && o->ctk_draft != o->ctv_draft) {
-        fprintf(stderr, "error: -ctkd and -ctvd differ: spex keeps draft K and V in one type\n");
-        return 2;
-    }
-    if (o->has_ctv && !o->has_ctk) o->ctk_draft = o->ctv_draft;
+    if (!cli_kv_pair("draft", has_dkt, dkt, has_dvt, dvt, &o->ctk_draft)) return 2;
     if (o->spec_type && !strcmp(o->spec_type, "none")) o->draft = NULL;
     else if (o->spec_type && strcmp(o->spec_type, "auto") && !run_spec_is_mtp(o) && !o->draft) {
         fprintf(stderr, "error: --spec-type %s needs a drafter (-md FILE)\n", o->spec_type);

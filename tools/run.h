@@ -35,8 +35,7 @@ typedef struct run_opts {
     bool draft_greedy;         /* --spec-draft-sampling greedy           */
     const char *overrides[RUN_MAX_OVERRIDES];
     int n_overrides;
-    spex_type ctk_draft, ctv_draft;
-    bool has_ctk, has_ctv;
+    spex_type ctk_draft;       /* -ctkd / -ctvd: the draft KV cache type (f16) */
     spex_type kv_type;         /* -ctk / -ctv: the target's KV cache type (f16) */
 } run_opts;
 

@@ -267,14 +267,7 @@ int cmd_serve(int argc, char **argv) {
             if (!cli_parse_kv_type(a, v, &vt)) return 2;
             has_vt = true;
         } else if (is(a, "-ctkd", "--spec-draft-type-k") || is(a, "-ctvd", "--spec-draft-type-v")) {
-            if (!v) goto need;
-            if (!strcmp(v, "f16")) c.draft_kv = SPEX_TYPE_F16;
-            else if (!strcmp(v, "f32")) c.draft_kv = SPEX_TYPE_F32;
-            else if (!strcmp(v, "q8_0")) c.draft_kv = SPEX_TYPE_Q8_0;
-            else {
-                fprintf(stderr, "error: %s expects f16, f32 or q8_0, got '%s'\n", a, v);
-                return 2;
-            }
+            if (!cli_parse_kv_type(a, v, &c.draft_kv)) return 2;
         } else if (is(a, "--spec-draft-override-kv", NULL)) {
             if (!v) goto need;
             if (c.n_overrides >= SERVE_MAX_OVERRIDES) {

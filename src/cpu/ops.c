@@ -135,11 +135,6 @@ static int attn_qblock(const spex_attn_args *a) {
 
 static size_t pad16(size_t n) { return (n + 15) / 16 * 16; }
 
-/* Bytes of one kv head's slice of a row: head_dim elements (Q8_0: head_dim / 32 blocks). */
-static size_t attn_head_bytes(spex_type t, int d) {
-    return t == SPEX_TYPE_F32 ? 4 * (size_t)d : t == SPEX_TYPE_F16 ? 2 * (size_t)d : (size_t)d / 32 * 34;
-}
-
 /* Scratch layout of one thread (floats, each part rounded to 16 = 64 bytes). */
 typedef struct attn_scratch {
     float *qs;   /* [R][d] pre-scaled queries          */
@@ -191,7 +186,7 @@ spex_status spex_attn_check(const spex_attn_args *a, spex_error *err) {
         return spex_error_set(err, SPEX_ERR_UNSUPPORTED,
                               "attention: a Q8_0 cache needs head_dim (%d) to be a multiple of 32", a->head_dim);
     const int64_t qrow = (int64_t)a->n_head * a->head_dim;
-    const size_t hrow = attn_head_bytes(a->kv_type, a->head_dim);
+    const size_t hrow = spex_type_row_size(a->kv_type, a->head_dim) /* one kv head's slice */;
     /* Heads side by side: a row holds all of them; with a head stride a row is one head's slice. */
     const size_t krow = a->k_head_stride ? hrow : (size_t)a->n_head_kv * hrow;
     const size_t vrow = a->v_head_stride ? hrow : (size_t)a->n_head_kv * hrow;
@@ -265,7 +260,7 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
         qmax = qp > qmax ? qp : qmax;
     }
     uint8_t vis[SPEX_ATTN_QBLOCK][SPEX_ATTN_TILE];
-    const size_t hb = attn_head_bytes(a->kv_type, d);
+    const size_t hb = spex_type_row_size(a->kv_type, d); /* one kv head's slice of a row */
     const size_t koff = (size_t)hk * (a->k_head_stride ? a->k_head_stride : hb);
     const size_t voff = (size_t)hk * (a->v_head_stride ? a->v_head_stride : hb);
     for (int t0 = 0; t0 < a->n_kv; t0 += T) {
