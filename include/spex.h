@@ -292,6 +292,14 @@ int64_t spex_pool_next_chunk(spex_pool *pool);
  * previous chunked loop (barrier), one thread resets, barrier — and after that second barrier
  * every thread's next spex_pool_next_chunk numbers from 0 again. */
 void spex_pool_chunk_reset(spex_pool *pool);
+/* Inside a task: a contiguous work split with stealing. bounds[0..nth] (non-decreasing, the
+ * same array on every thread, each range under 2^31 chunks) gives thread t the chunks
+ * [bounds[t], bounds[t + 1]); thread ith gets its own range front to back, then what is left
+ * of the other ranges from their back ends; -1 once every chunk is handed out. Each chunk is
+ * returned once. Reset with the chunk counter (spex_pool_run, spex_pool_chunk_reset); a
+ * chunked phase uses this or spex_pool_next_chunk, not both. A thread reading its weights
+ * as one stretch keeps the hardware prefetchers' streams going from chunk to chunk. */
+int64_t spex_pool_next_chunk_ranged(spex_pool *pool, int ith, const int64_t *bounds);
 
 /* ======================================================================== */
 /* Quantization of whole files                                               */

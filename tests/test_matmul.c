@@ -418,7 +418,9 @@ TEST(driver_threads_bit_equal_and_close_to_f32) {
 }
 
 /* spex_matmul_task_multi: three matrices (mixed K-quant types, same activations) in one task,
- * on 1 and 2 threads, give bit for bit what three spex_matmul calls give. */
+ * on 1, 2 and 3 threads, give bit for bit what three spex_matmul calls give — with 1 and 3
+ * rows through the ranged chunk split (contiguous ranges of uneven byte sizes across the
+ * three matrices, then stealing), with 8 and 40 through the dynamic one. */
 typedef struct {
     const spex_matmul_args *a;
     int n;
@@ -432,7 +434,7 @@ TEST(multi_task_bit_equal_single) {
     const spex_matmul_kernels *scalar = spex_matmul_kernels_for(SPEX_ISA_SCALAR);
     const spex_type types[3] = {SPEX_TYPE_Q4_K, SPEX_TYPE_Q6_K, SPEX_TYPE_Q5_K};
     const int64_t outs[3] = {531, 64, 128}, n = 1024;
-    const int64_t row_counts[] = {1, 8, 40};
+    const int64_t row_counts[] = {1, 3, 8, 40};
     for (size_t rc = 0; rc < sizeof row_counts / sizeof row_counts[0]; rc++) {
         const int64_t nr = row_counts[rc];
         dataset d[3];
@@ -452,7 +454,7 @@ TEST(multi_task_bit_equal_single) {
             ok = ok && spex_matmul_can_share(&a[0], &a[i]);
         }
         CHECK(ok);
-        for (int nth = 0; nth <= 2; nth++) {
+        for (int nth = 0; nth <= 3; nth++) {
             for (int i = 0; i < 3; i++) memset(ym[i], 0xff, sizeof(float) * (size_t)(outs[i] * nr));
             if (nth == 0) {
                 spex_matmul_task_multi(a, 3, 0, 1);

@@ -4,7 +4,9 @@
  * Checks that every thread runs every task exactly once, that dynamic chunks are each taken
  * exactly once, that barrier phases see the previous phase of the other threads, that 10k
  * consecutive runs neither lose nor duplicate work, and the 1-thread and oversubscribed
- * pools. Prints (does not assert) the per-run overhead in microseconds.
+ * pools, and that the ranged protocol hands each chunk out once, a thread's own range front
+ * to back before anything stolen. Prints (does not assert) the per-run overhead in
+ * microseconds.
  */
 #include "spex.h"
 #include "test.h"
@@ -12,6 +14,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -360,6 +363,89 @@ static void check_reset(int n_threads, int reps) {
     spex_pool_free(pool);
     CHECK_MSG(!bad, "chunk reset: a phase lost, duplicated or misnumbered chunks with %d threads", nth);
 }
+
+/* ---- the ranged protocol (spex_pool_next_chunk_ranged) ----------------------------------- */
+
+#define RANGED_N 200
+
+typedef struct {
+    spex_pool *pool;
+    int64_t bounds[MAX_TH + 1];
+    int phases;                            /* 2: a second chunked phase after a reset   */
+    _Atomic int taken[2][RANGED_N];        /* times chunk k of phase p was handed out   */
+    int owner_order_bad[MAX_TH];           /* own chunks not front to back, or a chunk of
+                                            * another range before the own range ran out */
+    int slow_thread;                       /* this thread works slowly: the others steal */
+    _Atomic int n_stolen;                  /* chunks taken outside the taker's range    */
+} ranged_ctx;
+
+static void ranged_task(void *arg, int ith, int nth) {
+    ranged_ctx *c = arg;
+    for (int p = 0; p < c->phases; p++) {
+        int64_t next_own = c->bounds[ith];
+        int stolen = 0;
+        for (int64_t k = spex_pool_next_chunk_ranged(c->pool, ith, c->bounds); k >= 0;
+             k = spex_pool_next_chunk_ranged(c->pool, ith, c->bounds)) {
+            if (k >= RANGED_N) {
+                c->owner_order_bad[ith] = 1;
+                break;
+            }
+            atomic_fetch_add(&c->taken[p][k], 1);
+            if (k >= c->bounds[ith] && k < c->bounds[ith + 1]) {
+                if (k != next_own || stolen) c->owner_order_bad[ith] = 1;
+                next_own++;
+            } else {
+                stolen = 1;
+                atomic_fetch_add(&c->n_stolen, 1);
+            }
+            if (ith == c->slow_thread) usleep(200);
+        }
+        if (p + 1 < c->phases) {
+            spex_pool_barrier(c->pool);
+            if (ith == 0) spex_pool_chunk_reset(c->pool);
+            spex_pool_barrier(c->pool);
+        }
+    }
+}
+
+/* Every chunk handed out exactly once per phase, each thread's own chunks in order and
+ * before any stolen one, with even, uneven and empty ranges and one slow thread. */
+static void check_ranged(int n_threads, int reps) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(n_threads, &pool, NULL));
+    const int nth = spex_pool_n_threads(pool);
+    CHECK(nth <= MAX_TH);
+    ranged_ctx *c = calloc(1, sizeof *c);
+    CHECK(c);
+    c->pool = pool;
+    int bad = 0;
+    for (int r = 0; r < reps && !bad; r++) {
+        const int shape = r % 3; /* 0: even, 1: uneven, 2: thread 0's range empty */
+        c->bounds[0] = 0;
+        for (int t = 1; t < nth; t++)
+            c->bounds[t] = shape == 0 ? (int64_t)RANGED_N * t / nth : shape == 1 ? (int64_t)RANGED_N * t * t / (nth * nth) : 0;
+        if (shape == 2 && nth > 1) c->bounds[1] = 0;
+        c->bounds[nth] = RANGED_N;
+        c->phases = 1 + (r & 1);
+        c->slow_thread = nth > 1 ? r % nth : -1;
+        memset(c->owner_order_bad, 0, sizeof c->owner_order_bad);
+        for (int p = 0; p < 2; p++)
+            for (int k = 0; k < RANGED_N; k++) atomic_store(&c->taken[p][k], 0);
+        spex_pool_run(pool, ranged_task, c);
+        for (int p = 0; p < c->phases; p++)
+            for (int k = 0; k < RANGED_N; k++) bad |= atomic_load(&c->taken[p][k]) != 1;
+        for (int t = 0; t < nth; t++) bad |= c->owner_order_bad[t];
+    }
+    const int stolen = atomic_load(&c->n_stolen); /* the slow threads' ranges were helped with */
+    free(c);
+    spex_pool_free(pool);
+    CHECK_MSG(!bad, "ranged chunks: a chunk lost, duplicated or out of order with %d threads", nth);
+    CHECK_MSG(nth == 1 ? stolen == 0 : stolen > 0, "%d threads, %d chunks stolen", nth, stolen);
+}
+
+TEST(pool_ranged_1) { check_ranged(1, 3); }
+TEST(pool_ranged_2) { check_ranged(2, 30); }
+TEST(pool_ranged_4) { check_ranged(4, 30); }
 
 TEST(pool_chunk_reset_1) { check_reset(1, 3); }
 TEST(pool_chunk_reset_2) { check_reset(2, 50); }

@@ -228,6 +228,36 @@ static mm_plan make_plan(const spex_matmul_args *a, size_t wrow, size_t xs, int 
     return p;
 }
 
+/* Ranged claiming (spex_pool_next_chunk_ranged) for runs of up to RANGED_MAX_ROWS activation
+ * rows, where the kernels stream weights at memory speed, on up to RANGED_MAX_THREADS threads
+ * (the bounds live on the stack). Larger batches are compute-bound and take chunks
+ * dynamically: the plan's small tail chunks end the matrix within a fraction of a chunk on
+ * every thread, where a range that ends in full-size chunks can leave a thread one chunk
+ * behind (verify(8) 4 % slower ranged, 2-4 rows 12-15 % faster; docs/performance.md). */
+#define RANGED_MAX_ROWS 4
+#define RANGED_MAX_THREADS 64
+
+/* bounds[0..nth]: the chunks of the n_mm matrices (numbered one matrix after the other, from
+ * first[]) cut into nth contiguous ranges of about equal weight bytes: a chunk starts range t
+ * when its middle lies past t / nth of the bytes. Every thread computes the same cut. */
+static void ranged_bounds(const spex_matmul_args *a, const mm_plan *p, const size_t *wrow, const int64_t *first,
+                          int n_mm, int nth, int64_t *bounds) {
+    double total = 0.0, cum = 0.0;
+    for (int i = 0; i < n_mm; i++) total += (double)a[i].n_out * (double)wrow[i];
+    int t = 1;
+    bounds[0] = 0;
+    for (int i = 0; i < n_mm && t < nth; i++) {
+        for (int64_t wc = 0; wc < p[i].n_wchunks && t < nth; wc++) {
+            int64_t o0, no;
+            plan_chunk(&p[i], a[i].n_out, wc, &o0, &no);
+            const double b = (double)no * (double)wrow[i];
+            while (t < nth && (cum + 0.5 * b) * nth > total * t) bounds[t++] = first[i] + wc;
+            cum += b;
+        }
+    }
+    while (t <= nth) bounds[t++] = first[n_mm];
+}
+
 bool spex_matmul_can_share(const spex_matmul_args *a, const spex_matmul_args *b) {
     return a->X == b->X && a->ldx == b->ldx && a->n == b->n && a->n_rows == b->n_rows && a->pool == b->pool &&
            spex_matmul_act_type(a->wtype) == spex_matmul_act_type(b->wtype);
@@ -261,7 +291,12 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
     }
 
     /* phase 2: (activation tile × output rows) chunks, the matrices' chunks numbered one
-     * after the other; a thread's chunk numbers only grow, so it walks the matrices in order */
+     * after the other. With a few activation rows (decode) each thread takes a contiguous
+     * range of chunks, so it reads its weights as one stream (at ~50 GB/s an LM-head-sized
+     * matrix in dynamically alternating 256-row chunks streamed 14 % slower than in one
+     * stretch per thread; docs/performance.md, session 13), then helps with what is left of
+     * the others'. Not with on_chunk, whose consumer needs a thread's chunks in increasing
+     * order. */
     mm_plan p[SPEX_MATMUL_MULTI_MAX];
     size_t wrow[SPEX_MATMUL_MULTI_MAX];
     int64_t first[SPEX_MATMUL_MULTI_MAX + 1];
@@ -271,9 +306,16 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
         p[i] = make_plan(&a[i], wrow[i], xs, nth);
         first[i + 1] = first[i] + p[i].n_tiles * p[i].n_wchunks;
     }
+    bool ranged = a[0].pool && nth > 1 && nth <= RANGED_MAX_THREADS;
+    for (int j = 0; j < n_mm; j++)
+        if (a[j].n_rows > RANGED_MAX_ROWS || a[j].on_chunk) ranged = false;
+    int64_t bounds[RANGED_MAX_THREADS + 1];
+    if (ranged) ranged_bounds(a, p, wrow, first, n_mm, nth, bounds);
     int i = 0;
-    int64_t c = a[0].pool ? spex_pool_next_chunk(a[0].pool) : ith;
-    while (c < first[n_mm]) {
+    int64_t c = ranged ? spex_pool_next_chunk_ranged(a[0].pool, ith, bounds)
+                : a[0].pool ? spex_pool_next_chunk(a[0].pool) : ith;
+    while (c >= 0 && c < first[n_mm]) {
+        if (c < first[i]) i = 0; /* a chunk taken from another range can lie behind */
         while (c >= first[i + 1]) i++;
         const spex_matmul_args *m = &a[i];
         const int64_t lc = c - first[i];
@@ -286,7 +328,7 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
         dot(m->n, (const uint8_t *)m->W + (size_t)o0 * wrow[i], wrow[i], (int)no, xq + (size_t)r0 * xs, xs, (int)nr,
             m->Y + r0 * m->ldy + o0, (size_t)m->ldy);
         if (m->on_chunk) m->on_chunk(m->chunk_ctx, ith, r0, nr, o0, no);
-        c = m->pool ? spex_pool_next_chunk(m->pool) : c + nth;
+        c = ranged ? spex_pool_next_chunk_ranged(m->pool, ith, bounds) : m->pool ? spex_pool_next_chunk(m->pool) : c + nth;
     }
 }
 

@@ -42,6 +42,16 @@
  * no thread can be inside a chunked loop while the counter moves. That lets one run hold any
  * number of chunked phases (the forward pass runs a whole token step in one run).
  *
+ * The ranged protocol (spex_pool_next_chunk_ranged): the caller's bounds give thread t the
+ * chunks [bounds[t], bounds[t + 1]), which it takes front to back; a thread whose range is
+ * empty takes the other ranges' chunks from their back ends. One word per thread holds how
+ * many chunks of its range were taken from the front (low 32 bits) and from the back (high
+ * 32): a claim is a compare-and-swap that succeeds while front + back < the range's size, so
+ * each chunk is handed out once. Why: a weight matrix is read once per decode step, and each
+ * thread reading one contiguous stretch keeps the hardware prefetchers' streams running from
+ * chunk to chunk, where dynamic chunks alternate between threads and every chunk starts a
+ * new stream (docs/performance.md, session 13). The words are reset with the counter.
+ *
  * The barrier is sense-reversing in its generation-counter form: each thread reads the
  * barrier generation, then increments the arrival count; the last to arrive resets the count
  * and advances the generation, which releases the others (they spin, then sleep). A
@@ -73,6 +83,11 @@
  * (the imbalance of dynamically chunked work) are a few microseconds. */
 #define BAR_SPIN_NS 50000LL
 
+/* Thread t's range state (header comment): front count in the low 32 bits, back in the high. */
+typedef struct pool_claim {
+    _Alignas(CACHE_LINE) _Atomic uint64_t w;
+} pool_claim;
+
 typedef struct pool_worker {
     struct spex_pool *pool;
     int ith;
@@ -97,6 +112,7 @@ struct spex_pool {
     _Alignas(CACHE_LINE) _Atomic uint32_t pending;     /* workers still in the run      */
     _Atomic uint32_t caller_sleeping;                  /* caller blocked on pending     */
     _Alignas(CACHE_LINE) _Atomic int64_t chunk;        /* next chunk index              */
+    struct pool_claim *claims;                         /* [nth]: the ranged protocol    */
     _Alignas(CACHE_LINE) _Atomic uint32_t bar_count;   /* arrivals at the barrier       */
     _Alignas(CACHE_LINE) _Atomic uint32_t bar_gen;     /* barrier generation (futex word) */
     _Atomic uint32_t bar_sleepers;                     /* threads blocked on bar_gen      */
@@ -247,6 +263,12 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
     if (!pool) return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
     memset(pool, 0, sizeof *pool);
     pool->nth = n_threads;
+    pool->claims = aligned_alloc(CACHE_LINE, sizeof(pool_claim) * (size_t)n_threads);
+    if (!pool->claims) {
+        free(pool);
+        return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
+    }
+    for (int t = 0; t < n_threads; t++) atomic_init(&pool->claims[t].w, 0);
     pool->spin_ns = n_threads <= ncpu ? SPIN_NS : 0;
     atomic_init(&pool->stop, 0);
     atomic_init(&pool->gen, 0);
@@ -264,6 +286,7 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
     if (n_threads > 1) {
         pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
         if (!pool->workers) {
+            free(pool->claims);
             free(pool);
             return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
         }
@@ -274,6 +297,7 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
             if (rc != 0) {
                 pool_stop_workers(pool);
                 free(pool->workers);
+                free(pool->claims);
                 free(pool);
                 return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: thread %d of %d: %s",
                                       i + 1, n_threads, strerror(rc));
@@ -293,13 +317,19 @@ void spex_pool_free(spex_pool *pool) {
     pthread_cond_destroy(&pool->cv);
 #endif
     free(pool->workers);
+    free(pool->claims);
     free(pool);
 }
 
 int spex_pool_n_threads(const spex_pool *pool) { return pool ? pool->nth : 1; }
 
+static void claims_reset(spex_pool *pool, memory_order mo) {
+    for (int t = 0; t < pool->nth; t++) atomic_store_explicit(&pool->claims[t].w, 0, mo);
+}
+
 void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx) {
     atomic_store_explicit(&pool->chunk, 0, memory_order_relaxed);
+    claims_reset(pool, memory_order_relaxed);
     if (pool->nth == 1) {
         task(ctx, 0, 1);
         return;
@@ -361,4 +391,30 @@ int64_t spex_pool_next_chunk(spex_pool *pool) {
 
 /* Release store: the barrier that follows (acq_rel on bar_count / bar_gen) carries it to the
  * other threads before any of them takes its next chunk. */
-void spex_pool_chunk_reset(spex_pool *pool) { atomic_store_explicit(&pool->chunk, 0, memory_order_release); }
+void spex_pool_chunk_reset(spex_pool *pool) {
+    atomic_store_explicit(&pool->chunk, 0, memory_order_release);
+    claims_reset(pool, memory_order_release);
+}
+
+/* One chunk of [lo, hi) from its front or back end under claim word c, or -1 if none is left. */
+static int64_t claim_one(pool_claim *c, int64_t lo, int64_t hi, int front) {
+    uint64_t w = atomic_load_explicit(&c->w, memory_order_relaxed);
+    for (;;) {
+        const int64_t f = (int64_t)(w & 0xffffffffu), b = (int64_t)(w >> 32);
+        if (lo + f >= hi - b) return -1;
+        const uint64_t nw = front ? w + 1 : w + ((uint64_t)1 << 32);
+        if (atomic_compare_exchange_weak_explicit(&c->w, &w, nw, memory_order_relaxed, memory_order_relaxed))
+            return front ? lo + f : hi - 1 - b;
+    }
+}
+
+int64_t spex_pool_next_chunk_ranged(spex_pool *pool, int ith, const int64_t *bounds) {
+    const int nth = pool->nth;
+    int64_t c = claim_one(&pool->claims[ith], bounds[ith], bounds[ith + 1], 1);
+    /* own range done: the others' remaining chunks from their back ends, nearest thread first */
+    for (int k = 1; c < 0 && k < nth; k++) {
+        const int v = (ith + k) % nth;
+        c = claim_one(&pool->claims[v], bounds[v], bounds[v + 1], 0);
+    }
+    return c;
+}
