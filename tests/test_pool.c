@@ -420,11 +420,12 @@ static void check_ranged(int n_threads, int reps) {
     c->pool = pool;
     int bad = 0;
     for (int r = 0; r < reps && !bad; r++) {
-        const int shape = r % 3; /* 0: even, 1: uneven, 2: thread 0's range empty */
+        const int shape = r % 3; /* 0: even, 1: uneven, 2: every range but the last empty */
         c->bounds[0] = 0;
         for (int t = 1; t < nth; t++)
-            c->bounds[t] = shape == 0 ? (int64_t)RANGED_N * t / nth : shape == 1 ? (int64_t)RANGED_N * t * t / (nth * nth) : 0;
-        if (shape == 2 && nth > 1) c->bounds[1] = 0;
+            c->bounds[t] = shape == 0   ? (int64_t)RANGED_N * t / nth
+                           : shape == 1 ? (int64_t)RANGED_N * t * t / (nth * nth)
+                                        : 0;
         c->bounds[nth] = RANGED_N;
         c->phases = 1 + (r & 1);
         c->slow_thread = nth > 1 ? r % nth : -1;

@@ -328,7 +328,8 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
         dot(m->n, (const uint8_t *)m->W + (size_t)o0 * wrow[i], wrow[i], (int)no, xq + (size_t)r0 * xs, xs, (int)nr,
             m->Y + r0 * m->ldy + o0, (size_t)m->ldy);
         if (m->on_chunk) m->on_chunk(m->chunk_ctx, ith, r0, nr, o0, no);
-        c = ranged ? spex_pool_next_chunk_ranged(m->pool, ith, bounds) : m->pool ? spex_pool_next_chunk(m->pool) : c + nth;
+        c = ranged ? spex_pool_next_chunk_ranged(m->pool, ith, bounds)
+            : m->pool ? spex_pool_next_chunk(m->pool) : c + nth;
     }
 }
 

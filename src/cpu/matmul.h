@@ -146,8 +146,8 @@ size_t spex_matmul_ws_size(spex_type wtype, int64_t n, int64_t n_rows);
  * over threads), then a barrier; phase 2 hands out chunks of (activation-row tile ×
  * output rows) through spex_pool_next_chunk (with up to 4 activation rows and no on_chunk:
  * contiguous ranges per thread, spex_pool_next_chunk_ranged), so the pool's chunk state must
- * be fresh when the task starts (the start of a spex_pool_run, or after spex_pool_chunk_reset), and a
- * later chunked phase in the same run must reset it again. With pool NULL it runs
+ * be fresh when the task starts (the start of a spex_pool_run, or after
+ * spex_pool_chunk_reset), and a later chunked phase in the same run must reset it again. With pool NULL it runs
  * everything on the calling thread (nth must be 1). There is no barrier at the end: a
  * larger task reads Y only after its own barrier. The result does not depend on nth:
  * every output is computed by the same kernel code whatever the split. */

@@ -98,6 +98,7 @@ struct spex_pool {
     int nth;
     long long spin_ns;            /* 0: block at once (more threads than cores) */
     pool_worker *workers;         /* [nth - 1]: thread ith is workers[ith - 1]   */
+    struct pool_claim *claims;    /* [nth]: the ranged protocol's words          */
     int n_started;
 
     /* Written by the caller before a run; read by workers after they see the new gen. */
@@ -112,7 +113,6 @@ struct spex_pool {
     _Alignas(CACHE_LINE) _Atomic uint32_t pending;     /* workers still in the run      */
     _Atomic uint32_t caller_sleeping;                  /* caller blocked on pending     */
     _Alignas(CACHE_LINE) _Atomic int64_t chunk;        /* next chunk index              */
-    struct pool_claim *claims;                         /* [nth]: the ranged protocol    */
     _Alignas(CACHE_LINE) _Atomic uint32_t bar_count;   /* arrivals at the barrier       */
     _Alignas(CACHE_LINE) _Atomic uint32_t bar_gen;     /* barrier generation (futex word) */
     _Atomic uint32_t bar_sleepers;                     /* threads blocked on bar_gen      */
