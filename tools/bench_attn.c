@@ -48,10 +48,8 @@ int bench_attn(int argc, char **argv) {
         else if (!strcmp(a, "--heads") && v) ok = sscanf(v, "%d/%d", &H, &HKV) == 2 && HKV > 0 && H > 0 && H % HKV == 0;
         else if (!strcmp(a, "--hd") && v) ok = (D = atoi(v)) > 0 && D <= 1024;
         else if (!strcmp(a, "--reps") && v) ok = (reps = atoi(v)) > 0;
-        else if (!strcmp(a, "--kv") && v) {
-            ok = !strcmp(v, "f16") || !strcmp(v, "f32") || !strcmp(v, "q8_0");
-            kvt = !strcmp(v, "f32") ? SPEX_TYPE_F32 : !strcmp(v, "q8_0") ? SPEX_TYPE_Q8_0 : SPEX_TYPE_F16;
-        } else if (!strcmp(a, "--layout") && v) {
+        else if (!strcmp(a, "--kv") && v) ok = cli_parse_kv_type(a, v, &kvt);
+        else if (!strcmp(a, "--layout") && v) {
             ok = !strcmp(v, "heads") || !strcmp(v, "rows");
             head_major = !strcmp(v, "heads");
         } else ok = false;

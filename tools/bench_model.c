@@ -9,8 +9,9 @@
  * D-token context (prefilled once; each run truncates back to it, which moves no data), as
  * llama-bench's -d does: attention then also reads D rows of K and V per layer and token.
  * Each number is the best of --reps runs, after one warm-up run: other processes on a
- * shared machine only ever make a run slower. "Weights per token" counts every matrix the decode step streams (all
- * layer matrices and the LM head; of an untied embedding table only the one row it reads).
+ * shared machine only ever make a run slower. "Weights per token" counts every matrix the
+ * decode step streams (all layer matrices and the LM head; of an untied embedding table only
+ * the one row it reads).
  * The probe reads a 512 MiB buffer (larger than any last-level cache) with the kernels' load
  * width (spex_matmul_stream_probe), split over the same threads. Two readings: one pass (~15
  * ms) before every timed run, best of all ("probe, one pass": what the memory gives in a
