@@ -1037,6 +1037,11 @@ typedef struct spex_spec_params {
     float p_min;              /* walk stop (§13, §14); 0: off                                  */
     bool sampled_walk;        /* temp > 0 with DFlash2: sampled walk + rejection (default true);
                                * false: greedy walk + sample-and-match                          */
+    bool draft_cut;           /* cost-aware cut of the drafts in steps of one sequence: verify
+                               * only the slots that raise the step's expected tokens per second
+                               * (acceptance by the drafts' conf, verify price learned online;
+                               * docs/speculative.md). DFlash drafts and draft functions (which
+                               * should fill conf), not MTP. Lossless; default false            */
     spex_log_fn log;          /* warnings (clamps); NULL: stderr                               */
     void *log_user;
 } spex_spec_params;
@@ -1057,6 +1062,7 @@ typedef struct spex_spec_stats {
     double t_flush;           /* of t_draft + t_other: injecting deferred features (a backlog
                                * of prompt rows and of steps without a draft); per sequence,
                                * only its own backlog                                         */
+    uint64_t n_cut;           /* drafted tokens the draft cut left unverified                */
     uint64_t n_target_batches; /* total only: target forwards that verified a step's rows   */
     uint64_t n_draft_batches;  /* total only: drafter forwards (DFlash or MTP) of the steps;
                                 * each spex_spec_step makes at most one of each, for all its

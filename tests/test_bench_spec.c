@@ -226,9 +226,54 @@ TEST(bad_flags_and_files) {
     RUN(r, "--help");
     CHECK(r.rc == 0);
     const char *flags[] = {"-m TARGET", "-md DRAFTER", "--mtp", "--prompts", "-n N", "-t THREADS", "--temps",
-                           "--verify-k", "--reps", "--draft-quant", "--json"};
+                           "--verify-k", "--reps", "--draft-quant", "--draft-stop", "--json"};
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) CHECK_MSG(strstr(r.out, flags[i]), "%s", flags[i]);
     bs_free(&r);
+}
+
+/* --draft-stop: one DFlash row per entry (p_min values and the draft cut) sharing one drafter,
+ * a Draft stop column, every row greedy-identical to AR, and the JSON naming each row's stop. */
+TEST(draft_stop_rows) {
+    REQUIRE_BIN();
+    if (access(DEF_TARGET, R_OK) || access(DEF_DRAFTER, R_OK)) SKIP("no default models in models/");
+    char prompts[512], json[512];
+    snprintf(prompts, sizeof prompts, "%s", test_tmp_path("demo2s.jsonl"));
+    snprintf(json, sizeof json, "%s", test_tmp_path("bss.json"));
+    CHECK(head_lines("models/demo.jsonl", prompts, 2));
+    bs_result r;
+    RUN(r, "-m", DEF_TARGET, "-md", DEF_DRAFTER, "--prompts", prompts, "-n", "48", "-t", "1", "--verify-k", "2",
+        "--reps", "1", "--temps", "0", "--draft-stop", "0,0.5,cut", "--json", json);
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK_MSG(strstr(r.out, "| Method | Draft quant | Block | Draft stop | Temp |"), "no Draft stop column:\n%s", r.out);
+    CHECK(strstr(r.out, "| AR | - | - | - | 0 | "));
+    CHECK(strstr(r.out, "| DFlash2 | Q8_0 | 8 | none | 0 | "));
+    CHECK(strstr(r.out, "| DFlash2 | Q8_0 | 8 | p_min 0.5 | 0 | "));
+    CHECK(strstr(r.out, "| DFlash2 | Q8_0 | 8 | cut | 0 | "));
+    CHECK(strstr(r.out, "greedy output identical: yes (DFlash2 Q8_0 none 2/2, DFlash2 Q8_0 p_min 0.5 2/2, "
+                        "DFlash2 Q8_0 cut 2/2)"));
+    bs_free(&r);
+    size_t js_len;
+    char *js = test_slurp(json, &js_len);
+    CHECK(js);
+    cJSON *j = cJSON_Parse(js);
+    free(js);
+    CHECK(j);
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "methods");
+    bool ok = cJSON_GetArraySize(ms) == 4;
+    for (int i = 1; ok && i < 4; i++) {
+        const cJSON *m = cJSON_GetArrayItem(ms, i);
+        ok = cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(m, "draft_cut")) &&
+             cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "draft_cut")) == (i == 3) &&
+             fabs(cJSON_GetObjectItemCaseSensitive(m, "p_min")->valuedouble - (i == 2 ? 0.5 : 0.0)) < 1e-6;
+    }
+    cJSON_Delete(j);
+    CHECK_MSG(ok, "unexpected draft stops in --json");
+    const char *const b1[] = {"--draft-stop", "1.5", NULL};
+    const char *const b2[] = {"--draft-stop", "0,never", NULL};
+    const char *const b3[] = {"--draft-stop", "0,0.1,0.2,0.3,cut", NULL};
+    CHECK(expect_error(b1, 2));
+    CHECK(expect_error(b2, 2));
+    CHECK(expect_error(b3, 2));
 }
 
 /* `spex bench attn` (tools/bench_attn.c): one table row per (n_q, n_kv) with n_q <= n_kv, in

@@ -548,7 +548,7 @@ TEST(speculative_greedy_equals_target_only) {
             }
             static const char *lines[] = {"draft acceptance rate = ", "mean acceptance length = ",
                                           "acceptance per position:", "time:      draft", "verify steps",
-                                          "auto-detected speculative type"};
+                                          "auto-detected speculative type", "draft cut on ("};
             for (size_t i = 0; ok && i < sizeof lines / sizeof lines[0]; i++)
                 if (!strstr(b.err, lines[i])) {
                     printf("  stderr lacks '%s':\n%s\n", lines[i], b.err);
@@ -561,6 +561,15 @@ TEST(speculative_greedy_equals_target_only) {
             ok = ok && sanitizer_clean(b.err);
             run_free(&b);
         }
+    /* the draft cut off: the same text, and the statistics say so */
+    RUN(b, "-m", TINY_QWEN3, "-md", TINY_DRAFT2, "--spec-draft-cut", "off", "-p", "Once upon a time", "-n", "120",
+        "--temp", "0", "-t", "2");
+    if (ok && (b.rc != 0 || b.out_len != a.out_len || memcmp(a.out, b.out, a.out_len) != 0 ||
+               !strstr(b.err, "draft cut off (0 tokens cut)"))) {
+        printf("  --spec-draft-cut off: rc %d, output or statistics wrong\n%s\n", b.rc, b.err);
+        ok = false;
+    }
+    run_free(&b);
     run_free(&a);
     CHECK(ok);
 }
@@ -641,6 +650,7 @@ TEST(speculative_flags_and_errors) {
     EXPECT_ERROR(2, "differ", "-m", m, "-md", TINY_DRAFT2, "-ctkd", "f32", "-ctvd", "f16");
     EXPECT_ERROR(2, "--spec-draft-p-min", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-p-min", "1.5");
     EXPECT_ERROR(2, "--spec-draft-sampling", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-sampling", "beam");
+    EXPECT_ERROR(2, "--spec-draft-cut", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-cut", "maybe");
     /* Run errors: a drafter for another target, a missing file, a bad override. */
     EXPECT_ERROR(1, "vocabulary", "-m", "tests/data/models/tiny-llama-tied.gguf", "-md", TINY_DRAFT2, "-p", "hi");
     EXPECT_ERROR(1, "nope.gguf", "-m", m, "-md", "nope.gguf", "-p", "hi");
@@ -677,7 +687,7 @@ TEST(help_documents_every_flag) {
                                   "--threads", "--chat", "--system", "--no-think", "--chat-template",
                                   "--no-bos", "--special", "--verbose", "--help", "--model-draft",
                                   "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
-                                  "--spec-draft-sampling", "--spec-draft-override-kv", "-ctkd", "-ctvd",
+                                  "--spec-draft-sampling", "--spec-draft-cut", "--spec-draft-override-kv", "-ctkd", "-ctvd",
                                   "--no-repack"};
     const char *missing = NULL;
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)

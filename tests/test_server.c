@@ -1602,6 +1602,32 @@ TEST(target_kv_type_flags) {
     CHECK(named && ok && clean && g.status == 200 && g.completion_tokens > 0);
 }
 
+/* --spec-draft-cut: a bad value is a start-up error; on (the default) and off both serve, and
+ * the speculative start-up line names the setting. */
+TEST(spec_draft_cut_flag) {
+    const char *bad[] = {"serve", "-m", TINY_QWEN3, "-md", TINY_DRAFT2, "--spec-draft-cut", "maybe", NULL};
+    test_proc rk;
+    CHECK(test_spex_exec(bad, &rk));
+    CHECK_MSG(rk.rc == 2 && strstr(rk.err, "expects on or off"), "rc %d: %s", rk.rc, rk.err);
+    test_proc_free(&rk);
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    for (int off = 0; off < 2; off++) {
+        server s;
+        const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-np", "1", "-t", "1", off ? "--spec-draft-cut" : NULL,
+                           "off", NULL};
+        CHECK_MSG(server_start(&s, a), "the server did not start");
+        size_t len = 0;
+        char *err = test_slurp(s.err_path, &len);
+        bool named = err && strstr(err, off ? "draft cut off" : "draft cut on");
+        free(err);
+        gen_result g;
+        bool ok = gen(s.port, false, "Once upon a time", 24, false, NULL, &g);
+        bool clean = false;
+        CHECK_EQ_INT(server_stop(&s, &clean), 0);
+        CHECK_MSG(named && ok && clean && g.status == 200 && g.completion_tokens > 0, "draft cut %s", off ? "off" : "on");
+    }
+}
+
 TEST(shutdown_clean) {
     REQUIRE_SERVER(port);
     (void)port;

@@ -63,6 +63,8 @@ static void quiet_log(void *u, const char *line) {
 }
 
 /* Target + drafter (drafter may be NULL) + spec with n_max. */
+static bool g_draft_cut; /* pair_open's spex_spec_params.draft_cut */
+
 static bool pair_open(pair *p, const char *target, const char *drafter, int n_seq, int n_max, spex_type dkv) {
     memset(p, 0, sizeof *p);
     spex_error e = {0};
@@ -90,6 +92,7 @@ static bool pair_open(pair *p, const char *target, const char *drafter, int n_se
     }
     spex_spec_params sp = spex_spec_default_params();
     sp.n_max = n_max;
+    sp.draft_cut = g_draft_cut;
     sp.log = quiet_log;
     if (spex_spec_init(p->ctx, p->dc, &sp, &p->s, &e) != SPEX_OK) goto fail;
     return true;
@@ -315,6 +318,42 @@ TEST(greedy_lossless_dflash2) { greedy_lossless(DRAFT2); }
 
 TEST(greedy_lossless_dflash1) { greedy_lossless(DRAFT1); }
 
+/* The draft cut (src/spec/cut.c) in single-sequence steps: greedy output still equals
+ * target-only, with the real drafter (drafts almost never accepted: the cut learns to verify
+ * few of them) and with the oracle (long accepted runs), and the cut did remove tokens. */
+TEST(greedy_lossless_draft_cut) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    static int32_t ref[N_GEN], got[1][N_GEN];
+    const char *targets[2] = {TGT_F32, TGT_Q8};
+    for (int t = 0; t < 2; t++) {
+        CHECK(target_only(targets[t], PROMPTS[0], PROMPT_LEN[0], greedy_params(), N_GEN, ref));
+        for (int use_oracle = 0; use_oracle < 2; use_oracle++) {
+            pair p;
+            g_draft_cut = true;
+            bool opened = pair_open(&p, targets[t], DRAFT2, 1, 7, SPEX_TYPE_F32);
+            g_draft_cut = false;
+            CHECK(opened);
+            oracle o = {.n_ref = N_GEN, .n_vocab = spex_model_get_hparams(p.m)->n_vocab};
+            spex_rng_seed(&o.rng, 5);
+            o.ref[0] = ref, o.n_prompt[0] = PROMPT_LEN[0];
+            if (use_oracle) spex_spec_set_draft_fn(p.s, oracle_draft, &o);
+            int line = 0;
+            bool ok = run_spec(&p, 1, greedy_params(), got, &line);
+            const spex_spec_stats *st = spex_spec_total_stats(p.s);
+            const int d = ok ? first_diff(got[0], ref, N_GEN) : -1;
+            printf("  %s oracle %d: %llu steps, %llu drafted, %llu accepted, %llu cut\n", targets[t], use_oracle,
+                   (unsigned long long)st->n_steps, (unsigned long long)st->n_drafted,
+                   (unsigned long long)st->n_accepted, (unsigned long long)st->n_cut);
+            const bool cut_some = st->n_cut > 0, acc_some = !use_oracle || st->n_accepted > 0;
+            pair_close(&p);
+            CHECK_MSG(ok, "run failed (line %d)", line);
+            CHECK_MSG(d < 0, "token %d differs (%d vs %d)", d, got[0][d], ref[d]);
+            CHECK_MSG(cut_some, "the cut never removed a drafted token");
+            CHECK(acc_some);
+        }
+    }
+}
+
 /* ======================================================================== */
 /* Sample-and-match (penalties): identical to target-only for the same seed  */
 /* ======================================================================== */
@@ -498,6 +537,9 @@ static spex_status qdraft_fn(void *user, int32_t seq, int32_t anchor, int32_t po
         }
         out->ids[p] = out->cand[p][k];
         out->kidx[p] = k;
+        out->conf[p] = 0.0f; /* the draft cut's confidence: max q_p, known before d_p is drawn */
+        for (int j = 0; j < 4; j++)
+            if (out->q[p][j] > out->conf[p]) out->conf[p] = out->q[p][j];
     }
     return SPEX_OK;
 }
@@ -528,7 +570,8 @@ fail:
     return false;
 }
 
-static void sampled_lossless(bool use_qdraft, bool broken, bool expect_pass, float temp) {
+/* broken: SPEX_SPEC_TEST_NONE or a spec_test.h mode; cut: spex_spec_params.draft_cut. */
+static void sampled_lossless(bool use_qdraft, int broken, bool cut, bool expect_pass, float temp) {
     if (!have_fixtures()) SKIP("fixtures missing");
     enum { V = 256 };
     const long trials = 20000;
@@ -538,7 +581,10 @@ static void sampled_lossless(bool use_qdraft, bool broken, bool expect_pass, flo
     sp.top_p = 0.95f;
     sp.min_p = 0.02f;
     pair p;
-    CHECK(pair_open(&p, TGT_F32, DRAFT2, 1, 3, SPEX_TYPE_F32));
+    g_draft_cut = cut;
+    const bool opened = pair_open(&p, TGT_F32, DRAFT2, 1, 3, SPEX_TYPE_F32);
+    g_draft_cut = false;
+    CHECK(opened);
     spex_sampler *g = make_sampler(greedy_params(), V), *smp = make_sampler(sp, V);
     CHECK(g && smp);
     int32_t anchor;
@@ -583,7 +629,7 @@ static void sampled_lossless(bool use_qdraft, bool broken, bool expect_pass, flo
         spex_rng_seed(&qd.rng, 99);
         spex_spec_set_draft_fn(p.s, qdraft_fn, &qd);
     }
-    if (broken) spex_spec_test_break(p.s, SPEX_SPEC_TEST_ACCEPT_ALWAYS);
+    if (broken) spex_spec_test_break(p.s, broken);
 
     static long c1[V], c2[V];
     memset(c1, 0, sizeof c1);
@@ -593,31 +639,47 @@ static void sampled_lossless(bool use_qdraft, bool broken, bool expect_pass, flo
     CHECK_EQ_INT(spex_spec_seq_path(p.s, 0), SPEX_SPEC_PATH_REJECTION);
     const spex_spec_stats *st = spex_spec_seq_stats(p.s, 0);
     double acc = spex_spec_stats_acceptance(st);
+    const uint64_t n_cut = st->n_cut;
     int df1, df2;
     double x1 = chi2(c1, p1, V, trials, &df1), x2 = chi2(c2, p2, V, n_cond, &df2);
     double k1 = chi2_crit(df1), k2 = chi2_crit(df2);
-    printf("  T %.2f, %s%s: acceptance %.3f; first token chi2 %.1f (df %d, crit %.1f); second | first=%d (%ld trials) "
-           "chi2 %.1f (df %d, crit %.1f)\n",
-           (double)temp, use_qdraft ? "proposal q" : "dflash2 drafter", broken ? " [accept always]" : "", acc, x1, df1, k1, mode,
-           n_cond, x2, df2, k2);
+    printf("  T %.2f, %s%s%s: acceptance %.3f, %llu cut; first token chi2 %.1f (df %d, crit %.1f); second | "
+           "first=%d (%ld trials) chi2 %.1f (df %d, crit %.1f)\n",
+           (double)temp, use_qdraft ? "proposal q" : "dflash2 drafter", cut ? " + draft cut" : "",
+           broken == SPEX_SPEC_TEST_ACCEPT_ALWAYS ? " [accept always]"
+           : broken == SPEX_SPEC_TEST_CUT_PEEK  ? " [peeking cut]"
+                                                : "",
+           acc, (unsigned long long)n_cut, x1, df1, k1, mode, n_cond, x2, df2, k2);
     spex_sampler_free(g);
     spex_sampler_free(smp);
     pair_close(&p);
     if (expect_pass) {
         CHECK_MSG(x1 < k1 && x2 < k2, "distribution differs from target-only sampling");
         CHECK(n_cond > 1000);
+        if (cut) CHECK_MSG(n_cut > 0, "the draft cut never removed a token");
     } else {
         CHECK_MSG(x1 >= k1 || x2 >= k2, "the broken rule was not detected");
     }
 }
 
-TEST(sampled_lossless_dflash2_drafter) { sampled_lossless(false, false, true, 1.3f); }
+TEST(sampled_lossless_dflash2_drafter) { sampled_lossless(false, 0, false, true, 1.3f); }
 
-TEST(sampled_lossless_proposal_q) { sampled_lossless(true, false, true, 0.6f); }
+TEST(sampled_lossless_proposal_q) { sampled_lossless(true, 0, false, true, 0.6f); }
 
-TEST(sampled_broken_rule_is_detected) { sampled_lossless(true, true, false, 0.6f); }
+TEST(sampled_broken_rule_is_detected) { sampled_lossless(true, SPEX_SPEC_TEST_ACCEPT_ALWAYS, false, false, 0.6f); }
 
-TEST(sampled_broken_rule_detected_with_drafter) { sampled_lossless(false, true, false, 1.3f); }
+TEST(sampled_broken_rule_detected_with_drafter) {
+    sampled_lossless(false, SPEX_SPEC_TEST_ACCEPT_ALWAYS, false, false, 1.3f);
+}
+
+/* The draft cut keeps rejection sampling exact (its decisions are stopping times of the
+ * draft), with the proposal-q drafts (high acceptance: the cut keeps and drops slots) and the
+ * drafter; a cut that peeks at the drafted token must be caught by the same test. */
+TEST(sampled_lossless_draft_cut) { sampled_lossless(true, 0, true, true, 0.6f); }
+
+TEST(sampled_lossless_draft_cut_drafter) { sampled_lossless(false, 0, true, true, 1.3f); }
+
+TEST(sampled_peeking_cut_is_detected) { sampled_lossless(true, SPEX_SPEC_TEST_CUT_PEEK, true, false, 0.6f); }
 
 /* Prompt-prefix reuse and chunked prompts (spex_spec_seq_feed / start): keeping a cached
  * prefix, or feeding the prompt in pieces, gives the same greedy output as a fresh begin. */

@@ -39,7 +39,8 @@
 #define BS_MAX_GEN 8192
 #define BS_MAX_DRAFTERS 8
 #define BS_MAX_QUANTS 8
-#define BS_MAX_METHODS (1 + BS_MAX_DRAFTERS * BS_MAX_QUANTS + 1)
+#define BS_MAX_STOPS 4
+#define BS_MAX_METHODS (1 + BS_MAX_DRAFTERS * BS_MAX_QUANTS * BS_MAX_STOPS + 1)
 #define BS_MAX_TEMPS 8
 #define BS_MAX_K 16
 #define BS_MTP_N_MAX 3 /* spex_spec_init_mtp's default draft length */
@@ -54,7 +55,10 @@ typedef struct bs_method {
     char path[1024];    /* the drafter file run (a temporary one with -q)    */
     const char *src;    /* the -md file it comes from (NULL: AR, MTP)        */
     int32_t n_max;      /* drafts per step (0: AR)                           */
+    float p_min;        /* the walk's confidence stop (0: off)                */
+    bool cut;           /* the cost-aware draft cut (spex_spec_params)        */
     spex_drafter *d;
+    bool owns_d;        /* rows differing only in p_min share one drafter     */
     spex_context *ctx;
     spex_draft_context *dc;
     spex_mtp_context *mc;
@@ -73,6 +77,10 @@ typedef struct bs_opts {
     int n_temps;
     spex_ftype quants[BS_MAX_QUANTS];
     int n_quants;
+    float pmins[BS_MAX_STOPS]; /* one DFlash row per --draft-stop entry: p_min  */
+    bool cuts[BS_MAX_STOPS];   /* ... or the draft cut (default: one, p_min 0)  */
+    int n_stops;
+    bool stop_given;           /* print the Draft stop column                  */
     bool no_repack;   /* no R16 copies of the target's and drafters' weights */
 } bs_opts;
 
@@ -80,7 +88,7 @@ static void bs_usage(FILE *f) {
     fprintf(f,
             "usage: spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--prompts FILE.jsonl] [-n N] [-t THREADS]\n"
             "                       [--temps LIST] [--verify-k K] [--reps R] [--draft-quant LIST] [--json OUT]\n"
-            "                       [--no-repack]\n"
+            "                       [--draft-stop LIST] [--no-repack]\n"
             "\n"
             "End-to-end speculative decoding, concurrency 1: for each temperature, every prompt with each method\n"
             "  AR       the target alone (spex_spec without a drafter)\n"
@@ -104,6 +112,9 @@ static void bs_usage(FILE *f) {
             "  --verify-k K        verify(k) for k = 1..K (1..16, default 16)\n"
             "  --reps R            verify(k) timed rounds over k = 1..K after a warm-up round (default 5)\n"
             "  --draft-quant LIST  quantize every drafter to these types first (e.g. BF16,Q8_0,Q4_K_M)\n"
+            "  --draft-stop LIST   one DFlash row per entry: a number P = p_min P (the walk stops at a\n"
+            "                      slot whose confidence is below P; 0 = never), 'cut' = the cost-aware\n"
+            "                      draft cut (docs/speculative.md); default cut, as spex run and serve\n"
             "  --json OUT          also write every number to OUT\n"
             "  --no-repack         keep every weight in the files' layout (no R16 copies at load)\n",
             BS_MAX_DRAFTERS);
@@ -126,6 +137,26 @@ static bool parse_temps(const char *s, bs_opts *o) {
     return o->n_temps > 0;
 }
 
+static bool parse_stops(const char *s, bs_opts *o) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    o->n_stops = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (o->n_stops == BS_MAX_STOPS) return false;
+        o->cuts[o->n_stops] = !strcmp(tok, "cut");
+        o->pmins[o->n_stops] = 0.0f;
+        if (!o->cuts[o->n_stops]) {
+            if (!cli_parse_float("--draft-stop", tok, &o->pmins[o->n_stops])) return false;
+            if (!(o->pmins[o->n_stops] >= 0.0f && o->pmins[o->n_stops] <= 1.0f)) {
+                fprintf(stderr, "error: --draft-stop: %s is not in [0, 1]\n", tok);
+                return false;
+            }
+        }
+        o->n_stops++;
+    }
+    return o->n_stops > 0;
+}
+
 static bool parse_quants(const char *s, bs_opts *o) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", s);
@@ -144,7 +175,8 @@ static bool parse_quants(const char *s, bs_opts *o) {
 /* 0: parsed; otherwise the exit status (help: 0 after printing, returned as -1). */
 static int parse_flags(int argc, char **argv, bs_opts *o) {
     *o = (bs_opts){.prompts = "models/demo.jsonl", .n_predict = 256, .k_max = BS_MAX_K, .reps = 5,
-                   .temps = {0.0f, 1.0f}, .n_temps = 2};
+                   .temps = {0.0f, 1.0f}, .n_temps = 2, .n_stops = 1,
+                   .cuts = {true}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -175,6 +207,10 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
             if (!(ok = parse_temps(v, o))) fprintf(stderr, "error: --temps expects a list like 0,1 (at most %d)\n",
                                                    BS_MAX_TEMPS);
         } else if (!strcmp(a, "--draft-quant") && v) ok = parse_quants(v, o);
+        else if (!strcmp(a, "--draft-stop") && v) {
+            if (!(ok = o->stop_given = parse_stops(v, o)))
+                fprintf(stderr, "error: --draft-stop expects a list like 0,0.5,cut (at most %d)\n", BS_MAX_STOPS);
+        }
         else {
             fprintf(stderr, "error: bench spec: unknown or incomplete argument '%s' (see 'spex bench spec --help')\n",
                     a);
@@ -293,6 +329,8 @@ static spex_status method_init(bs_run *r, bs_method *me, spex_error *e) {
     if (st != SPEX_OK) return st;
     spex_spec_params spp = spex_spec_default_params();
     spp.n_max = me->n_max;
+    spp.p_min = me->p_min;
+    spp.draft_cut = me->cut;
     spp.log = genset_quiet;
     return me->kind == BS_MTP ? spex_spec_init_mtp(me->ctx, me->mc, &spp, &me->spec, e)
                               : spex_spec_init(me->ctx, me->dc, &spp, &me->spec, e);
@@ -338,11 +376,23 @@ static spex_status methods_build(bs_run *r, spex_error *e) {
             dp.no_repack = r->o.no_repack;
             spex_status st = spex_drafter_load(me->path, r->m, &dp, &me->d, e);
             if (st != SPEX_OK) return st;
+            me->owns_d = true;
             const spex_drafter_hparams *dh = spex_drafter_get_hparams(me->d);
             snprintf(me->name, sizeof me->name, "%s", dh->variant == SPEX_DFLASH2 ? "DFlash2" : "DFlash v1");
             if (o->n_quants > 0) snprintf(me->quant, sizeof me->quant, "%s", spex_ftype_name(o->quants[qi]));
             else quant_label(spex_drafter_gguf(me->d), me->quant, sizeof me->quant);
             me->n_max = dh->block_size - 1 < SPEX_DRAFT_MAX_N ? dh->block_size - 1 : SPEX_DRAFT_MAX_N;
+            me->p_min = o->pmins[0];
+            me->cut = o->cuts[0];
+            /* the other draft stops: the same drafter (and file) in rows of their own */
+            const bs_method first = *me;
+            for (int si = 1; si < o->n_stops; si++) {
+                bs_method *ms = add_method(r, BS_DFLASH);
+                *ms = first;
+                ms->owns_d = false;
+                ms->p_min = o->pmins[si];
+                ms->cut = o->cuts[si];
+            }
         }
     }
     if (o->mtp) {
@@ -487,11 +537,28 @@ static double row_tps(const genset_row *w) {
     return w->t_decode > 0 ? (double)w->n_gen / w->t_decode : 0;
 }
 
+/* A DFlash row's draft stop: "cut", "p_min 0.5" or "none". */
+static void stop_label(const bs_method *me, char *buf, size_t cap) {
+    if (me->cut) snprintf(buf, cap, "cut");
+    else if (me->p_min > 0) snprintf(buf, cap, "p_min %g", (double)me->p_min);
+    else snprintf(buf, cap, "none");
+}
+
+/* The Draft stop cell of a row with its separator, " cut |" ("-" for AR and MTP); empty
+ * without --draft-stop, where the column is left out. */
+static void stop_cell(const bs_run *r, const bs_method *me, char *buf, size_t cap) {
+    char l[24];
+    stop_label(me, l, sizeof l);
+    if (!r->o.stop_given) buf[0] = 0;
+    else snprintf(buf, cap, " %s |", me->kind == BS_DFLASH ? l : "-");
+}
+
 static void print_results(const bs_run *r) {
     const bs_opts *o = &r->o;
-    printf("| Method | Draft quant | Block | Temp | Decode TPS | Decode speedup | Acceptance (mean length) | Normal "
-           "stops |\n");
-    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    const bool sc = o->stop_given;
+    printf("| Method | Draft quant | Block |%s Temp | Decode TPS | Decode speedup | Acceptance (mean length) | Normal "
+           "stops |\n", sc ? " Draft stop |" : "");
+    printf("| --- | --- | ---: |%s ---: | ---: | ---: | ---: | ---: |\n", sc ? " --- |" : "");
     for (int ti = 0; ti < o->n_temps; ti++) {
         char tl[32];
         temp_label(o->temps[ti], tl, sizeof tl);
@@ -499,19 +566,20 @@ static void print_results(const bs_run *r) {
         for (int mi = 0; mi < r->n_meth; mi++) {
             const bs_method *me = &r->meth[mi];
             const genset_row *w = &me->rows[ti];
-            char block[16] = "-", acc[32] = "-";
+            char block[16] = "-", acc[32] = "-", pm[40];
+            stop_cell(r, me, pm, sizeof pm);
             if (me->kind != BS_AR) {
                 snprintf(block, sizeof block, "%d", me->n_max + 1);
                 if (w->steps) snprintf(acc, sizeof acc, "%.2f", 1.0 + (double)w->accepted / (double)w->steps);
             }
-            printf("| %s | %s | %s | %s | %.1f | %.2fx | %s | %d/%d |\n", me->name, me->quant, block, tl, row_tps(w),
-                   tps0 > 0 ? row_tps(w) / tps0 : 0, acc, w->normal_stops, w->n_runs);
+            printf("| %s | %s | %s |%s %s | %.1f | %.2fx | %s | %d/%d |\n", me->name, me->quant, block, pm, tl,
+                   row_tps(w), tps0 > 0 ? row_tps(w) / tps0 : 0, acc, w->normal_stops, w->n_runs);
         }
     }
     printf("\ncost per step (prompt excluded; other = sampling, acceptance, feature injection, bookkeeping):\n\n");
-    printf("| Method | Draft quant | Temp | Steps | Draft ms | Verify ms | Other ms | Step ms | Draft %% | Verify %% | "
-           "Other %% |\n");
-    printf("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    printf("| Method | Draft quant |%s Temp | Steps | Draft ms | Verify ms | Other ms | Step ms | Draft %% | Verify %% | "
+           "Other %% |\n", sc ? " Draft stop |" : "");
+    printf("| --- | --- |%s ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", sc ? " --- |" : "");
     for (int ti = 0; ti < o->n_temps; ti++) {
         char tl[32];
         temp_label(o->temps[ti], tl, sizeof tl);
@@ -520,8 +588,10 @@ static void print_results(const bs_run *r) {
             const genset_row *w = &me->rows[ti];
             const double n = w->steps ? (double)w->steps : 1, tot = w->t_draft + w->t_verify + w->t_other;
             const double pc = tot > 0 ? 100.0 / tot : 0;
-            printf("| %s | %s | %s | %llu | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.0f%% | %.0f%% |\n", me->name,
-                   me->quant, tl, (unsigned long long)w->steps, 1e3 * w->t_draft / n, 1e3 * w->t_verify / n,
+            char pm[40];
+            stop_cell(r, me, pm, sizeof pm);
+            printf("| %s | %s |%s %s | %llu | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.0f%% | %.0f%% |\n", me->name,
+                   me->quant, pm, tl, (unsigned long long)w->steps, 1e3 * w->t_draft / n, 1e3 * w->t_verify / n,
                    1e3 * w->t_other / n, 1e3 * tot / n, w->t_draft * pc, w->t_verify * pc, w->t_other * pc);
         }
     }
@@ -539,8 +609,14 @@ static void print_results(const bs_run *r) {
     else {
         printf("\ngreedy output identical: %s", r->greedy_ok ? "yes" : "no");
         for (int mi = 1; mi < r->n_meth; mi++)
-            printf("%s%s %s %d/%d", mi == 1 ? " (" : ", ", r->meth[mi].name, r->meth[mi].quant,
-                   r->meth[mi].identical, r->n_prompts);
+        {
+            const bs_method *me = &r->meth[mi];
+            printf("%s%s %s", mi == 1 ? " (" : ", ", me->name, me->quant);
+            char l[32];
+            stop_label(me, l, sizeof l);
+            if (o->stop_given && me->kind == BS_DFLASH) printf(" %s", l);
+            printf(" %d/%d", me->identical, r->n_prompts);
+        }
         printf(")\n");
     }
 }
@@ -564,6 +640,10 @@ static bool write_json(const bs_run *r) {
         if (me->src) cJSON_AddStringToObject(jm, "drafter", me->src);
         cJSON_AddNumberToObject(jm, "block", me->kind == BS_AR ? 1 : me->n_max + 1);
         cJSON_AddNumberToObject(jm, "n_max", me->n_max);
+        if (me->kind == BS_DFLASH) {
+            cJSON_AddNumberToObject(jm, "p_min", me->p_min);
+            cJSON_AddBoolToObject(jm, "draft_cut", me->cut);
+        }
         if (me->kind != BS_AR) cJSON_AddNumberToObject(jm, "greedy_identical_prompts", me->identical);
         cJSON *rows = cJSON_AddArrayToObject(jm, "rows");
         for (int ti = 0; ti < o->n_temps; ti++) {
@@ -686,8 +766,10 @@ done:
         spex_draft_context_free(me->dc);
         spex_mtp_free(me->mc);
         spex_context_free(me->ctx);
-        spex_drafter_free(me->d);
-        if (r->tmpdir[0] && me->src) unlink(me->path);
+        if (me->owns_d) {
+            spex_drafter_free(me->d);
+            if (r->tmpdir[0] && me->src) unlink(me->path);
+        }
     }
     if (r->tmpdir[0]) rmdir(r->tmpdir);
     for (int i = 0; i < r->n_prompts; i++) free(r->ids[i]);

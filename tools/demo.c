@@ -122,6 +122,7 @@ int cmd_demo(int argc, char **argv) {
     dcp.pool = spex_context_pool(ctx);
     if (spex_draft_context_init(d, &dcp, &dc, &e)) goto fail;
     spex_spec_params spp = spex_spec_default_params();
+    spp.draft_cut = true; /* as spex run and spex serve decode by default */
     spp.log = genset_quiet;
     if (spex_spec_init(ctx, dc, &spp, &spec, &e) || spex_spec_init(ctx_plain, NULL, &spp, &plain, &e)) goto fail;
 

@@ -33,6 +33,7 @@ typedef struct run_opts {
     long n_draft_min;
     float p_draft_min;
     bool draft_greedy;         /* --spec-draft-sampling greedy           */
+    bool draft_cut;            /* --spec-draft-cut on|off (on)           */
     const char *overrides[RUN_MAX_OVERRIDES];
     int n_overrides;
     spex_type ctk_draft;       /* -ctkd / -ctvd: the draft KV cache type (f16) */

@@ -116,6 +116,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     spp.n_min = (int32_t)o->n_draft_min;
     spp.p_min = o->p_draft_min;
     spp.sampled_walk = !o->draft_greedy;
+    spp.draft_cut = o->draft_cut;
     spp.log = run_log_stderr;
     if ((mtp ? spex_spec_init_mtp(ctx, mc, &spp, &spec, &err) : spex_spec_init(ctx, dc, &spp, &spec, &err)) !=
         SPEX_OK) {
@@ -203,9 +204,10 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
             run_rate(n_prompt, t1 - t0));
     fprintf(stderr, "generated: %ld tokens, %.2f ms, %.2f t/s\n", n_gen, (t2 - t1) * 1e3, run_rate(n_gen, t2 - t1));
     fprintf(stderr, "stop:      %s\n", reason);
-    fprintf(stderr, "speculative: %s, path %s, n_max %d, p_min %.3g, %llu verify steps\n",
+    fprintf(stderr, "speculative: %s, path %s, n_max %d, p_min %.3g, draft cut %s (%llu tokens cut), %llu verify steps\n",
             mtp ? "mtp" : dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
-            spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, (unsigned long long)st->n_steps);
+            spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, o->draft_cut && !mtp ? "on" : "off",
+            (unsigned long long)st->n_cut, (unsigned long long)st->n_steps);
     fprintf(stderr, "draft acceptance rate = %.5f (%llu accepted / %llu generated)\n",
             spex_spec_stats_acceptance(st), (unsigned long long)st->n_accepted, (unsigned long long)st->n_drafted);
     fprintf(stderr, "mean acceptance length = %.3f\n", spex_spec_stats_mean_len(st));

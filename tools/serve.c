@@ -39,6 +39,7 @@ static void usage(FILE *f) {
             "  -ctk/-ctv f16|f32|q8_0      target KV type (f16; K = V)\n"
             "  -ctkd/-ctvd f16|f32|q8_0    draft KV type                        --spec-draft-override-kv KEY=TYPE:VALUE\n"
             "  --spec-adaptive on|off      adaptive draft length (on)           --spec-min-gain X (1.05)\n"
+            "  --spec-draft-cut on|off     cost-aware cut of a lone slot's drafts after the walk (on)\n"
             "  --queue-max N               waiting requests before 503 (64)     --body-max BYTES (8 MiB)\n"
             "  --ctx-checkpoints N         recurrent (qwen35) state checkpoints per slot for prefix reuse (32)\n"
             "  --checkpoint-min-step N     tokens between two checkpoints of a slot (8192); one is also taken\n"
@@ -83,6 +84,7 @@ int cmd_serve(int argc, char **argv) {
     c.sse_ping_s = 30;
     c.slots = true;   /* GET /slots on by default, as in llama-server (§2.3) */
     c.adaptive = true;
+    c.draft_cut = true;
     c.min_gain = 1.05f;
     c.n_ctx_checkpoints = 32;
     c.checkpoint_min_step = 8192;
@@ -281,6 +283,12 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             c.adaptive = !strcmp(v, "on");
+        } else if (is(a, "--spec-draft-cut", NULL)) {
+            if (!v || (strcmp(v, "on") && strcmp(v, "off"))) {
+                fprintf(stderr, "error: %s expects on or off\n", a);
+                return 2;
+            }
+            c.draft_cut = !strcmp(v, "on");
         } else if (is(a, "--spec-min-gain", NULL)) {
             if (!cli_parse_float(a, v, &f)) return 2;
             c.min_gain = f;

@@ -1103,6 +1103,7 @@ static int load(srv_server *S) {
     spp.n_min = cfg->n_draft_min;
     spp.p_min = cfg->p_draft_min;
     spp.sampled_walk = !cfg->draft_greedy;
+    spp.draft_cut = cfg->draft_cut;
     spp.log = log_line;
     if ((S->mtp ? spex_spec_init_mtp(S->ctx, S->mtp, &spp, &S->spec, &err)
                 : spex_spec_init(S->ctx, S->dc, &spp, &S->spec, &err)) != SPEX_OK) {
@@ -1112,10 +1113,11 @@ static int load(srv_server *S) {
     if (dh)
         fprintf(stderr,
                 "speculative: type draft-dflash, drafter %s, variant %s, block size %d, n_max %d, n_min %d, p_min %g, "
-                "sampling %s, draft KV %s, adaptive %s (min gain %.2f)\n",
+                "sampling %s, draft KV %s, adaptive %s (min gain %.2f), draft cut %s\n",
                 cfg->draft, dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash", dh->block_size, S->n_max,
                 cfg->n_draft_min, (double)cfg->p_draft_min, cfg->draft_greedy ? "greedy" : "probabilistic",
-                spex_type_get_info(cfg->draft_kv)->name, cfg->adaptive ? "on" : "off", (double)cfg->min_gain);
+                spex_type_get_info(cfg->draft_kv)->name, cfg->adaptive ? "on" : "off", (double)cfg->min_gain,
+                cfg->draft_cut ? "on" : "off");
     if (S->mtp)
         fprintf(stderr, "speculative: type draft-mtp (the target's MTP block), n_max %d, n_min %d, p_min %g, draft KV %s, "
                         "adaptive %s (min gain %.2f)\n",

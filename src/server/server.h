@@ -299,6 +299,7 @@ typedef struct srv_config {
     int timeout_s;
     int sse_ping_s;           /* --sse-ping-interval; <= 0: off                          */
     bool adaptive;
+    bool draft_cut;           /* --spec-draft-cut: spex_spec_params.draft_cut (on)          */
     float min_gain;
     int32_t n_ctx_checkpoints;   /* recurrent targets: checkpoints per slot (--ctx-checkpoints) */
     int32_t checkpoint_min_step; /* --checkpoint-min-step                                         */

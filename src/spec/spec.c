@@ -40,6 +40,7 @@
  *
  * Nothing is allocated after spex_spec_init.
  */
+#include "spec/cut.h"
 #include "spec/spec_test.h"
 #include "spec/verify.h"
 #include "spex.h"
@@ -84,6 +85,7 @@ struct spex_spec {
     int32_t pend_cap;           /* pending feature rows per sequence               */
     spec_seq *seq;              /* [n_seq]                                 */
     spex_spec_stats total;
+    spec_cut cut;               /* the draft cut's price and acceptance model (cut.h) */
     int test_break;             /* spec_test.h modes (tests only): broken rule, eager injection */
 
     /* scratch, allocated at init */
@@ -233,6 +235,7 @@ static spex_status spec_init(spex_context *tctx, spex_draft_context *dc, spex_mt
 
     spex_spec *s = calloc(1, sizeof *s);
     if (!s) return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
+    spec_cut_init(&s->cut);
     s->t = tctx;
     s->dc = dc;
     s->mtp = mtp;
@@ -810,6 +813,24 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
         }
     }
     if (st != SPEX_OK) return st;
+    /* The draft cut (cut.h) prices a step of one sequence: its rule compares that step's
+     * tokens with its time, which other sequences' rows would blur. Draft functions take part
+     * through the conf they fill (spex_spec_params.draft_cut). */
+    const bool cut = s->p.draft_cut && (s->dc || s->fn) && n_seqs == 1 && s->drafts[0].n > 0;
+    if (cut) {
+        spex_draft *d = &s->drafts[0];
+        const int32_t n0 = d->n;
+        int32_t n1 = spec_cut_choose(&s->cut, d->conf, n0);
+        if (s->test_break == SPEX_SPEC_TEST_CUT_PEEK && d->has_q) {
+            int32_t mode = 0;
+            for (int32_t k = 1; k < d->n_cand; k++)
+                if (d->q[0][k] > d->q[0][mode]) mode = k;
+            n1 = d->kidx[0] == mode ? n0 : 0;
+        }
+        d->n = n1;
+        s->total.n_cut += (uint64_t)(n0 - n1);
+        s->seq[seqs[0]].st.n_cut += (uint64_t)(n0 - n1);
+    }
     for (int32_t i = 0; i < n_seqs; i++) {
         if (s->drafts[i].n < s->p.n_min) s->drafts[i].n = 0;
         for (int32_t j = 0; j < s->drafts[i].n; j++)
@@ -835,7 +856,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
 
     /* Accept, roll back, gather the accepted rows' features. */
     double t3 = now_s();
-    int32_t n_inj = 0, n_mtp = 0;
+    int32_t n_inj = 0, n_mtp = 0, m0 = 0;
     for (int32_t i = 0; i < n_seqs; i++) {
         int32_t sq = seqs[i], n = s->drafts[i].n;
         int32_t P = spex_kv_seq_len(s->t, sq) - (n + 1);
@@ -843,6 +864,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
         out[i].n_drafted = n;
         int32_t m = 0;
         if ((st = accept_seq(s, sq, &s->drafts[i], n, s->row0[i], &out[i], &m, err))) return st;
+        if (i == 0) m0 = m;
         if ((st = spex_kv_seq_truncate(s->t, sq, P + m + 1, err))) return st;
         spec_seq *q = &s->seq[sq];
         if (s->dc && n == 0 && q->n_pend < s->pend_cap && s->test_break != SPEX_SPEC_TEST_NO_DEFER) {
@@ -883,6 +905,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
     s->total.t_draft += td;
     s->total.t_verify += tv;
     s->total.t_other += to;
+    if (cut) spec_cut_observe(&s->cut, s->drafts[0].n + 1, tv, td + to, s->drafts[0].conf, s->drafts[0].n, m0);
     for (int32_t i = 0; i < n_seqs; i++) {
         /* A step's time is shared by its sequences; each is charged the whole step. */
         spex_spec_stats *qs = &s->seq[seqs[i]].st;

@@ -13,6 +13,9 @@
 #define SPEX_SPEC_TEST_ACCEPT_ALWAYS 1   /* every drafted token accepted, whatever p and q */
 #define SPEX_SPEC_TEST_NO_DEFER 2        /* inject every verified row at once (the reference for
                                           * deferred injection), not a broken rule */
+#define SPEX_SPEC_TEST_CUT_PEEK 3        /* a draft cut that reads the drafted token itself (keeps
+                                          * a proposal-q draft only when d_1 is q_1's mode): not a
+                                          * stopping time of the draft, so not lossless at T > 0 */
 
 void spex_spec_test_break(spex_spec *s, int mode);
 

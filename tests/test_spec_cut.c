@@ -1,0 +1,141 @@
+/*
+ * test_spec_cut.c — the cost-aware draft cut's model and rule (src/spec/cut.c) on synthetic
+ * numbers: the price fit, the acceptance bins, the warm-up and exploration pattern, the rule
+ * against a brute-force search of the best length, and that a decision never reads a later
+ * slot. End-to-end losslessness with the cut on is in test_spec.c.
+ */
+#include "spec/cut.h"
+#include "spex.h"
+#include "test.h"
+
+#include <math.h>
+#include <string.h>
+
+/* A model past the warm-up on a step that explores nothing (n_steps % EXPLORE not 0 or half),
+ * with the price line f + v0 + v1·k fed as exact observations of rows 2 and 8. */
+static void cut_with_price(spec_cut *c, double f, double v0, double v1) {
+    spec_cut_init(c);
+    for (int i = 0; i < 2 * SPEC_CUT_EXPLORE + 1; i++) {
+        const int k = i % 2 ? 8 : 2;
+        spec_cut_observe(c, k, v0 + v1 * k, f, NULL, 0, 0);
+    }
+}
+
+/* Brute force: the n in [0, nmax] with the best E(n) / C(n) (first best on ties). */
+static int best_len(const spec_cut *c, const float *conf, int nmax) {
+    double f, v0, v1;
+    if (!spec_cut_price(c, &f, &v0, &v1)) return nmax;
+    double e = 1, v = 1, best = -1;
+    int arg = 0;
+    for (int n = 0; n <= nmax; n++) {
+        if (n > 0) {
+            v *= spec_cut_accept_p(c, conf[n - 1]);
+            e += v;
+        }
+        const double r = e / (f + v0 + v1 * (n + 1));
+        if (r > best * (1 + 1e-12)) best = r, arg = n;
+    }
+    return arg;
+}
+
+TEST(cut_price_fit) {
+    spec_cut c;
+    spec_cut_init(&c);
+    double f, v0, v1;
+    CHECK(!spec_cut_price(&c, &f, &v0, &v1));
+    /* one row count only: no slope */
+    for (int i = 0; i < 10; i++) spec_cut_observe(&c, 8, 0.010, 0.001, NULL, 0, 0);
+    CHECK(!spec_cut_price(&c, &f, &v0, &v1));
+    cut_with_price(&c, 0.0005, 0.004, 0.0015);
+    CHECK(spec_cut_price(&c, &f, &v0, &v1));
+    CHECK_NEAR(f, 0.0005, 1e-12);
+    CHECK_NEAR(v0, 0.004, 1e-9);
+    CHECK_NEAR(v1, 0.0015, 1e-10);
+    /* a line tilted down by noise is floored: a row then costs nothing */
+    cut_with_price(&c, 0.0005, 0.010, -0.0001);
+    CHECK(spec_cut_price(&c, &f, &v0, &v1));
+    CHECK(v1 == 0.0);
+}
+
+TEST(cut_accept_bins) {
+    spec_cut c;
+    spec_cut_init(&c);
+    /* no data: the confidence itself */
+    CHECK_NEAR(spec_cut_accept_p(&c, 0.37f), 0.37, 1e-7);
+    CHECK_NEAR(spec_cut_accept_p(&c, 1.0f), 1.0, 0);
+    CHECK(spec_cut_accept_p(&c, NAN) == 0.0);
+    CHECK(spec_cut_accept_p(&c, -1.0f) == 0.0);
+    /* slots of confidence 0.95 accepted half the time (accepted, rejected alternately) */
+    const float conf[2] = {0.95f, 0.95f};
+    for (int i = 0; i < 2000; i++) spec_cut_observe(&c, 3, 0.01, 0.001, conf, 2, i % 2 ? 2 : 0);
+    /* m = 2: both accepted; m = 0: the first rejected, the second never judged: 2 of 3 judged
+     * slots accepted */
+    CHECK_NEAR(spec_cut_accept_p(&c, 0.95f), 2.0 / 3.0, 0.01);
+    CHECK_NEAR(spec_cut_accept_p(&c, 0.42f), 0.42, 1e-6); /* another bin: untouched */
+}
+
+TEST(cut_warmup_and_exploration) {
+    spec_cut c;
+    spec_cut_init(&c);
+    const float conf[7] = {0.01f, 0.01f, 0.01f, 0.01f, 0.01f, 0.01f, 0.01f};
+    for (int t = 0; t < SPEC_CUT_WARMUP; t++) {
+        CHECK_EQ_INT(spec_cut_choose(&c, conf, 7), t % 2 ? 4 : 7);
+        spec_cut_observe(&c, (t % 2 ? 4 : 7) + 1, 0.001 * (t % 2 ? 5 : 8), 0.0001, conf, 0, 0);
+    }
+    /* a steep price and hopeless slots: the rule keeps none, but for the exploration steps */
+    cut_with_price(&c, 0.0001, 0.001, 0.001);
+    int full = 0, half = 0, none = 0;
+    for (int t = 0; t < 4 * SPEC_CUT_EXPLORE; t++) {
+        const int n = spec_cut_choose(&c, conf, 7);
+        full += n == 7, half += n == 4, none += n == 0;
+        spec_cut_observe(&c, n + 1, 0.001 + 0.001 * (n + 1), 0.0001, conf, n, 0);
+    }
+    CHECK_EQ_INT(full, 4);
+    CHECK_EQ_INT(half, 4);
+    CHECK_EQ_INT(none, 4 * SPEC_CUT_EXPLORE - 8);
+    CHECK_EQ_INT(spec_cut_choose(&c, conf, 0), 0);
+}
+
+TEST(cut_rule_is_the_best_length) {
+    spex_rng rng;
+    spex_rng_seed(&rng, 11);
+    int cuts_mid = 0;
+    for (int trial = 0; trial < 3000; trial++) {
+        spec_cut c;
+        /* prices from memory-bound (a row ~2 % of a step) to compute-bound (a row ~ a step) */
+        const double f = 0.0002 + 0.001 * spex_rng_uniform_f64(&rng), v0 = 0.001 + 0.01 * spex_rng_uniform_f64(&rng);
+        const double v1 = v0 * (0.02 + 1.2 * spex_rng_uniform_f64(&rng));
+        cut_with_price(&c, f, v0, v1);
+        CHECK(c.n_steps % SPEC_CUT_EXPLORE != 0 && c.n_steps % SPEC_CUT_EXPLORE != SPEC_CUT_EXPLORE / 2);
+        float conf[SPEX_DRAFT_MAX_N];
+        const int n = 1 + (int)(spex_rng_uniform_f64(&rng) * 15);
+        for (int p = 0; p < n; p++) conf[p] = (float)spex_rng_uniform_f64(&rng);
+        const int got = spec_cut_choose(&c, conf, n), want = best_len(&c, conf, n);
+        CHECK_MSG(got == want, "trial %d: rule %d, best %d of %d", trial, got, want, n);
+        cuts_mid += got > 0 && got < n;
+        /* a decision reads nothing after its slot: later confidences change nothing */
+        if (got + 1 < n) {
+            for (int p = got + 1; p < n; p++) conf[p] = (float)spex_rng_uniform_f64(&rng);
+            CHECK_EQ_INT(spec_cut_choose(&c, conf, n), got);
+        }
+    }
+    CHECK(cuts_mid > 300); /* the search was not trivial */
+}
+
+TEST(cut_regimes) {
+    spec_cut c;
+    float conf[7];
+    for (int p = 0; p < 7; p++) conf[p] = 0.5f;
+    /* free rows: everything is verified */
+    cut_with_price(&c, 0.0005, 0.010, 0.0);
+    CHECK_EQ_INT(spec_cut_choose(&c, conf, 7), 7);
+    /* a row dearer than a whole plain step: a 0.5 slot does not pay */
+    cut_with_price(&c, 0.0, 0.0001, 0.010);
+    CHECK_EQ_INT(spec_cut_choose(&c, conf, 7), 0);
+    /* compute-bound, a row = 1/3 of the anchor-only step: the first 0.5 slot pays (1.5 tokens
+     * for 4/3 of the time), the second (0.25 more for 1/3 more) does not */
+    cut_with_price(&c, 0.0, 0.002, 0.001);
+    CHECK_EQ_INT(spec_cut_choose(&c, conf, 7), 1);
+}
+
+TEST_MAIN()
