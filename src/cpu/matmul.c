@@ -229,12 +229,14 @@ static mm_plan make_plan(const spex_matmul_args *a, size_t wrow, size_t xs, int 
 }
 
 /* Ranged claiming (spex_pool_next_chunk_ranged) for runs of up to RANGED_MAX_ROWS activation
- * rows, where the kernels stream weights at memory speed, on up to RANGED_MAX_THREADS threads
- * (the bounds live on the stack). Larger batches are compute-bound and take chunks
- * dynamically: the plan's small tail chunks end the matrix within a fraction of a chunk on
- * every thread, where a range that ends in full-size chunks can leave a thread one chunk
- * behind (verify(8) 4 % slower ranged, 2-4 rows 12-15 % faster; docs/performance.md). */
-#define RANGED_MAX_ROWS 4
+ * rows (one activation tile: ranged_bounds numbers weight chunks only), on up to
+ * RANGED_MAX_THREADS threads (the bounds live on the stack). Decodes and verifies: 2-4 rows
+ * 12-15 % faster than dynamic chunks, verify(8) 3-4 % faster at usual memory speed and 13 % in
+ * fast-memory moments, verify(16) 3-13 % (docs/performance.md, sessions 13 and 14). Prompt
+ * tiles take chunks dynamically. */
+#ifndef RANGED_MAX_ROWS
+#define RANGED_MAX_ROWS SMALL_BATCH
+#endif
 #define RANGED_MAX_THREADS 64
 
 /* bounds[0..nth]: the chunks of the n_mm matrices (numbered one matrix after the other, from
