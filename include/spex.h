@@ -1136,7 +1136,8 @@ const spex_spec_stats *spex_spec_total_stats(const spex_spec *s);
 typedef struct spex_spec_out {
     int32_t n;                              /* 1 .. n_drafted + 1                              */
     int32_t tokens[SPEX_DRAFT_MAX_N + 1];   /* accepted drafts, then the correction or bonus   */
-    int32_t n_drafted;                      /* drafted this step                               */
+    int32_t n_drafted;                      /* drafted and verified this step                  */
+    int32_t n_cut;                          /* drafted but left unverified by the draft cut    */
 } spex_spec_out;
 
 /* One step for seqs[0 .. n_seqs) (distinct, begun). max_emit[i] >= 1 bounds what sequence i

@@ -683,8 +683,11 @@ static void engine_step(srv_engine *e) {
     if (dt_f > dt_d) dt_f = dt_d;
     int rows = 0, drows = 0, drafted_seqs = 0;
     for (int i = 0; i < n; i++) {
+        /* the drafter ran n_drafted + n_cut slots (the draft cut trims after the walk), the
+         * target verified n_drafted + 1 rows */
+        const int walked = e->outs[i].n_drafted + e->outs[i].n_cut;
         rows += e->outs[i].n_drafted + 1;
-        if (e->outs[i].n_drafted) drows += e->outs[i].n_drafted + 1, drafted_seqs++;
+        if (walked) drows += walked + 1, drafted_seqs++;
     }
     fit_add(&e->fit_v, rows, dt_v);
     bucket_add(e->vb, rows, dt_v);
@@ -700,7 +703,7 @@ static void engine_step(srv_engine *e) {
     if (dt_f > 0 && n <= 64) {   /* the backlog's price per injected feature */
         double flushed = 0;
         for (int i = 0; i < n; i++)
-            if (e->outs[i].n_drafted) flushed += e->pend[i];
+            if (e->outs[i].n_drafted + e->outs[i].n_cut) flushed += e->pend[i];
         if (flushed >= 1.0) {
             e->bl_sec = e->bl_sec * SRV_DECAY + dt_f;
             e->bl_tok = e->bl_tok * SRV_DECAY + flushed;

@@ -817,6 +817,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
      * tokens with its time, which other sequences' rows would blur. Draft functions take part
      * through the conf they fill (spex_spec_params.draft_cut). */
     const bool cut = s->p.draft_cut && (s->dc || s->fn) && n_seqs == 1 && s->drafts[0].n > 0;
+    for (int32_t i = 0; i < n_seqs; i++) out[i].n_cut = 0;
     if (cut) {
         spex_draft *d = &s->drafts[0];
         const int32_t n0 = d->n;
@@ -828,6 +829,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
             n1 = d->kidx[0] == mode ? n0 : 0;
         }
         d->n = n1;
+        out[0].n_cut = n0 - n1;
         s->total.n_cut += (uint64_t)(n0 - n1);
         s->seq[seqs[0]].st.n_cut += (uint64_t)(n0 - n1);
     }
