@@ -7,7 +7,9 @@
  * [anchor, d_1 .. d_n] (logits on every row, taps captured in the same pass), the acceptance
  * rule of the sequence's path (verify.c), truncation of the target cache to the accepted
  * prefix, and one injection of the accepted rows' features into the draft cache (§16: only
- * accepted rows are ever written, so the draft cache needs no trimming).
+ * accepted rows are ever written, so the draft cache needs no trimming). With
+ * spex_spec_params.draft_cut, a step of one sequence verifies only the prefix of its walked
+ * draft that the cost-aware cut (cut.h) prices as worth it.
  * What it is not: the drafter forward (src/model/dflash_*.c), the acceptance arithmetic
  * (verify.c), the sampling chain (src/sample), stop strings or detokenisation (callers).
  *
