@@ -96,13 +96,27 @@ static bool verify_rows(const char *out, int k_max) {
 static const char *const TABLE_HEAD =
     "| Method | Draft quant | Block | Temp | Decode TPS | Decode speedup | Acceptance (mean length) | Normal stops |";
 
+/* The first two prompts of models/demo.jsonl in a temporary file, and a path for --json. */
+static bool two_prompts_and_json(const char *ptag, const char *jtag, char prompts[512], char json[512]) {
+    snprintf(prompts, 512, "%s", test_tmp_path(ptag));
+    snprintf(json, 512, "%s", test_tmp_path(jtag));
+    return head_lines("models/demo.jsonl", prompts, 2);
+}
+
+/* The parsed --json file (NULL if unreadable or not JSON). */
+static cJSON *read_json(const char *path) {
+    size_t len;
+    char *js = test_slurp(path, &len);
+    cJSON *j = js ? cJSON_Parse(js) : NULL;
+    free(js);
+    return j;
+}
+
 TEST(default_pair_table_and_json) {
     REQUIRE_BIN();
     if (access(DEF_TARGET, R_OK) || access(DEF_DRAFTER, R_OK)) SKIP("no default models in models/");
     char prompts[512], json[512];
-    snprintf(prompts, sizeof prompts, "%s", test_tmp_path("demo2.jsonl"));
-    snprintf(json, sizeof json, "%s", test_tmp_path("bs.json"));
-    CHECK(head_lines("models/demo.jsonl", prompts, 2));
+    CHECK(two_prompts_and_json("demo2.jsonl", "bs.json", prompts, json));
     bs_result r;
     RUN(r, "-m", DEF_TARGET, "-md", DEF_DRAFTER, "--prompts", prompts, "-n", "24", "-t", "1", "--verify-k", "4",
         "--reps", "2", "--json", json);
@@ -118,11 +132,7 @@ TEST(default_pair_table_and_json) {
     CHECK(strstr(r.out, "greedy output identical: yes"));
     bs_free(&r);
 
-    size_t js_len;
-    char *js = test_slurp(json, &js_len);
-    CHECK(js);
-    cJSON *j = cJSON_Parse(js);
-    free(js);
+    cJSON *j = read_json(json);
     CHECK(j);
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "methods");
     const cJSON *vf = cJSON_GetObjectItemCaseSensitive(j, "verify");
@@ -237,9 +247,7 @@ TEST(draft_stop_rows) {
     REQUIRE_BIN();
     if (access(DEF_TARGET, R_OK) || access(DEF_DRAFTER, R_OK)) SKIP("no default models in models/");
     char prompts[512], json[512];
-    snprintf(prompts, sizeof prompts, "%s", test_tmp_path("demo2s.jsonl"));
-    snprintf(json, sizeof json, "%s", test_tmp_path("bss.json"));
-    CHECK(head_lines("models/demo.jsonl", prompts, 2));
+    CHECK(two_prompts_and_json("demo2s.jsonl", "bss.json", prompts, json));
     bs_result r;
     RUN(r, "-m", DEF_TARGET, "-md", DEF_DRAFTER, "--prompts", prompts, "-n", "48", "-t", "1", "--verify-k", "2",
         "--reps", "1", "--temps", "0", "--draft-stop", "0,0.5,cut", "--json", json);
@@ -252,11 +260,7 @@ TEST(draft_stop_rows) {
     CHECK(strstr(r.out, "greedy output identical: yes (DFlash2 Q8_0 none 2/2, DFlash2 Q8_0 p_min 0.5 2/2, "
                         "DFlash2 Q8_0 cut 2/2)"));
     bs_free(&r);
-    size_t js_len;
-    char *js = test_slurp(json, &js_len);
-    CHECK(js);
-    cJSON *j = cJSON_Parse(js);
-    free(js);
+    cJSON *j = read_json(json);
     CHECK(j);
     const cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "methods");
     bool ok = cJSON_GetArraySize(ms) == 4;
