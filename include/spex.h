@@ -1040,8 +1040,8 @@ typedef struct spex_spec_params {
     bool draft_cut;           /* cost-aware cut of the drafts in steps of one sequence: verify
                                * only the slots that raise the step's expected tokens per second
                                * (acceptance by the drafts' conf, verify price learned online;
-                               * docs/speculative.md). DFlash drafts and draft functions (which
-                               * should fill conf), not MTP. Lossless; default false            */
+                               * docs/speculative.md). DFlash and MTP drafts, draft functions
+                               * (which should fill conf). Lossless; default false              */
     spex_log_fn log;          /* warnings (clamps); NULL: stderr                               */
     void *log_user;
 } spex_spec_params;

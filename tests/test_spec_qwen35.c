@@ -48,6 +48,9 @@ static spex_status oracle_fn(void *user, int32_t seq, int32_t anchor, int32_t po
     return SPEX_OK;
 }
 
+static bool g_cut;              /* run(): spex_spec_params.draft_cut, one sequence per step */
+static uint64_t g_cut_tokens;   /* run(): the total n_cut of its last spec                   */
+
 static bool run(const char *target, dkind kind, float temp, const int32_t (*ref)[N_GEN], int32_t out[N_SEQ][N_GEN],
                 double *acc_len) {
     spex_error e = {0};
@@ -76,6 +79,7 @@ static bool run(const char *target, dkind kind, float temp, const int32_t (*ref)
     if (spex_context_init(m, &cp, &ctx, &e)) goto done;
     spex_spec_params sp = spex_spec_default_params();
     sp.n_max = N_MAX;
+    sp.draft_cut = g_cut;
     if (kind == D_MTP) {
         spex_mtp_params mp = spex_mtp_default_params();
         mp.n_seq_max = N_SEQ;
@@ -94,6 +98,7 @@ static bool run(const char *target, dkind kind, float temp, const int32_t (*ref)
         if (kind == D_ORACLE) spex_spec_set_draft_fn(s, oracle_fn, &o);
     }
     int have[N_SEQ];
+    unsigned n_steps = 0;
     for (int q = 0; q < N_SEQ; q++) {
         spex_sampler_params p = spex_sampler_default_params();
         p.temp = temp;
@@ -108,6 +113,10 @@ static bool run(const char *target, dkind kind, float temp, const int32_t (*ref)
         for (int q = 0; q < N_SEQ; q++)
             if (have[q] < N_GEN) seqs[k] = q, budget[k] = N_GEN - have[q], k++;
         if (!k) break;
+        if (g_cut) { /* the draft cut acts on steps of one sequence: step them in turn */
+            const int r = (int)(n_steps++ % (unsigned)k);
+            seqs[0] = seqs[r], budget[0] = budget[r], k = 1;
+        }
         spex_spec_out so[N_SEQ];
         if (spex_spec_step(s, seqs, k, budget, so, &e)) goto done;
         for (int i = 0; i < k; i++) {
@@ -116,6 +125,7 @@ static bool run(const char *target, dkind kind, float temp, const int32_t (*ref)
         }
     }
     *acc_len = spex_spec_stats_mean_len(spex_spec_total_stats(s));
+    g_cut_tokens = spex_spec_total_stats(s)->n_cut;
     ok = true;
 done:
     if (!ok) printf("  %s kind %d: %s\n", target, (int)kind, e.msg);
@@ -161,6 +171,40 @@ static void equal_case(bool q8, float temp, dkind kinds[], int nk) {
                           got[q][g], ref[q][g]);
         if (kinds[i] == D_ORACLE) CHECK(al > 1.5);   /* the oracle is mostly right: rollbacks of every size */
     }
+}
+
+/* The draft cut (one sequence per step) with the oracle, the MTP block and the DFlash2
+ * drafter: rollbacks of every length on the recurrent state, output still the target's. */
+TEST(qwen35_spec_draft_cut) {
+    g_cut = true;
+    const char *t = target_path(false);
+    if (!t) {
+        g_cut = false;
+        SKIP("tests/data/qwen35/tiny-qwen35.gguf missing");
+    }
+    static int32_t ref[N_SEQ][N_GEN], got[N_SEQ][N_GEN];
+    double al;
+    const float temps[2] = {0.0f, 0.8f};
+    for (int ti = 0; ti < 2; ti++) {
+        g_cut = false;
+        CHECK(run(t, D_NONE, temps[ti], NULL, ref, &al));
+        g_cut = true;
+        const dkind kinds[3] = {D_ORACLE, D_MTP, D_DFLASH};
+        for (int i = 0; i < (ti ? 1 : 3); i++) {
+            const dkind kd = ti ? D_MTP : kinds[i];
+            const bool ran = run(t, kd, temps[ti], (const int32_t(*)[N_GEN])ref, got, &al);
+            printf("  T=%.1f kind %d: mean acceptance length %.2f, %llu cut\n", (double)temps[ti], (int)kd, al,
+                   (unsigned long long)g_cut_tokens);
+            bool same = ran;
+            for (int q = 0; same && q < N_SEQ; q++) same = !memcmp(got[q], ref[q], sizeof got[q]);
+            const bool cut_some = g_cut_tokens > 0;
+            g_cut = false;
+            CHECK_MSG(same, "kind %d T=%.1f: output differs from the target alone", (int)kd, (double)temps[ti]);
+            CHECK_MSG(cut_some, "kind %d: the cut never removed a token", (int)kd);
+            g_cut = true;
+        }
+    }
+    g_cut = false;
 }
 
 TEST(qwen35_spec_greedy_f32) { equal_case(false, 0.0f, (dkind[]){D_ORACLE, D_MTP, D_DFLASH}, 3); }

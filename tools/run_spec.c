@@ -206,7 +206,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     fprintf(stderr, "stop:      %s\n", reason);
     fprintf(stderr, "speculative: %s, path %s, n_max %d, p_min %.3g, draft cut %s (%llu tokens cut), %llu verify steps\n",
             mtp ? "mtp" : dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
-            spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, o->draft_cut && !mtp ? "on" : "off",
+            spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, o->draft_cut ? "on" : "off",
             (unsigned long long)st->n_cut, (unsigned long long)st->n_steps);
     fprintf(stderr, "draft acceptance rate = %.5f (%llu accepted / %llu generated)\n",
             spex_spec_stats_acceptance(st), (unsigned long long)st->n_accepted, (unsigned long long)st->n_drafted);

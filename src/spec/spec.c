@@ -817,8 +817,9 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
     if (st != SPEX_OK) return st;
     /* The draft cut (cut.h) prices a step of one sequence: its rule compares that step's
      * tokens with its time, which other sequences' rows would blur. Draft functions take part
-     * through the conf they fill (spex_spec_params.draft_cut). */
-    const bool cut = s->p.draft_cut && (s->dc || s->fn) && n_seqs == 1 && s->drafts[0].n > 0;
+     * through the conf they fill (spex_spec_params.draft_cut); MTP drafts carry the head's
+     * top probability, and verify by sample-and-match at T > 0, so any cut is lossless there. */
+    const bool cut = s->p.draft_cut && n_seqs == 1 && s->drafts[0].n > 0;
     for (int32_t i = 0; i < n_seqs; i++) out[i].n_cut = 0;
     if (cut) {
         spex_draft *d = &s->drafts[0];
