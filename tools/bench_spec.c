@@ -114,7 +114,8 @@ static void bs_usage(FILE *f) {
             "  --draft-quant LIST  quantize every drafter to these types first (e.g. BF16,Q8_0,Q4_K_M)\n"
             "  --draft-stop LIST   one DFlash row per entry: a number P = p_min P (the walk stops at a\n"
             "                      slot whose confidence is below P; 0 = never), 'cut' = the cost-aware\n"
-            "                      draft cut (docs/speculative.md); default cut, as spex run and serve\n"
+            "                      draft cut (docs/speculative.md); default cut, as spex run and serve.\n"
+            "                      The MTP row takes the first entry\n"
             "  --json OUT          also write every number to OUT\n"
             "  --no-repack         keep every weight in the files' layout (no R16 copies at load)\n",
             BS_MAX_DRAFTERS);
@@ -401,6 +402,8 @@ static spex_status methods_build(bs_run *r, spex_error *e) {
             snprintf(me->name, sizeof me->name, "MTP");
             quant_label(spex_model_gguf(r->m), me->quant, sizeof me->quant);
             me->n_max = BS_MTP_N_MAX;
+            me->p_min = o->pmins[0]; /* the first --draft-stop entry (default: the cut) */
+            me->cut = o->cuts[0];
         } else {
             fprintf(stderr, "note: %s has no MTP block: --mtp ignored\n", o->target);
         }
@@ -544,13 +547,13 @@ static void stop_label(const bs_method *me, char *buf, size_t cap) {
     else snprintf(buf, cap, "none");
 }
 
-/* The Draft stop cell of a row with its separator, " cut |" ("-" for AR and MTP); empty
- * without --draft-stop, where the column is left out. */
+/* The Draft stop cell of a row with its separator, " cut |" ("-" for AR); empty without
+ * --draft-stop, where the column is left out. */
 static void stop_cell(const bs_run *r, const bs_method *me, char *buf, size_t cap) {
     char l[24];
     stop_label(me, l, sizeof l);
     if (!r->o.stop_given) buf[0] = 0;
-    else snprintf(buf, cap, " %s |", me->kind == BS_DFLASH ? l : "-");
+    else snprintf(buf, cap, " %s |", me->kind != BS_AR ? l : "-");
 }
 
 static void print_results(const bs_run *r) {
@@ -614,7 +617,7 @@ static void print_results(const bs_run *r) {
             printf("%s%s %s", mi == 1 ? " (" : ", ", me->name, me->quant);
             char l[32];
             stop_label(me, l, sizeof l);
-            if (o->stop_given && me->kind == BS_DFLASH) printf(" %s", l);
+            if (o->stop_given && me->kind != BS_AR) printf(" %s", l);
             printf(" %d/%d", me->identical, r->n_prompts);
         }
         printf(")\n");
@@ -640,7 +643,7 @@ static bool write_json(const bs_run *r) {
         if (me->src) cJSON_AddStringToObject(jm, "drafter", me->src);
         cJSON_AddNumberToObject(jm, "block", me->kind == BS_AR ? 1 : me->n_max + 1);
         cJSON_AddNumberToObject(jm, "n_max", me->n_max);
-        if (me->kind == BS_DFLASH) {
+        if (me->kind != BS_AR) {
             cJSON_AddNumberToObject(jm, "p_min", me->p_min);
             cJSON_AddBoolToObject(jm, "draft_cut", me->cut);
         }
