@@ -51,6 +51,10 @@ TEST(cut_price_fit) {
     CHECK_NEAR(f, 0.0005, 1e-12);
     CHECK_NEAR(v0, 0.004, 1e-9);
     CHECK_NEAR(v1, 0.0015, 1e-10);
+    /* a preempted step (1000x its price) moves the line by a clipped amount only */
+    spec_cut_observe(&c, 8, 1000 * (0.004 + 8 * 0.0015), 1000 * 0.0005, NULL, 0, 0);
+    CHECK(spec_cut_price(&c, &f, &v0, &v1));
+    CHECK_MSG(v1 < 1.5 * 0.0015 && f < 1.2 * 0.0005, "v1 %g, f %g after an outlier", v1, f);
     /* a line tilted down by noise is floored: a row then costs nothing */
     cut_with_price(&c, 0.0005, 0.010, -0.0001);
     CHECK(spec_cut_price(&c, &f, &v0, &v1));

@@ -65,6 +65,15 @@ int32_t spec_cut_choose(const spec_cut *c, const float *conf, int32_t n) {
 void spec_cut_observe(spec_cut *c, int32_t k, double t_verify, double t_rest, const float *conf, int32_t n,
                       int32_t m) {
     const double d = SPEC_CUT_DECAY, x = (double)k;
+    /* A step the OS preempted (a shared machine loses whole time slices) would tilt the line
+     * for dozens of steps: once the price is known, a time is clipped to SPEC_CUT_CLIP times
+     * its prediction. */
+    double f0, v0, v1;
+    if (spec_cut_price(c, &f0, &v0, &v1)) {
+        const double pv = v0 + v1 * x;
+        if (pv > 0 && t_verify > SPEC_CUT_CLIP * pv) t_verify = SPEC_CUT_CLIP * pv;
+        if (f0 > 0 && t_rest > SPEC_CUT_CLIP * f0) t_rest = SPEC_CUT_CLIP * f0;
+    }
     c->s0 = d * c->s0 + 1.0;
     c->s1 = d * c->s1 + x;
     c->s2 = d * c->s2 + x * x;

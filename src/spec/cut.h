@@ -36,6 +36,7 @@
 #define SPEC_CUT_DECAY_SLOT 0.995 /* ... and of the acceptance bins, per judged slot          */
 #define SPEC_CUT_WARMUP 8      /* first drafting steps: full and half drafts alternate         */
 #define SPEC_CUT_EXPLORE 16    /* afterwards one drafting step in this many verifies it all    */
+#define SPEC_CUT_CLIP 3.0      /* a step's seconds count as at most this many times predicted  */
 
 typedef struct spec_cut {
     double s0, s1, s2, sy, sky;                /* decayed Σw, Σw·k, Σw·k², Σw·t, Σw·k·t         */
