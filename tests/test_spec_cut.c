@@ -86,7 +86,8 @@ TEST(cut_warmup_and_exploration) {
         CHECK_EQ_INT(spec_cut_choose(&c, conf, 7), t % 2 ? 4 : 7);
         spec_cut_observe(&c, (t % 2 ? 4 : 7) + 1, 0.001 * (t % 2 ? 5 : 8), 0.0001, conf, 0, 0);
     }
-    /* a steep price and hopeless slots: the rule keeps none, but for the exploration steps */
+    /* a steep price and hopeless slots: the rule keeps none, but for the full exploration
+     * steps, whose rows keep the fit spread (no half steps needed) */
     cut_with_price(&c, 0.0001, 0.001, 0.001);
     int full = 0, half = 0, none = 0;
     for (int t = 0; t < 4 * SPEC_CUT_EXPLORE; t++) {
@@ -95,9 +96,20 @@ TEST(cut_warmup_and_exploration) {
         spec_cut_observe(&c, n + 1, 0.001 + 0.001 * (n + 1), 0.0001, conf, n, 0);
     }
     CHECK_EQ_INT(full, 4);
-    CHECK_EQ_INT(half, 4);
-    CHECK_EQ_INT(none, 4 * SPEC_CUT_EXPLORE - 8);
+    CHECK_EQ_INT(half, 0);
+    CHECK_EQ_INT(none, 4 * SPEC_CUT_EXPLORE - 4);
     CHECK_EQ_INT(spec_cut_choose(&c, conf, 0), 0);
+    /* free rows and sure slots: the rule keeps all, every step verifies 8 rows, the spread
+     * decays, and the half steps come back to keep the line measured */
+    const float sure[7] = {0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f, 0.99f};
+    cut_with_price(&c, 0.0001, 0.005, 0.0);
+    full = half = 0;
+    for (int t = 0; t < 30 * SPEC_CUT_EXPLORE; t++) {
+        const int n = spec_cut_choose(&c, sure, 7);
+        full += n == 7, half += n == 4;
+        spec_cut_observe(&c, n + 1, 0.005, 0.0001, sure, n, n);
+    }
+    CHECK_MSG(half > 0 && half < 30 && full > 25 * SPEC_CUT_EXPLORE, "half %d, full %d", half, full);
 }
 
 TEST(cut_rule_is_the_best_length) {

@@ -43,9 +43,11 @@ int32_t spec_cut_choose(const spec_cut *c, const float *conf, int32_t n) {
     const uint64_t t = c->n_steps;
     if (t < SPEC_CUT_WARMUP) return t % 2 == 0 ? n : (n + 1) / 2;
     /* exploration: a full step keeps the low-confidence bins and the long rows measured, a
-     * half step keeps the price line's spread when the rule settles on one length */
+     * half step keeps the price line's spread, but only when the rule has settled on one
+     * length (row variance below 1: its own choices no longer spread the fit) */
     if (t % SPEC_CUT_EXPLORE == 0) return n;
-    if (t % SPEC_CUT_EXPLORE == SPEC_CUT_EXPLORE / 2) return (n + 1) / 2;
+    if (t % SPEC_CUT_EXPLORE == SPEC_CUT_EXPLORE / 2 && c->s0 * c->s2 - c->s1 * c->s1 < c->s0 * c->s0)
+        return (n + 1) / 2;
     double f, v0, v1;
     if (!spec_cut_price(c, &f, &v0, &v1)) return n;
     /* C(k) = f + v0 + v1·k, floored at a small positive time so the ratios stay defined */
