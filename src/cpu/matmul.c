@@ -157,6 +157,9 @@ uint64_t spex_matmul_stream_probe_n(const void *buf, size_t bytes, int streams) 
 #define WS_ALIGN 64                  /* converted activation rows start on cache lines   */
 #define TILE_BYTES (384u * 1024u)    /* converted activations of one prompt tile (< L2)  */
 #define SMALL_BATCH 16               /* up to this many rows: one tile holds them all    */
+#ifndef CHUNK_ROWS_MAX
+#define CHUNK_ROWS_MAX 256           /* output rows per chunk at most                    */
+#endif
 #define CHUNK_BYTES (256u * 1024u)   /* weight bytes per chunk: the kernels prepare the
                                       * activations once per call and read far-apart
                                       * rows of a call side by side, so calls are long   */
@@ -212,7 +215,7 @@ static mm_plan make_plan(const spex_matmul_args *a, size_t wrow, size_t xs, int 
     }
     p.n_tiles = (a->n_rows + p.tile - 1) / p.tile;
     int64_t cr = (int64_t)round_up(CHUNK_BYTES / (wrow ? wrow : 1) + 1, ROW_QUANTUM);
-    if (cr > 256) cr = 256;
+    if (cr > CHUNK_ROWS_MAX) cr = CHUNK_ROWS_MAX;
     /* load balance: at least 4 chunks per thread when the matrix allows it */
     while (cr > ROW_QUANTUM && p.n_tiles * ((a->n_out + cr - 1) / cr) < 4 * (int64_t)nth) cr -= ROW_QUANTUM;
     p.crows = cr;
