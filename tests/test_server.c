@@ -1613,8 +1613,8 @@ TEST(spec_draft_cut_flag) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     for (int off = 0; off < 2; off++) {
         server s;
-        const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-np", "1", "-t", "1", off ? "--spec-draft-cut" : NULL,
-                           "off", NULL};
+        const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-np", "1", "-t", "1", "--metrics",
+                           off ? "--spec-draft-cut" : NULL, "off", NULL};
         CHECK_MSG(server_start(&s, a), "the server did not start");
         size_t len = 0;
         char *err = test_slurp(s.err_path, &len);
@@ -1622,9 +1622,18 @@ TEST(spec_draft_cut_flag) {
         free(err);
         gen_result g;
         bool ok = gen(s.port, false, "Once upon a time", 24, false, NULL, &g);
+        /* the engine's warm-up drafts full blocks every other step, and the cut's own warm-up
+         * halves every other drafted block: with the cut on, some tokens are cut */
+        resp r = {0};
+        double cut = -1;
+        bool got = http(s.port, "GET", "/metrics", NULL, NULL, &r) &&
+                   metric_value(r.body, "spex:spec_cut_tokens_total", &cut);
+        resp_free(&r);
         bool clean = false;
         CHECK_EQ_INT(server_stop(&s, &clean), 0);
         CHECK_MSG(named && ok && clean && g.status == 200 && g.completion_tokens > 0, "draft cut %s", off ? "off" : "on");
+        CHECK_MSG(got && (off ? cut == 0 : cut > 0), "draft cut %s: spex:spec_cut_tokens_total %g", off ? "off" : "on",
+                  cut);
     }
 }
 

@@ -123,6 +123,7 @@ typedef struct srv_metrics {
     uint64_t n_decode, busy_slot_sum, n_tokens_max;
     uint64_t spec_drafts, spec_draft_tokens, spec_accepted, spec_disabled_steps, verify_rows;
     uint64_t spec_vetoed_steps;   /* steps where the realized-rate guard overruled the cost model */
+    uint64_t spec_cut_tokens;     /* drafted tokens the draft cut left unverified                */
     uint64_t accepted_at[SPEX_DRAFT_MAX_N];
     bool any_spec;
     uint64_t requests_total, requests_cancelled;
@@ -719,6 +720,7 @@ static void engine_step(srv_engine *e) {
     e->m.verify_seconds += dt_v;
     for (int i = 0; i < n; i++) {
         const spex_spec_out *o = &e->outs[i];
+        e->m.spec_cut_tokens += (uint64_t)o->n_cut;
         if (!o->n_drafted) continue;
         int acc = o->n - 1;
         e->m.any_spec = true;
@@ -1001,6 +1003,9 @@ char *srv_engine_metrics(srv_engine *e) {
     metric(&b, "spex:spec_vetoed_steps_total", "counter",
            "Steps the realized-rate guard kept plain (drafting steps measured slower than plain ones there).",
            (double)m->spec_vetoed_steps);
+    metric(&b, "spex:spec_cut_tokens_total", "counter",
+           "Drafted tokens the draft cut left unverified (--spec-draft-cut; steps of one busy slot).",
+           (double)m->spec_cut_tokens);
     metric(&b, "spex:verify_rows_total", "counter", "Target rows verified by decode steps.", (double)m->verify_rows);
     metric(&b, "spex:requests_total", "counter", "Requests that reached the engine and ended.",
            (double)m->requests_total);
