@@ -1120,9 +1120,9 @@ static int load(srv_server *S) {
                 cfg->draft_cut ? "on" : "off");
     if (S->mtp)
         fprintf(stderr, "speculative: type draft-mtp (the target's MTP block), n_max %d, n_min %d, p_min %g, draft KV %s, "
-                        "adaptive %s (min gain %.2f)\n",
+                        "adaptive %s (min gain %.2f), draft cut %s\n",
                 S->n_max, cfg->n_draft_min, (double)cfg->p_draft_min, spex_type_get_info(cfg->draft_kv)->name,
-                cfg->adaptive ? "on" : "off", (double)cfg->min_gain);
+                cfg->adaptive ? "on" : "off", (double)cfg->min_gain, cfg->draft_cut ? "on" : "off");
     srv_engine_params ep = {.n_slots = np, .n_ctx_slot = S->n_ctx_slot, .queue_max = cfg->queue_max,
                             .adaptive = cfg->adaptive, .min_gain = cfg->min_gain, .step_delay_ms = cfg->step_delay_ms};
     if (srv_engine_start(&ep, S->spec, S->tok, dh || S->mtp ? S->n_max : 0, &S->engine, &err) != SPEX_OK) {
