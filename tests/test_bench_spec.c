@@ -259,6 +259,7 @@ TEST(draft_stop_rows) {
     CHECK(strstr(r.out, "| DFlash2 | Q8_0 | 8 | cut | 0 | "));
     CHECK(strstr(r.out, "greedy output identical: yes (DFlash2 Q8_0 none 2/2, DFlash2 Q8_0 p_min 0.5 2/2, "
                         "DFlash2 Q8_0 cut 2/2)"));
+    CHECK(strstr(r.out, "| Verified / cut per step |"));
     bs_free(&r);
     cJSON *j = read_json(json);
     CHECK(j);
@@ -269,6 +270,10 @@ TEST(draft_stop_rows) {
         ok = cJSON_IsBool(cJSON_GetObjectItemCaseSensitive(m, "draft_cut")) &&
              cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "draft_cut")) == (i == 3) &&
              fabs(cJSON_GetObjectItemCaseSensitive(m, "p_min")->valuedouble - (i == 2 ? 0.5 : 0.0)) < 1e-6;
+        /* tokens cut: none without the cut; some with it (its warm-up halves every other draft) */
+        const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(m, "rows"), 0);
+        const double cut = cJSON_GetObjectItemCaseSensitive(row, "cut")->valuedouble;
+        ok = ok && (i == 3 ? cut > 0 : cut == 0);
     }
     cJSON_Delete(j);
     CHECK_MSG(ok, "unexpected draft stops in --json");

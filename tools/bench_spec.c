@@ -581,8 +581,9 @@ static void print_results(const bs_run *r) {
     }
     printf("\ncost per step (prompt excluded; other = sampling, acceptance, feature injection, bookkeeping):\n\n");
     printf("| Method | Draft quant |%s Temp | Steps | Draft ms | Verify ms | Other ms | Step ms | Draft %% | Verify %% | "
-           "Other %% |\n", sc ? " Draft stop |" : "");
-    printf("| --- | --- |%s ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n", sc ? " --- |" : "");
+           "Other %% | Verified / cut per step |\n", sc ? " Draft stop |" : "");
+    printf("| --- | --- |%s ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+           sc ? " --- |" : "");
     for (int ti = 0; ti < o->n_temps; ti++) {
         char tl[32];
         temp_label(o->temps[ti], tl, sizeof tl);
@@ -593,9 +594,10 @@ static void print_results(const bs_run *r) {
             const double pc = tot > 0 ? 100.0 / tot : 0;
             char pm[40];
             stop_cell(r, me, pm, sizeof pm);
-            printf("| %s | %s |%s %s | %llu | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.0f%% | %.0f%% |\n", me->name,
-                   me->quant, pm, tl, (unsigned long long)w->steps, 1e3 * w->t_draft / n, 1e3 * w->t_verify / n,
-                   1e3 * w->t_other / n, 1e3 * tot / n, w->t_draft * pc, w->t_verify * pc, w->t_other * pc);
+            printf("| %s | %s |%s %s | %llu | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.0f%% | %.0f%% | %.2f / %.2f |\n",
+                   me->name, me->quant, pm, tl, (unsigned long long)w->steps, 1e3 * w->t_draft / n,
+                   1e3 * w->t_verify / n, 1e3 * w->t_other / n, 1e3 * tot / n, w->t_draft * pc, w->t_verify * pc,
+                   w->t_other * pc, (double)w->drafted / n, (double)w->cut / n);
         }
     }
     printf("\nverify(k)/decode(1): the target alone, one forward of k tokens with logits on every row after a %d-token "
@@ -665,6 +667,7 @@ static bool write_json(const bs_run *r) {
             cJSON_AddNumberToObject(jr, "steps", (double)w->steps);
             cJSON_AddNumberToObject(jr, "drafted", (double)w->drafted);
             cJSON_AddNumberToObject(jr, "accepted", (double)w->accepted);
+            cJSON_AddNumberToObject(jr, "cut", (double)w->cut);
             cJSON_AddNumberToObject(jr, "draft_ms_per_step", 1e3 * w->t_draft / n);
             cJSON_AddNumberToObject(jr, "verify_ms_per_step", 1e3 * w->t_verify / n);
             cJSON_AddNumberToObject(jr, "other_ms_per_step", 1e3 * w->t_other / n);

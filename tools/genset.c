@@ -153,6 +153,7 @@ int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *i
     row->steps += st->n_steps;
     row->accepted += st->n_accepted;
     row->drafted += st->n_drafted;
+    row->cut += st->n_cut;
     row->t_draft += st->t_draft;
     row->t_verify += st->t_verify;
     row->t_other += st->t_other - other0;

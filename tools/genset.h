@@ -30,6 +30,7 @@ typedef struct genset_row {
     long n_gen;                      /* tokens emitted, the first one included       */
     double t_decode;                 /* wall seconds after the prompt, summed        */
     uint64_t steps, accepted, drafted;
+    uint64_t cut;                    /* drafted tokens the draft cut left unverified */
     double t_draft, t_verify, t_other; /* spex_spec_stats of the steps (prompt excluded) */
     int normal_stops;                /* generations ended by an end-of-generation token */
     int n_runs;
