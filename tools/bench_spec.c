@@ -58,7 +58,7 @@ typedef struct bs_method {
     float p_min;        /* the walk's confidence stop (0: off)                */
     bool cut;           /* the cost-aware draft cut (spex_spec_params)        */
     spex_drafter *d;
-    bool owns_d;        /* rows differing only in p_min share one drafter     */
+    bool owns_d;        /* rows differing only in draft stop share one drafter */
     spex_context *ctx;
     spex_draft_context *dc;
     spex_mtp_context *mc;

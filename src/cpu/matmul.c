@@ -296,11 +296,11 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
     }
 
     /* phase 2: (activation tile × output rows) chunks, the matrices' chunks numbered one
-     * after the other. With a few activation rows (decode) each thread takes a contiguous
-     * range of chunks, so it reads its weights as one stream (at ~50 GB/s an LM-head-sized
-     * matrix in dynamically alternating 256-row chunks streamed 14 % slower than in one
-     * stretch per thread; docs/performance.md, session 13), then helps with what is left of
-     * the others'. Not with on_chunk, whose consumer needs a thread's chunks in increasing
+     * after the other. With one activation tile (decode, verify blocks: up to RANGED_MAX_ROWS
+     * rows) each thread takes a contiguous range of chunks, so it reads its weights as one
+     * stream (at ~50 GB/s an LM-head-sized matrix in dynamically alternating 256-row chunks
+     * streamed 14 % slower than in one stretch per thread; docs/performance.md, session 13),
+     * then helps with what is left of the others'. Not with on_chunk, whose consumer needs a thread's chunks in increasing
      * order. */
     mm_plan p[SPEX_MATMUL_MULTI_MAX];
     size_t wrow[SPEX_MATMUL_MULTI_MAX];

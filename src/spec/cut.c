@@ -5,7 +5,6 @@
  */
 #include "spec/cut.h"
 
-#include <math.h>
 #include <string.h>
 
 void spec_cut_init(spec_cut *c) {
