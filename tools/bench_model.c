@@ -19,7 +19,12 @@
  * ("probe, sustained": the same bytes over the same time as a decode run). The decode is
  * compared with the sustained one, its own kind of load: on a shared host the best 15 ms
  * window read up to 60 % more than a stream of a few hundred ms (docs/performance.md,
- * session 10).
+ * session 10). Those are bests over the run, which on a host whose memory swings between
+ * ~30 and ~60 GB/s within seconds may pair a decode of one moment with a probe of another;
+ * so every decode run is also bracketed by a sustained probe just before and one just after
+ * it, and the line under the table gives each run's GB/s against the mean of its own two
+ * probes, and their median over the runs whose two probes agree within 10 % (the memory did
+ * not move during them; over all runs when none did; docs/performance.md, session 15).
  * What it is not: a kernel benchmark (`spex bench kernels`) nor an end-to-end generation
  * benchmark (no sampling, no tokenizer).
  *
@@ -29,7 +34,7 @@
 #include "spex.h"
 #include "cli.h"
 #include "genset.h"
-#include "cpu/matmul.h"
+#include "probe.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,39 +42,7 @@
 
 #define BM_MAX_PP 8
 #define BM_PROBE_BYTES (512ull << 20)
-
-typedef struct {
-    const uint8_t *buf;
-    size_t bytes;
-    int passes;
-    uint64_t sink[64];
-} bm_probe;
-
-static void bm_probe_task(void *ctx, int ith, int nth) {
-    bm_probe *p = ctx;
-    size_t part = p->bytes / (size_t)nth / 256 * 256;
-    uint64_t s = 0;
-    for (int k = 0; k < p->passes; k++) s += spex_matmul_stream_probe(p->buf + part * (size_t)ith, part);
-    if (ith < 64) p->sink[ith] = s;
-}
-
-/* Bytes of weights one decode step streams: every tensor but the embedding's unused rows and
- * the MTP blocks (blk.N.* with N >= the trunk's layer count: a plain decode step does not run
- * them). */
-static uint64_t decode_bytes(const spex_model *m) {
-    const spex_gguf *g = spex_model_gguf(m);
-    const spex_tensor_info *embd = spex_model_token_embd(m), *head = spex_model_lm_head(m);
-    const int32_t n_layer = spex_model_get_hparams(m)->n_layer;
-    uint64_t sum = 0;
-    for (int64_t i = 0; i < spex_gguf_n_tensors(g); i++) {
-        const spex_tensor_info *t = spex_gguf_tensor(g, i);
-        int blk = -1;
-        if (sscanf(t->name, "blk.%d.", &blk) == 1 && blk >= n_layer) continue;
-        sum += t->nbytes;
-    }
-    if (head != embd) sum -= embd->nbytes - embd->nbytes / (uint64_t)embd->ne[1];
-    return sum;
-}
+#define BM_MAX_REPS 1000 /* --reps cap: the paired ratios are kept per run */
 
 /* The depth-token context: tokens 0 .. depth-1 in forwards of at most nb. 0 or -1 on error. */
 static int fill_depth(spex_context *ctx, spex_batch_token *toks, int nb, int depth, int32_t n_vocab) {
@@ -128,7 +101,8 @@ static void bm_usage(FILE *f) {
                "  --depth D: both after a D-token context (default 0: from an empty cache);\n"
                "  -ctk/-ctv T: the KV cache type, f16 (default), f32 or q8_0;\n"
                "  decode also as GB/s of weights per token next to a streaming-read probe on the same threads\n"
-               "  (sustained: as many passes as a decode run streams weight bytes; and the best single pass);\n"
+               "  (sustained: as many passes as a decode run streams weight bytes; and the best single pass),\n"
+               "  and each decode run against sustained probes just before and after it (the median line);\n"
                "  --no-repack keeps every weight in the file's layout (no R16 copies at load)\n");
 }
 
@@ -162,7 +136,7 @@ int bench_model(int argc, char **argv) {
             if (!cli_parse_kv_type(a, val, &vt)) return 2;
             has_vt = true, i++;
         } else if (!strcmp(a, "--reps")) {
-            if (!cli_parse_int(a, val, 1, 1000, &reps)) return 2;
+            if (!cli_parse_int(a, val, 1, BM_MAX_REPS, &reps)) return 2;
             i++;
         } else if (!strcmp(a, "--no-repack")) {
             mparams.no_repack = true;
@@ -191,7 +165,9 @@ int bench_model(int argc, char **argv) {
     spex_model *m = NULL;
     spex_pool *pool = NULL;
     spex_context *ctx = NULL;
-    uint8_t *probe = NULL;
+    probe_buf probe = {0};
+    double *paired = NULL; /* per decode run: its GB/s over its own probes' */
+    bool *steady = NULL;   /* per decode run: its two probes agree within 10 % */
     spex_batch_token *toks = NULL;
     int rc = 1;
     if (spex_model_load(path, &mparams, &m, &err) != SPEX_OK) goto fail;
@@ -205,18 +181,17 @@ int bench_model(int argc, char **argv) {
     cp.n_ctx_per_seq = (int32_t)(depth + (max_pp > tg ? max_pp : tg) + 1);
     cp.pool = pool;
     if (spex_context_init(m, &cp, &ctx, &err) != SPEX_OK) goto fail;
-    probe = malloc(BM_PROBE_BYTES);
+    if (!probe_init(&probe, pool, BM_PROBE_BYTES, &err)) goto fail;
     toks = malloc((size_t)nb * sizeof *toks);
-    if (!probe || !toks) {
+    paired = malloc((size_t)reps * sizeof *paired);
+    steady = malloc((size_t)reps * sizeof *steady);
+    if (!toks || !paired || !steady) {
         spex_error_set(&err, SPEX_ERR_NOMEM, "bench model: out of memory");
         goto fail;
     }
-    /* Not zeros (malloc + memset 0 may become calloc, whose untouched pages all map the one
-     * zero page and read from cache); small words, so the probe's 64-bit sums cannot overflow. */
-    for (size_t i = 0; i < BM_PROBE_BYTES / sizeof(uint64_t); i++) ((uint64_t *)(void *)probe)[i] = i & 0xff;
 
     const spex_model_hparams *hp = spex_model_get_hparams(m);
-    const uint64_t wbytes = decode_bytes(m);
+    const uint64_t wbytes = probe_decode_bytes(m);
     printf("model: %s (%s, %d layers, E %d, V %d), %.1f MiB of weights per decode step\n", path,
            spex_arch_name(hp->arch), hp->n_layer, hp->n_embd, hp->n_vocab, (double)wbytes / 1048576.0);
     printf("threads: %ld, isa: %s, best of %ld reps (after one warm-up)\n", threads, spex_isa_name(spex_cpu_isa()),
@@ -232,14 +207,11 @@ int bench_model(int argc, char **argv) {
 
     /* The probe runs once before every timed run (prefill and decode alike) and the best of
      * all is kept, so a busy moment cannot make it look slow next to a lucky decode run. */
-    bm_probe pr = {.buf = probe, .bytes = BM_PROBE_BYTES, .passes = 1};
     double probe_best = 1e30;
-#define PROBE()                                              \
-    do {                                                     \
-        double t0_ = genset_now_s();                               \
-        spex_pool_run(pool, bm_probe_task, &pr);             \
-        double dt_ = genset_now_s() - t0_;                         \
-        if (dt_ < probe_best) probe_best = dt_;              \
+#define PROBE()                                \
+    do {                                       \
+        const double dt_ = probe_run(&probe, 1); \
+        if (dt_ < probe_best) probe_best = dt_;  \
     } while (0)
     PROBE(); /* warm-up: pages of the buffer, workers */
     probe_best = 1e30;
@@ -262,30 +234,51 @@ int bench_model(int argc, char **argv) {
     }
     if (tg > 0) {
         double best = 1e30, sus_best = 1e30; /* sus_best: seconds per pass of the sustained probe */
-        bm_probe sus = pr;
-        sus.passes = (int)(((double)wbytes * (double)tg + BM_PROBE_BYTES / 2) / BM_PROBE_BYTES);
-        if (sus.passes < 1) sus.passes = 1;
+        int sus_passes = (int)(((double)wbytes * (double)tg + BM_PROBE_BYTES / 2) / BM_PROBE_BYTES);
+        if (sus_passes < 1) sus_passes = 1;
+        double after = 0; /* seconds per pass of the previous run's closing probe */
         for (long r = 0; r <= reps; r++) {
             PROBE();
-            double t0 = genset_now_s();
-            spex_pool_run(pool, bm_probe_task, &sus);
-            double dps = (genset_now_s() - t0) / sus.passes;
-            if (r > 0 && dps < sus_best) sus_best = dps;
+            /* the sustained probe before this run: the previous run's closing one when it
+             * was just taken (nothing ran in between but the one-pass probe) */
+            const double before = r > 0 && after > 0 ? after : probe_run(&probe, sus_passes);
+            if (r > 0 && before < sus_best) sus_best = before;
             double dt = run_tg(ctx, (int)tg, (int)depth, hp->n_vocab);
             if (dt < 0) goto fail_quiet;
             if (r > 0 && dt < best) best = dt;
+            after = probe_run(&probe, sus_passes);
+            if (r > 0) { /* this run's GB/s against the mean rate of its own two probes */
+                const double gbs_r = (double)wbytes * (double)tg / dt * 1e-9;
+                paired[r - 1] = gbs_r / probe_gbs(&probe, 0.5 * (before + after));
+                /* the memory moved during the run when its two probes disagree by > 10 % */
+                steady[r - 1] = (before > after ? before - after : after - before) <= 0.1 * (before > after ? before : after);
+            }
         }
         tg_tps = (double)tg / best;
-        const double probe_gbs = (double)BM_PROBE_BYTES / probe_best * 1e-9;
-        const double sus_gbs = (double)BM_PROBE_BYTES / sus_best * 1e-9;
+        const double sus_gbs = probe_gbs(&probe, sus_best);
         double gbs = (double)wbytes * tg_tps * 1e-9;
         printf("| tg%ld | %ld | %.1f | %.2f | %.2f | %.0f%% | %.0f%% |\n", tg, tg, best * 1e3, tg_tps, gbs,
-               100.0 * gbs / sus_gbs, 100.0 * gbs / probe_gbs);
-        printf("| probe, sustained (%d passes) | — | %.1f | — | %.2f | 100%% | — |\n", sus.passes,
-               sus_best * sus.passes * 1e3, sus_gbs);
+               100.0 * gbs / sus_gbs, 100.0 * gbs / probe_gbs(&probe, probe_best));
+        printf("| probe, sustained (%d passes) | — | %.1f | — | %.2f | 100%% | — |\n", sus_passes,
+               sus_best * sus_passes * 1e3, sus_gbs);
     }
-    printf("| probe, one pass | — | %.1f | — | %.2f | — | 100%% |\n", probe_best * 1e3,
-           (double)BM_PROBE_BYTES / probe_best * 1e-9);
+    printf("| probe, one pass | — | %.1f | — | %.2f | — | 100%% |\n", probe_best * 1e3, probe_gbs(&probe, probe_best));
+    if (tg > 0) {
+        /* the median over the steady runs (all runs when none was) */
+        double sel[BM_MAX_REPS];
+        int n_sel = 0;
+        printf("\ndecode paired with its own probes (each run against the mean of the sustained probes just before "
+               "and after it; *: they differ by > 10 %%):");
+        for (long r = 0; r < reps; r++) {
+            printf(" %.0f%%%s", 100.0 * paired[r], steady[r] ? "" : "*");
+            if (steady[r]) sel[n_sel++] = paired[r];
+        }
+        const bool any = n_sel > 0;
+        if (!any)
+            for (long r = 0; r < reps; r++) sel[n_sel++] = paired[r];
+        printf("; median %.0f%% over %s%d run%s (target >= 85%%)\n", 100.0 * probe_median(sel, n_sel),
+               any ? "the steady " : "all ", n_sel, n_sel == 1 ? "" : "s");
+    }
     if (pp64_tps > 0 && tg_tps > 0) printf("\npp64 / decode throughput: %.2fx (target >= 4x)\n", pp64_tps / tg_tps);
     rc = 0;
     goto done;
@@ -295,7 +288,9 @@ fail_quiet:
     rc = 1;
 done:
     free(toks);
-    free(probe);
+    probe_free(&probe);
+    free(paired);
+    free(steady);
     spex_context_free(ctx);
     spex_pool_free(pool);
     spex_model_free(m);
