@@ -129,6 +129,9 @@ TEST(default_pair_table_and_json) {
     CHECK(strstr(r.out, "| 1.00x | - | "));   /* AR is its own reference */
     CHECK(strstr(r.out, "| Method | Draft quant | Temp | Steps | Draft ms | Verify ms | Other ms | Step ms |"));
     CHECK_MSG(verify_rows(r.out, 4), "verify(k) table for k = 1..4 missing in:\n%s", r.out);
+    /* the default target streams < 64 MiB a step: no probe under --probe auto; no k = 8 */
+    CHECK(!strstr(r.out, "decode(1) against a probe"));
+    CHECK(!strstr(r.out, "verify(8)/decode(1) within a round"));
     CHECK(strstr(r.out, "greedy output identical: yes"));
     bs_free(&r);
 
@@ -154,8 +157,54 @@ TEST(default_pair_table_and_json) {
              cJSON_GetObjectItemCaseSensitive(row, "runs")->valueint == 2 &&
              cJSON_GetObjectItemCaseSensitive(row, "verify_ms_per_step")->valuedouble > 0;
     }
+    ok = ok && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "decode_probe_share"));
     cJSON_Delete(j);
     CHECK_MSG(ok, "unexpected --json content");
+}
+
+/* verify(k)'s per-round ratios and decode(1)'s probe (--probe on: the default target's few MiB
+ * sit in the cache, so only the mechanics are checked, not the share): the table's median
+ * column (1.00 for k = 1, each round's decode(1) over itself), the decode(1) and verify(8)
+ * lines, and the same numbers in the JSON. --probe takes auto, on or off only. */
+TEST(verify_rounds_paired_and_probe) {
+    REQUIRE_BIN();
+    if (access(DEF_TARGET, R_OK) || access(DEF_DRAFTER, R_OK)) SKIP("no default models in models/");
+    char prompts[512], json[512];
+    CHECK(two_prompts_and_json("demo2p.jsonl", "bsp.json", prompts, json));
+    bs_result r;
+    RUN(r, "-m", DEF_TARGET, "-md", DEF_DRAFTER, "--prompts", prompts, "-n", "8", "-t", "1", "--temps", "0",
+        "--verify-k", "8", "--reps", "3", "--probe", "on", "--json", json);
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK_MSG(strstr(r.out, "| k | best ms | ratio to k=1 | ms per token | ratio within a round (median) |"),
+              "no verify(k) header in:\n%s", r.out);
+    CHECK(verify_rows(r.out, 8));
+    const char *k1 = strstr(r.out, "\n| 1 | ");
+    CHECK_MSG(k1 && strstr(k1, " | 1.00 |\n") && strstr(k1, " | 1.00 |\n") < strstr(k1 + 1, "\n| 2 | "),
+              "k = 1 row's median ratio is not 1.00:\n%s", r.out);
+    CHECK_MSG(strstr(r.out, "\ndecode(1) against a probe of its ") && strstr(r.out, "% of the probe (medians over ") &&
+                  strstr(r.out, "\nverify(8)/decode(1) within a round, median: "),
+              "no decode(1) / verify(8) lines in:\n%s", r.out);
+    bs_free(&r);
+    cJSON *j = read_json(json);
+    CHECK(j);
+    const cJSON *vf = cJSON_GetObjectItemCaseSensitive(j, "verify");
+    bool ok = cJSON_GetArraySize(vf) == 8 &&
+              cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(vf, 0), "ratio_paired")->valuedouble == 1.0;
+    for (int k = 1; ok && k < 8; k++)
+        ok = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(vf, k), "ratio_paired")->valuedouble > 0;
+    const cJSON *share = cJSON_GetObjectItemCaseSensitive(j, "decode_probe_share");
+    const cJSON *rounds = cJSON_GetObjectItemCaseSensitive(j, "decode_probe_rounds");
+    ok = ok && cJSON_IsNumber(share) && share->valuedouble > 0 && cJSON_IsNumber(rounds) && rounds->valueint >= 1 &&
+         rounds->valueint <= 3 && cJSON_GetObjectItemCaseSensitive(j, "decode_gbs")->valuedouble > 0;
+    cJSON_Delete(j);
+    CHECK_MSG(ok, "unexpected verify / probe numbers in the --json file");
+    const char *const bad[] = {"x", "yes", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        RUN(r, "--probe", bad[i]);
+        CHECK_MSG(r.rc == 2 && strstr(r.err, "error: --probe expects auto, on or off") && sanitizer_clean(r.err),
+                  "--probe %s: rc %d, stderr: %s", bad[i], r.rc, r.err);
+        bs_free(&r);
+    }
 }
 
 static int count_bench_tmp_dirs(void) {
@@ -343,6 +392,10 @@ TEST(bench_model_table_and_probes) {
     CHECK(strstr(r.out, "\n| probe, sustained (1 passes) | "));
     CHECK(strstr(r.out, "\n| probe, one pass | "));
     CHECK(!strstr(r.out, "pp64 / decode")); /* no pp64 asked for */
+    /* the one decode run against its own two probes: one share, and the median over it */
+    CHECK_MSG(strstr(r.out, "\ndecode paired with its own probes (") && strstr(r.out, "; median ") &&
+                  strstr(r.out, " run (target >= 85%)"),
+              "no paired decode line in:\n%s", r.out);
     bs_free(&r);
     /* --depth: the same rows after a context, which the header states (with its cache type) */
     const char *const d[] = {"bench", "model", "-m", DEF_TARGET, "--pp", "8", "--tg", "4", "--depth", "700",

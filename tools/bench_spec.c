@@ -26,6 +26,7 @@
 #include "spex.h"
 #include "cli.h"
 #include "genset.h"
+#include "probe.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -38,6 +39,8 @@
 #define BS_MAX_PROMPT_TOKENS 4096
 #define BS_MAX_GEN 8192
 #define BS_MAX_DRAFTERS 8
+/* verify(k) probes decode(1) when a step streams at least this much (beyond the cache) */
+#define BS_PROBE_MIN_BYTES (64ull << 20)
 #define BS_MAX_QUANTS 8
 #define BS_MAX_STOPS 4
 #define BS_MAX_METHODS (1 + BS_MAX_DRAFTERS * BS_MAX_QUANTS * BS_MAX_STOPS + 1)
@@ -82,13 +85,14 @@ typedef struct bs_opts {
     int n_stops;
     bool stop_given;           /* print the Draft stop column                  */
     bool no_repack;   /* no R16 copies of the target's and drafters' weights */
+    int probe;        /* verify(k)'s decode(1) probe: -1 auto, 0 off, 1 on */
 } bs_opts;
 
 static void bs_usage(FILE *f) {
     fprintf(f,
             "usage: spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--prompts FILE.jsonl] [-n N] [-t THREADS]\n"
             "                       [--temps LIST] [--verify-k K] [--reps R] [--draft-quant LIST] [--json OUT]\n"
-            "                       [--draft-stop LIST] [--no-repack]\n"
+            "                       [--draft-stop LIST] [--probe auto|on|off] [--no-repack]\n"
             "\n"
             "End-to-end speculative decoding, concurrency 1: for each temperature, every prompt with each method\n"
             "  AR       the target alone (spex_spec without a drafter)\n"
@@ -97,7 +101,9 @@ static void bs_usage(FILE *f) {
             "and prints: the table (Method | Draft quant | Block | Temp | Decode TPS | Decode speedup vs AR at the\n"
             "same T | Acceptance (mean length) | Normal stops = ended by EOS/EOT, not by -n); the cost per step\n"
             "(draft, verify, other: ms and %% of the step); verify(k)/decode(1), one forward of k tokens with\n"
-            "logits on every row on the target alone, k = 1..K, best of R; and 'greedy output identical: yes/no'\n"
+            "logits on every row on the target alone, k = 1..K, best of R and the median of each round's own\n"
+            "ratio; decode(1) against a streaming probe of its weight bytes just before and after it; and\n"
+            "'greedy output identical: yes/no'\n"
             "(every speculative row equals AR token for token at T = 0; 'no' exits 1).\n"
             "\n"
             "  -m TARGET           target GGUF (default models/target.gguf; then -md defaults to\n"
@@ -116,6 +122,9 @@ static void bs_usage(FILE *f) {
             "                      slot whose confidence is below P; 0 = never), 'cut' = the cost-aware\n"
             "                      draft cut (docs/speculative.md); default cut, as spex run and serve.\n"
             "                      The MTP row takes the first entry\n"
+            "  --probe MODE        decode(1) against a streaming-read probe of the same bytes in each\n"
+            "                      verify(k) round: auto (default: when a step streams >= 64 MiB, more\n"
+            "                      than a cache holds), on, off\n"
             "  --json OUT          also write every number to OUT\n"
             "  --no-repack         keep every weight in the files' layout (no R16 copies at load)\n",
             BS_MAX_DRAFTERS);
@@ -177,7 +186,7 @@ static bool parse_quants(const char *s, bs_opts *o) {
 static int parse_flags(int argc, char **argv, bs_opts *o) {
     *o = (bs_opts){.prompts = "models/demo.jsonl", .n_predict = 256, .k_max = BS_MAX_K, .reps = 5,
                    .temps = {0.0f, 1.0f}, .n_temps = 2, .n_stops = 1,
-                   .cuts = {true}};
+                   .cuts = {true}, .probe = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -208,6 +217,10 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
             if (!(ok = parse_temps(v, o))) fprintf(stderr, "error: --temps expects a list like 0,1 (at most %d)\n",
                                                    BS_MAX_TEMPS);
         } else if (!strcmp(a, "--draft-quant") && v) ok = parse_quants(v, o);
+        else if (!strcmp(a, "--probe") && v) {
+            o->probe = !strcmp(v, "auto") ? -1 : !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -2;
+            if (!(ok = o->probe != -2)) fprintf(stderr, "error: --probe expects auto, on or off, not '%s'\n", v);
+        }
         else if (!strcmp(a, "--draft-stop") && v) {
             if (!(ok = o->stop_given = parse_stops(v, o)))
                 fprintf(stderr, "error: --draft-stop expects a list like 0,0.5,cut (at most %d)\n", BS_MAX_STOPS);
@@ -288,8 +301,13 @@ typedef struct bs_run {
     bs_method meth[BS_MAX_METHODS];
     int n_meth;
     char tmpdir[256];   /* "" when --draft-quant made no files */
-    /* verify(k): best seconds per k (index k - 1) */
+    /* verify(k): best seconds per k (index k - 1); the median over the rounds of each
+     * round's own verify(k)/decode(1); decode(1) against its probes (0: no probe) */
     double verify_s[BS_MAX_K];
+    double verify_paired[BS_MAX_K];
+    double decode_probe, decode_gbs; /* median share of the probe, median GB/s of weights */
+    int decode_probe_n;              /* rounds that median is over                      */
+    bool decode_probe_steady;        /* ... the steady ones (else all)                   */
     int verify_prefix;
     bool greedy_checked, greedy_ok;
 } bs_run;
@@ -485,6 +503,8 @@ static bool run_verify(bs_run *r) {
     const int32_t *pids = r->ids[0];
     const int L = r->n_ids[0];
     bool ok = false;
+    double *t = NULL;
+    probe_buf probe = {0};
     spex_context_params cp = spex_context_default_params();
     cp.n_ctx_per_seq = L + K + 8;
     cp.n_batch_max = 512;
@@ -510,19 +530,63 @@ static bool run_verify(bs_run *r) {
     for (int j = 0; j < K; j++)
         toks[j] = (spex_batch_token){.token = pids[j % L], .pos = L + j, .seq = 0, .logits = true};
     for (int k = 1; k <= K; k++) r->verify_s[k - 1] = 1e30;
+    const int R = (int)r->o.reps;
+    /* per round: verify(k) seconds (R x K), decode(1)'s share of its probes and GB/s, whether
+     * its two probes agreed; sel: scratch for medians */
+    t = malloc(sizeof *t * (size_t)R * (size_t)(K + 4));
+    if (!t) {
+        spex_error_set(&e, SPEX_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    double *dec_pct = t + (size_t)R * (size_t)K, *dec_gbs = dec_pct + R, *steady = dec_gbs + R, *sel = steady + R;
+    /* decode(1) against the memory of its moment: a probe of one decode step's weight bytes
+     * just before and just after it, for targets whose weights do not fit in the cache */
+    const uint64_t wbytes = probe_decode_bytes(r->m);
+    const bool probing = r->o.probe == 1 || (r->o.probe == -1 && wbytes >= BS_PROBE_MIN_BYTES);
+    if (probing && !probe_init(&probe, r->pool, (size_t)wbytes, &e)) goto fail;
     /* Rounds over k = 1..K (round 0 the warm-up), so every k's best comes from the same
      * stretch of time: a burst of other load on the shared machine then slows all k alike
      * instead of the few k measured during it, and verify(k)/decode(1) is a ratio of
-     * numbers taken side by side. */
+     * numbers taken side by side; each round's own ratios are kept too, since the best
+     * decode(1) and the best verify(8) can come from different memory moments. */
     for (long rep = 0; rep <= r->o.reps; rep++) {
+        double before = 0;
         for (int k = 1; k <= K; k++) {
             spex_batch b = {toks, k};
+            if (probing && k == 1) before = probe_run(&probe, 1);
             double t0 = genset_now_s();
             if (spex_forward(ctx, &b, &e) != SPEX_OK) goto fail;
             double dt = genset_now_s() - t0;
             if (rep > 0 && dt < r->verify_s[k - 1]) r->verify_s[k - 1] = dt;
+            if (rep > 0) t[(size_t)(rep - 1) * (size_t)K + (size_t)(k - 1)] = dt;
+            if (probing && k == 1) {
+                const double after = probe_run(&probe, 1);
+                if (rep > 0) {
+                    const double hi = before > after ? before : after, lo = before > after ? after : before;
+                    dec_gbs[rep - 1] = (double)wbytes / dt * 1e-9;
+                    dec_pct[rep - 1] = dec_gbs[rep - 1] / probe_gbs(&probe, 0.5 * (before + after));
+                    steady[rep - 1] = hi - lo <= 0.1 * hi; /* bench model's rule */
+                }
+            }
             if (spex_kv_seq_truncate(ctx, 0, L, &e) != SPEX_OK) goto fail;
         }
+    }
+    for (int k = 1; k <= K; k++) {
+        for (int q = 0; q < R; q++) sel[q] = t[(size_t)q * (size_t)K + (size_t)(k - 1)] / t[(size_t)q * (size_t)K];
+        r->verify_paired[k - 1] = probe_median(sel, R);
+    }
+    r->decode_probe = 0;
+    if (probing) { /* the median over the steady rounds (all rounds when none was) */
+        int n = 0;
+        for (int q = 0; q < R; q++)
+            if (steady[q] != 0) sel[n++] = dec_pct[q];
+        r->decode_probe_steady = n > 0;
+        if (n == 0)
+            for (int q = 0; q < R; q++) sel[n++] = dec_pct[q];
+        r->decode_probe = probe_median(sel, n);
+        r->decode_probe_n = n;
+        for (int q = 0; q < R; q++) sel[q] = dec_gbs[q];
+        r->decode_gbs = probe_median(sel, R);
     }
     r->verify_prefix = L;
     ok = true;
@@ -530,6 +594,8 @@ static bool run_verify(bs_run *r) {
 fail:
     fprintf(stderr, "error: verify(k): %s\n", e.msg);
 done:
+    free(t);
+    probe_free(&probe);
     spex_context_free(ctx);
     return ok;
 }
@@ -601,14 +667,22 @@ static void print_results(const bs_run *r) {
         }
     }
     printf("\nverify(k)/decode(1): the target alone, one forward of k tokens with logits on every row after a %d-token "
-           "prompt, best of %ld rounds over k = 1..K:\n\n",
+           "prompt, best of %ld rounds over k = 1..K, and the median of each round's own verify(k)/decode(1):\n\n",
            r->verify_prefix, o->reps);
-    printf("| k | best ms | ratio to k=1 | ms per token |\n");
-    printf("| ---: | ---: | ---: | ---: |\n");
+    printf("| k | best ms | ratio to k=1 | ms per token | ratio within a round (median) |\n");
+    printf("| ---: | ---: | ---: | ---: | ---: |\n");
     for (int k = 1; k <= o->k_max; k++) {
         const double s = r->verify_s[k - 1];
-        printf("| %d | %.3f | %.2f | %.3f |\n", k, s * 1e3, s / r->verify_s[0], s * 1e3 / k);
+        printf("| %d | %.3f | %.2f | %.3f | %.2f |\n", k, s * 1e3, s / r->verify_s[0], s * 1e3 / k,
+               r->verify_paired[k - 1]);
     }
+    if (r->decode_probe > 0)
+        printf("\ndecode(1) against a probe of its %.1f MiB of weights just before and after it in each round: "
+               "%.2f GB/s, %.0f%% of the probe (medians over %s%d round%s; target >= 85%%)\n",
+               (double)probe_decode_bytes(r->m) / 1048576.0, r->decode_gbs, 100.0 * r->decode_probe,
+               r->decode_probe_steady ? "the steady " : "all ", r->decode_probe_n, r->decode_probe_n == 1 ? "" : "s");
+    if (o->k_max >= 8)
+        printf("verify(8)/decode(1) within a round, median: %.2f (target <= 1.6)\n", r->verify_paired[7]);
     printf("\nload average at the end: %.2f\n", load_avg());
     if (!r->greedy_checked) printf("\ngreedy output identical: not checked (no speculative row at T = 0)\n");
     else {
@@ -681,7 +755,16 @@ static bool write_json(const bs_run *r) {
         cJSON_AddNumberToObject(x, "k", k);
         cJSON_AddNumberToObject(x, "ms", r->verify_s[k - 1] * 1e3);
         cJSON_AddNumberToObject(x, "ratio", r->verify_s[k - 1] / r->verify_s[0]);
+        cJSON_AddNumberToObject(x, "ratio_paired", r->verify_paired[k - 1]);
         cJSON_AddItemToArray(jv, x);
+    }
+    if (r->decode_probe > 0) {
+        cJSON_AddNumberToObject(j, "decode_gbs", r->decode_gbs);
+        cJSON_AddNumberToObject(j, "decode_probe_share", r->decode_probe);
+        cJSON_AddNumberToObject(j, "decode_probe_rounds", r->decode_probe_n);
+        cJSON_AddBoolToObject(j, "decode_probe_steady", r->decode_probe_steady);
+    } else {
+        cJSON_AddNullToObject(j, "decode_probe_share");
     }
     cJSON_AddNumberToObject(j, "verify_prefix_tokens", r->verify_prefix);
     if (r->greedy_checked) cJSON_AddBoolToObject(j, "greedy_identical", r->greedy_ok);
