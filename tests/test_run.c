@@ -574,6 +574,44 @@ TEST(speculative_greedy_equals_target_only) {
     CHECK(ok);
 }
 
+/* --spec-draft-cut auto (the default): a fixed seed at T > 0 on the rejection path keeps the
+ * cut off (with a note), so two runs print the same tokens; without a seed, at T = 0, and with
+ * --spec-draft-cut on the cut stays on. (With the cut on, a seeded rejection-path run is exact in
+ * distribution but its verified lengths follow the clock: not checked here, it may or may not
+ * repeat.) */
+TEST(seeded_sampling_repeats_under_auto_cut) {
+    REQUIRE_BIN();
+    static const char note[] = "note: draft cut off for a fixed --seed at T > 0";
+    run_result a, b;
+    RUN(a, "-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-p", "Once upon a time", "-n", "60", "--temp", "0.8", "--seed",
+        "42", "-t", "2");
+    RUN(b, "-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-p", "Once upon a time", "-n", "60", "--temp", "0.8", "--seed",
+        "42", "-t", "2");
+    CHECK_MSG(a.rc == 0 && b.rc == 0 && sanitizer_clean(a.err) && sanitizer_clean(b.err), "rc %d / %d:\n%s", a.rc, b.rc,
+              a.err);
+    CHECK_MSG(strstr(a.err, note) && strstr(a.err, "path rejection") && strstr(a.err, "draft cut off (0 tokens cut)"),
+              "no note or the cut on:\n%s", a.err);
+    CHECK_MSG(a.out_len == b.out_len && memcmp(a.out, b.out, a.out_len) == 0, "seeded runs differ:\n%s\n---\n%s",
+              a.out, b.out);
+    run_free(&a);
+    run_free(&b);
+    const char *const cases[][12] = {
+        {"--temp", "0.8", "--seed", "-1"},                           /* no fixed seed */
+        {"--temp", "0", "--seed", "42"},                             /* greedy        */
+        {"--temp", "0.8", "--seed", "42", "--spec-draft-cut", "on"}, /* asked for     */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *argv_[24] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-p", "Once upon a time", "-n", "40", "-t", "2"};
+        int n = 10;
+        for (int k = 0; cases[i][k]; k++) argv_[n++] = cases[i][k];
+        argv_[n] = NULL;
+        CHECK(run_spex(argv_, &a));
+        CHECK_MSG(a.rc == 0 && !strstr(a.err, note) && strstr(a.err, "draft cut on ("), "case %zu: rc %d\n%s", i,
+                  a.rc, a.err);
+        run_free(&a);
+    }
+}
+
 /* qwen35 (issue 7): the target alone, with its MTP block and with a DFlash2 drafter print the
  * same greedy text, and the speculative runs print their statistics. */
 TEST(qwen35_mtp_and_dflash2_equal_target_only) {
@@ -650,7 +688,7 @@ TEST(speculative_flags_and_errors) {
     EXPECT_ERROR(2, "differ", "-m", m, "-md", TINY_DRAFT2, "-ctkd", "f32", "-ctvd", "f16");
     EXPECT_ERROR(2, "--spec-draft-p-min", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-p-min", "1.5");
     EXPECT_ERROR(2, "--spec-draft-sampling", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-sampling", "beam");
-    EXPECT_ERROR(2, "--spec-draft-cut", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-cut", "maybe");
+    EXPECT_ERROR(2, "expects on, off or auto", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-cut", "maybe");
     /* Run errors: a drafter for another target, a missing file, a bad override. */
     EXPECT_ERROR(1, "vocabulary", "-m", "tests/data/models/tiny-llama-tied.gguf", "-md", TINY_DRAFT2, "-p", "hi");
     EXPECT_ERROR(1, "nope.gguf", "-m", m, "-md", "nope.gguf", "-p", "hi");

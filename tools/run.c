@@ -80,8 +80,10 @@ static void usage(FILE *f) {
             "      --spec-draft-n-max N   tokens drafted per step; clamped to block_size - 1 (block_size - 1)\n"
             "      --spec-draft-n-min N   drop drafts shorter than N (0)\n"
             "      --spec-draft-p-min P   stop the walk below this confidence (0 = off)\n"
-            "      --spec-draft-cut on|off  verify only the drafted tokens that raise the expected tokens per\n"
-            "                             second (confidence and verify price learned online; lossless) (on)\n"
+            "      --spec-draft-cut on|off|auto  verify only the drafted tokens that raise the expected tokens\n"
+            "                             per second (confidence and verify price learned online; lossless);\n"
+            "                             auto: on, but off for a fixed --seed at T > 0 with probabilistic draft\n"
+            "                             sampling, so those runs repeat token for token (auto)\n"
             "      --spec-draft-sampling M  probabilistic (sampled walk + rejection sampling at T > 0) or\n"
             "                             greedy (greedy walk + sample-and-match) (probabilistic)\n"
             "      --spec-draft-override-kv KEY=TYPE:VALUE  draft-only metadata override (repeatable),\n"
@@ -233,11 +235,11 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             o->p_draft_min = f, i++;
         } else if (flag_is(a, "--spec-draft-cut", NULL)) {
             if (!need_value(a, v)) return 2;
-            if (strcmp(v, "on") && strcmp(v, "off")) {
-                fprintf(stderr, "error: %s expects on or off, got '%s'\n", a, v);
+            if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
+                fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", a, v);
                 return 2;
             }
-            o->draft_cut = !strcmp(v, "on"), i++;
+            o->draft_cut = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1, i++;
         } else if (flag_is(a, "--spec-draft-sampling", NULL)) {
             if (!need_value(a, v)) return 2;
             if (strcmp(v, "probabilistic") && strcmp(v, "greedy")) {
@@ -639,7 +641,7 @@ done:
 
 int cmd_run(int argc, char **argv) {
     run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16,
-                  .kv_type = SPEX_TYPE_F16, .draft_cut = true};
+                  .kv_type = SPEX_TYPE_F16, .draft_cut = -1};
     long repeat_last_n = o.sp.repeat_last_n;
     int prc = parse_args(argc, argv, &o, &repeat_last_n);
     if (prc < 0) return 0;

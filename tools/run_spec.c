@@ -116,7 +116,20 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     spp.n_min = (int32_t)o->n_draft_min;
     spp.p_min = o->p_draft_min;
     spp.sampled_walk = !o->draft_greedy;
-    spp.draft_cut = o->draft_cut;
+    /* --spec-draft-cut auto: on, except where a fixed seed meets the rejection path (T > 0,
+     * probabilistic draft sampling, a DFlash2 drafter, no penalties: spex_spec_seq_begin's
+     * rule). The cut prices rows by the clock, so there the verified lengths, and with them
+     * the sampled tokens, would change from run to run; greedy and sample-and-match outputs
+     * equal the target alone's whatever is verified. */
+    const spex_sampler_params *osp = &o->sp;
+    const bool penalties = osp->repeat_last_n != 0 && (osp->repeat_penalty != 1.0f || osp->frequency_penalty != 0.0f ||
+                                                       osp->presence_penalty != 0.0f);
+    const bool rejection = osp->temp > 0.0f && !penalties && !o->draft_greedy && !mtp && dh->variant == SPEX_DFLASH2;
+    const bool cut_kept_off = o->draft_cut < 0 && rejection && osp->seed != SPEX_SEED_RANDOM;
+    spp.draft_cut = o->draft_cut > 0 || (o->draft_cut < 0 && !cut_kept_off);
+    if (cut_kept_off)
+        fprintf(stderr, "note: draft cut off for a fixed --seed at T > 0 (its clock-based price would change the "
+                        "sampled tokens from run to run); --spec-draft-cut on to use it\n");
     spp.log = run_log_stderr;
     if ((mtp ? spex_spec_init_mtp(ctx, mc, &spp, &spec, &err) : spex_spec_init(ctx, dc, &spp, &spec, &err)) !=
         SPEX_OK) {
@@ -206,7 +219,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     fprintf(stderr, "stop:      %s\n", reason);
     fprintf(stderr, "speculative: %s, path %s, n_max %d, p_min %.3g, draft cut %s (%llu tokens cut), %llu verify steps\n",
             mtp ? "mtp" : dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
-            spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, o->draft_cut ? "on" : "off",
+            spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, spex_spec_get_params(spec)->draft_cut ? "on" : "off",
             (unsigned long long)st->n_cut, (unsigned long long)st->n_steps);
     fprintf(stderr, "draft acceptance rate = %.5f (%llu accepted / %llu generated)\n",
             spex_spec_stats_acceptance(st), (unsigned long long)st->n_accepted, (unsigned long long)st->n_drafted);
