@@ -300,6 +300,12 @@ void spex_pool_chunk_reset(spex_pool *pool);
  * chunked phase uses this or spex_pool_next_chunk, not both. A thread reading its weights
  * as one stretch keeps the hardware prefetchers' streams going from chunk to chunk. */
 int64_t spex_pool_next_chunk_ranged(spex_pool *pool, int ith, const int64_t *bounds);
+/* The same with claims of several chunks from the front of a thread's own range: up to
+ * n_front consecutive chunks [c, c + *n_got) at once, while chunks taken from another range's
+ * back end still come one at a time. So the owner pays one claim per n_front chunks, and the
+ * chunks can be small enough that the last ones, which a faster thread takes over, leave
+ * little to wait for at the end. */
+int64_t spex_pool_next_chunks_ranged(spex_pool *pool, int ith, const int64_t *bounds, int n_front, int *n_got);
 
 /* ======================================================================== */
 /* Quantization of whole files                                               */

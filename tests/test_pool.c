@@ -376,27 +376,47 @@ typedef struct {
     int owner_order_bad[MAX_TH];           /* own chunks not front to back, or a chunk of
                                             * another range before the own range ran out */
     int slow_thread;                       /* this thread works slowly: the others steal */
+    int n_front;                           /* > 0: spex_pool_next_chunks_ranged, claims of
+                                            * up to n_front own chunks                   */
+    int claim_bad[MAX_TH];                 /* an own claim of 0 or > n_front chunks, or a
+                                            * stolen claim of more than one              */
     _Atomic int n_stolen;                  /* chunks taken outside the taker's range    */
+    _Atomic int n_multi;                   /* own claims of more than one chunk         */
 } ranged_ctx;
+
+/* The next claim: the first chunk (or -1) and how many. */
+static int64_t ranged_next(ranged_ctx *c, int ith, int *got) {
+    if (c->n_front <= 0) {
+        *got = 1;
+        return spex_pool_next_chunk_ranged(c->pool, ith, c->bounds);
+    }
+    return spex_pool_next_chunks_ranged(c->pool, ith, c->bounds, c->n_front, got);
+}
 
 static void ranged_task(void *arg, int ith, int nth) {
     ranged_ctx *c = arg;
     for (int p = 0; p < c->phases; p++) {
         int64_t next_own = c->bounds[ith];
         int stolen = 0;
-        for (int64_t k = spex_pool_next_chunk_ranged(c->pool, ith, c->bounds); k >= 0;
-             k = spex_pool_next_chunk_ranged(c->pool, ith, c->bounds)) {
-            if (k >= RANGED_N) {
-                c->owner_order_bad[ith] = 1;
-                break;
-            }
-            atomic_fetch_add(&c->taken[p][k], 1);
-            if (k >= c->bounds[ith] && k < c->bounds[ith + 1]) {
-                if (k != next_own || stolen) c->owner_order_bad[ith] = 1;
-                next_own++;
-            } else {
-                stolen = 1;
-                atomic_fetch_add(&c->n_stolen, 1);
+        int got = 0;
+        for (int64_t k0 = ranged_next(c, ith, &got); k0 >= 0; k0 = ranged_next(c, ith, &got)) {
+            const bool own = k0 >= c->bounds[ith] && k0 < c->bounds[ith + 1];
+            if (got < 1 || (own && got > (c->n_front > 0 ? c->n_front : 1)) || (!own && got != 1))
+                c->claim_bad[ith] = 1;
+            if (own && got > 1) atomic_fetch_add(&c->n_multi, 1);
+            for (int64_t k = k0; k < k0 + got; k++) {
+                if (k >= RANGED_N) {
+                    c->owner_order_bad[ith] = 1;
+                    break;
+                }
+                atomic_fetch_add(&c->taken[p][k], 1);
+                if (k >= c->bounds[ith] && k < c->bounds[ith + 1]) {
+                    if (k != next_own || stolen) c->owner_order_bad[ith] = 1;
+                    next_own++;
+                } else {
+                    stolen = 1;
+                    atomic_fetch_add(&c->n_stolen, 1);
+                }
             }
             if (ith == c->slow_thread) usleep(200);
         }
@@ -409,8 +429,10 @@ static void ranged_task(void *arg, int ith, int nth) {
 }
 
 /* Every chunk handed out exactly once per phase, each thread's own chunks in order and
- * before any stolen one, with even, uneven and empty ranges and one slow thread. */
-static void check_ranged(int n_threads, int reps) {
+ * before any stolen one, with even, uneven and empty ranges and one slow thread; with
+ * n_front > 0 (spex_pool_next_chunks_ranged) own claims take 1..n_front chunks (some more than
+ * one) and stolen claims one. */
+static void check_ranged(int n_threads, int reps, int n_front) {
     spex_pool *pool = NULL;
     CHECK_OK(spex_pool_create(n_threads, &pool, NULL));
     const int nth = spex_pool_n_threads(pool);
@@ -418,6 +440,7 @@ static void check_ranged(int n_threads, int reps) {
     ranged_ctx *c = calloc(1, sizeof *c);
     CHECK(c);
     c->pool = pool;
+    c->n_front = n_front;
     int bad = 0;
     for (int r = 0; r < reps && !bad; r++) {
         const int shape = r % 3; /* 0: even, 1: uneven, 2: every range but the last empty */
@@ -430,23 +453,29 @@ static void check_ranged(int n_threads, int reps) {
         c->phases = 1 + (r & 1);
         c->slow_thread = nth > 1 ? r % nth : -1;
         memset(c->owner_order_bad, 0, sizeof c->owner_order_bad);
+        memset(c->claim_bad, 0, sizeof c->claim_bad);
         for (int p = 0; p < 2; p++)
             for (int k = 0; k < RANGED_N; k++) atomic_store(&c->taken[p][k], 0);
         spex_pool_run(pool, ranged_task, c);
         for (int p = 0; p < c->phases; p++)
             for (int k = 0; k < RANGED_N; k++) bad |= atomic_load(&c->taken[p][k]) != 1;
-        for (int t = 0; t < nth; t++) bad |= c->owner_order_bad[t];
+        for (int t = 0; t < nth; t++) bad |= c->owner_order_bad[t] | c->claim_bad[t];
     }
     const int stolen = atomic_load(&c->n_stolen); /* the slow threads' ranges were helped with */
+    const int multi = atomic_load(&c->n_multi);
     free(c);
     spex_pool_free(pool);
     CHECK_MSG(!bad, "ranged chunks: a chunk lost, duplicated or out of order with %d threads", nth);
     CHECK_MSG(nth == 1 ? stolen == 0 : stolen > 0, "%d threads, %d chunks stolen", nth, stolen);
+    CHECK_MSG(n_front > 1 ? multi > 0 : multi == 0, "n_front %d: %d own claims of several chunks", n_front, multi);
 }
 
-TEST(pool_ranged_1) { check_ranged(1, 3); }
-TEST(pool_ranged_2) { check_ranged(2, 30); }
-TEST(pool_ranged_4) { check_ranged(4, 30); }
+TEST(pool_ranged_1) { check_ranged(1, 3, 0); }
+TEST(pool_ranged_2) { check_ranged(2, 30, 0); }
+TEST(pool_ranged_4) { check_ranged(4, 30, 0); }
+TEST(pool_ranged_claims_of_4_1) { check_ranged(1, 3, 4); }
+TEST(pool_ranged_claims_of_4_2) { check_ranged(2, 30, 4); }
+TEST(pool_ranged_claims_of_3_4) { check_ranged(4, 30, 3); }
 
 TEST(pool_chunk_reset_1) { check_reset(1, 3); }
 TEST(pool_chunk_reset_2) { check_reset(2, 50); }

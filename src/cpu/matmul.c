@@ -241,6 +241,22 @@ static mm_plan make_plan(const spex_matmul_args *a, size_t wrow, size_t xs, int 
 #define RANGED_MAX_ROWS SMALL_BATCH
 #endif
 #define RANGED_MAX_THREADS 64
+/* Ranged chunks are the plan's quarter-size tail chunks throughout (ranged_fine), and a thread
+ * claims RANGED_FRONT_CHUNKS of them at once from the front of its own range: one claim and one
+ * kernel call per full-size chunk's rows, as before, while a thread that has finished its range
+ * takes the others' last chunks a quarter at a time, so the phase's end waits for at most a
+ * quarter chunk (a full one before: ~14 us of an 8-row Q4_K chunk). In-process A/B: verify(8)
+ * 2.4-4.5 % faster, decode within +-1.5 % (docs/performance.md, session 15). */
+#ifndef RANGED_FRONT_CHUNKS
+#define RANGED_FRONT_CHUNKS 4
+#endif
+
+/* The plan of a ranged run: every chunk of the tail chunks' size. */
+static void ranged_fine(mm_plan *p, int64_t n_out) {
+    p->crows = p->tcrows;
+    p->n_body = (n_out + p->crows - 1) / p->crows;
+    p->n_wchunks = p->n_body;
+}
 
 /* bounds[0..nth]: the chunks of the n_mm matrices (numbered one matrix after the other, from
  * first[]) cut into nth contiguous ranges of about equal weight bytes: a chunk starts range t
@@ -302,6 +318,9 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
      * streamed 14 % slower than in one stretch per thread; docs/performance.md, session 13),
      * then helps with what is left of the others'. Not with on_chunk, whose consumer needs a thread's chunks in increasing
      * order. */
+    bool ranged = a[0].pool && nth > 1 && nth <= RANGED_MAX_THREADS;
+    for (int j = 0; j < n_mm; j++)
+        if (a[j].n_rows > RANGED_MAX_ROWS || a[j].on_chunk) ranged = false;
     mm_plan p[SPEX_MATMUL_MULTI_MAX];
     size_t wrow[SPEX_MATMUL_MULTI_MAX];
     int64_t first[SPEX_MATMUL_MULTI_MAX + 1];
@@ -309,32 +328,40 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
     for (int i = 0; i < n_mm; i++) {
         wrow[i] = spex_type_row_size(a[i].wtype, a[i].n);
         p[i] = make_plan(&a[i], wrow[i], xs, nth);
+        if (ranged) ranged_fine(&p[i], a[i].n_out);
         first[i + 1] = first[i] + p[i].n_tiles * p[i].n_wchunks;
     }
-    bool ranged = a[0].pool && nth > 1 && nth <= RANGED_MAX_THREADS;
-    for (int j = 0; j < n_mm; j++)
-        if (a[j].n_rows > RANGED_MAX_ROWS || a[j].on_chunk) ranged = false;
     int64_t bounds[RANGED_MAX_THREADS + 1];
     if (ranged) ranged_bounds(a, p, wrow, first, n_mm, nth, bounds);
-    int i = 0;
-    int64_t c = ranged ? spex_pool_next_chunk_ranged(a[0].pool, ith, bounds)
+    int i = 0, got = 1;
+    int64_t c = ranged ? spex_pool_next_chunks_ranged(a[0].pool, ith, bounds, RANGED_FRONT_CHUNKS, &got)
                 : a[0].pool ? spex_pool_next_chunk(a[0].pool) : ith;
     while (c >= 0 && c < first[n_mm]) {
-        if (c < first[i]) i = 0; /* a chunk taken from another range can lie behind */
-        while (c >= first[i + 1]) i++;
-        const spex_matmul_args *m = &a[i];
-        const int64_t lc = c - first[i];
-        const int64_t t = lc / p[i].n_wchunks, wc = lc % p[i].n_wchunks;
-        const int64_t r0 = t * p[i].tile;
-        const int64_t nr = m->n_rows - r0 < p[i].tile ? m->n_rows - r0 : p[i].tile;
-        int64_t o0, no;
-        plan_chunk(&p[i], m->n_out, wc, &o0, &no);
-        const spex_dot_fn dot = m->w_r16 ? k->dot_r16[m->wtype] : k->dot[m->wtype];
-        dot(m->n, (const uint8_t *)m->W + (size_t)o0 * wrow[i], wrow[i], (int)no, xq + (size_t)r0 * xs, xs, (int)nr,
-            m->Y + r0 * m->ldy + o0, (size_t)m->ldy);
-        if (m->on_chunk) m->on_chunk(m->chunk_ctx, ith, r0, nr, o0, no);
-        c = ranged ? spex_pool_next_chunk_ranged(m->pool, ith, bounds)
-            : m->pool ? spex_pool_next_chunk(m->pool) : c + nth;
+        /* chunks [c, c + got): one kernel call per run of them inside one matrix and tile */
+        const int64_t c0 = c;
+        for (const int64_t end = c + got; c < end;) {
+            if (c < first[i]) i = 0; /* a chunk taken from another range can lie behind */
+            while (i < n_mm - 1 && c >= first[i + 1]) i++;
+            const spex_matmul_args *m = &a[i];
+            const int64_t lc = c - first[i];
+            const int64_t t = lc / p[i].n_wchunks, wc = lc % p[i].n_wchunks;
+            const int64_t run = end - c < p[i].n_wchunks - wc ? end - c : p[i].n_wchunks - wc;
+            const int64_t r0 = t * p[i].tile;
+            const int64_t nr = m->n_rows - r0 < p[i].tile ? m->n_rows - r0 : p[i].tile;
+            int64_t o0, no, ol, nl;
+            plan_chunk(&p[i], m->n_out, wc, &o0, &no);
+            if (run > 1) {
+                plan_chunk(&p[i], m->n_out, wc + run - 1, &ol, &nl);
+                no = ol + nl - o0;
+            }
+            const spex_dot_fn dot = m->w_r16 ? k->dot_r16[m->wtype] : k->dot[m->wtype];
+            dot(m->n, (const uint8_t *)m->W + (size_t)o0 * wrow[i], wrow[i], (int)no, xq + (size_t)r0 * xs, xs,
+                (int)nr, m->Y + r0 * m->ldy + o0, (size_t)m->ldy);
+            if (m->on_chunk) m->on_chunk(m->chunk_ctx, ith, r0, nr, o0, no);
+            c += run;
+        }
+        c = ranged ? spex_pool_next_chunks_ranged(a[0].pool, ith, bounds, RANGED_FRONT_CHUNKS, &got)
+            : a[0].pool ? spex_pool_next_chunk(a[0].pool) : c0 + nth;
     }
 }
 

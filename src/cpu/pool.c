@@ -51,6 +51,9 @@
  * thread reading one contiguous stretch keeps the hardware prefetchers' streams running from
  * chunk to chunk, where dynamic chunks alternate between threads and every chunk starts a
  * new stream (docs/performance.md, session 13). The words are reset with the counter.
+ * spex_pool_next_chunks_ranged lets the owner take several chunks per claim (one CAS adding
+ * k to the front count) while helpers still take one from the back, so the chunks can be small
+ * at the ends where threads meet without more claims along the way (session 15).
  *
  * The barrier is sense-reversing in its generation-counter form: each thread reads the
  * barrier generation, then increments the arrival count; the last to arrive resets the count
@@ -397,24 +400,35 @@ void spex_pool_chunk_reset(spex_pool *pool) {
 }
 
 /* One chunk of [lo, hi) from its front or back end under claim word c, or -1 if none is left. */
-static int64_t claim_one(pool_claim *c, int64_t lo, int64_t hi, int front) {
+/* Up to n chunks of [lo, hi) from the front (the owner) or one from the back (a helper);
+ * the first chunk's index and *got, or -1 when none is left. */
+static int64_t claim(pool_claim *c, int64_t lo, int64_t hi, int front, int n, int *got) {
     uint64_t w = atomic_load_explicit(&c->w, memory_order_relaxed);
     for (;;) {
-        const int64_t f = (int64_t)(w & 0xffffffffu), b = (int64_t)(w >> 32);
-        if (lo + f >= hi - b) return -1;
-        const uint64_t nw = front ? w + 1 : w + ((uint64_t)1 << 32);
-        if (atomic_compare_exchange_weak_explicit(&c->w, &w, nw, memory_order_relaxed, memory_order_relaxed))
+        const int64_t f = (int64_t)(w & 0xffffffffu), b = (int64_t)(w >> 32), left = hi - b - (lo + f);
+        if (left <= 0) return -1;
+        const int k = front ? (int)(left < n ? left : n) : 1;
+        const uint64_t nw = front ? w + (uint64_t)k : w + ((uint64_t)1 << 32);
+        if (atomic_compare_exchange_weak_explicit(&c->w, &w, nw, memory_order_relaxed, memory_order_relaxed)) {
+            *got = k;
             return front ? lo + f : hi - 1 - b;
+        }
     }
 }
 
-int64_t spex_pool_next_chunk_ranged(spex_pool *pool, int ith, const int64_t *bounds) {
+int64_t spex_pool_next_chunks_ranged(spex_pool *pool, int ith, const int64_t *bounds, int n_front, int *n_got) {
     const int nth = pool->nth;
-    int64_t c = claim_one(&pool->claims[ith], bounds[ith], bounds[ith + 1], 1);
+    int got = 0;
+    int64_t c = claim(&pool->claims[ith], bounds[ith], bounds[ith + 1], 1, n_front < 1 ? 1 : n_front, &got);
     /* own range done: the others' remaining chunks from their back ends, nearest thread first */
     for (int k = 1; c < 0 && k < nth; k++) {
         const int v = (ith + k) % nth;
-        c = claim_one(&pool->claims[v], bounds[v], bounds[v + 1], 0);
+        c = claim(&pool->claims[v], bounds[v], bounds[v + 1], 0, 1, &got);
     }
+    if (n_got) *n_got = c < 0 ? 0 : got;
     return c;
+}
+
+int64_t spex_pool_next_chunk_ranged(spex_pool *pool, int ith, const int64_t *bounds) {
+    return spex_pool_next_chunks_ranged(pool, ith, bounds, 1, NULL);
 }
