@@ -399,9 +399,8 @@ void spex_pool_chunk_reset(spex_pool *pool) {
     claims_reset(pool, memory_order_release);
 }
 
-/* One chunk of [lo, hi) from its front or back end under claim word c, or -1 if none is left. */
-/* Up to n chunks of [lo, hi) from the front (the owner) or one from the back (a helper);
- * the first chunk's index and *got, or -1 when none is left. */
+/* Under claim word c: up to n chunks of [lo, hi) from the front (the owner) or one from the
+ * back (a helper); the first chunk's index and *got, or -1 when none is left. */
 static int64_t claim(pool_claim *c, int64_t lo, int64_t hi, int front, int n, int *got) {
     uint64_t w = atomic_load_explicit(&c->w, memory_order_relaxed);
     for (;;) {
