@@ -1100,6 +1100,9 @@ spex_status spex_spec_init_mtp(spex_context *tctx, spex_mtp_context *mc, const s
 void spex_spec_free(spex_spec *s);
 const spex_spec_params *spex_spec_get_params(const spex_spec *s);   /* n_max resolved */
 void spex_spec_set_draft_fn(spex_spec *s, spex_spec_draft_fn fn, void *user);
+/* Turns spex_spec_params.draft_cut on or off for the steps after this call (what the cut has
+ * learned is kept), e.g. once spex_spec_seq_path shows a sequence on the rejection path. */
+void spex_spec_set_draft_cut(spex_spec *s, bool on);
 
 /* Starts sequence seq: clears both caches of seq, runs the prompt through the target in
  * batches of n_batch_max (its features injected into the draft cache), samples the first

@@ -116,20 +116,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     spp.n_min = (int32_t)o->n_draft_min;
     spp.p_min = o->p_draft_min;
     spp.sampled_walk = !o->draft_greedy;
-    /* --spec-draft-cut auto: on, except where a fixed seed meets the rejection path (T > 0,
-     * probabilistic draft sampling, a DFlash2 drafter, no penalties: spex_spec_seq_begin's
-     * rule). The cut prices rows by the clock, so there the verified lengths, and with them
-     * the sampled tokens, would change from run to run; greedy and sample-and-match outputs
-     * equal the target alone's whatever is verified. */
-    const spex_sampler_params *osp = &o->sp;
-    const bool penalties = osp->repeat_last_n != 0 && (osp->repeat_penalty != 1.0f || osp->frequency_penalty != 0.0f ||
-                                                       osp->presence_penalty != 0.0f);
-    const bool rejection = osp->temp > 0.0f && !penalties && !o->draft_greedy && !mtp && dh->variant == SPEX_DFLASH2;
-    const bool cut_kept_off = o->draft_cut < 0 && rejection && osp->seed != SPEX_SEED_RANDOM;
-    spp.draft_cut = o->draft_cut > 0 || (o->draft_cut < 0 && !cut_kept_off);
-    if (cut_kept_off)
-        fprintf(stderr, "note: draft cut off for a fixed --seed at T > 0 (its clock-based price would change the "
-                        "sampled tokens from run to run); --spec-draft-cut on to use it\n");
+    spp.draft_cut = o->draft_cut != 0; /* auto: on, unless the path below keeps it off */
     spp.log = run_log_stderr;
     if ((mtp ? spex_spec_init_mtp(ctx, mc, &spp, &spec, &err) : spex_spec_init(ctx, dc, &spp, &spec, &err)) !=
         SPEX_OK) {
@@ -157,6 +144,16 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
         goto done;
     }
     double t1 = run_now_s();
+    /* --spec-draft-cut auto: off where a fixed seed meets the rejection path (the library's
+     * choice for this sampler). The cut prices rows by the clock, so there the verified
+     * lengths, and with them the sampled tokens, would change from run to run; greedy and
+     * sample-and-match outputs equal the target alone's whatever is verified. */
+    if (o->draft_cut < 0 && o->sp.seed != SPEX_SEED_RANDOM &&
+        spex_spec_seq_path(spec, 0) == SPEX_SPEC_PATH_REJECTION) {
+        spex_spec_set_draft_cut(spec, false);
+        fprintf(stderr, "note: draft cut off for a fixed --seed at T > 0 (its clock-based price would change the "
+                        "sampled tokens from run to run); --spec-draft-cut on to use it\n");
+    }
     if (o->verbose)
         fprintf(stderr, "speculative path: %s, n_max %d\n", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
                 spex_spec_get_params(spec)->n_max);

@@ -354,6 +354,10 @@ void spex_spec_test_break(spex_spec *s, int mode) {
     if (s) s->test_break = mode;
 }
 
+void spex_spec_set_draft_cut(spex_spec *s, bool on) {
+    if (s) s->p.draft_cut = on;
+}
+
 void spex_spec_set_draft_fn(spex_spec *s, spex_spec_draft_fn fn, void *user) {
     if (!s) return;
     s->fn = fn;
