@@ -247,12 +247,9 @@ int bench_model(int argc, char **argv) {
             if (dt < 0) goto fail_quiet;
             if (r > 0 && dt < best) best = dt;
             after = probe_run(&probe, sus_passes);
-            if (r > 0) { /* this run's GB/s against the mean rate of its own two probes */
-                const double gbs_r = (double)wbytes * (double)tg / dt * 1e-9;
-                paired[r - 1] = gbs_r / probe_gbs(&probe, 0.5 * (before + after));
-                /* the memory moved during the run when its two probes disagree by > 10 % */
-                steady[r - 1] = (before > after ? before - after : after - before) <= 0.1 * (before > after ? before : after);
-            }
+            if (r > 0) /* this run's GB/s against the mean rate of its own two probes */
+                paired[r - 1] = probe_paired_share(&probe, (double)wbytes * (double)tg / dt * 1e-9, before, after,
+                                                   &steady[r - 1]);
         }
         tg_tps = (double)tg / best;
         const double sus_gbs = probe_gbs(&probe, sus_best);
@@ -264,20 +261,15 @@ int bench_model(int argc, char **argv) {
     }
     printf("| probe, one pass | — | %.1f | — | %.2f | — | 100%% |\n", probe_best * 1e3, probe_gbs(&probe, probe_best));
     if (tg > 0) {
-        /* the median over the steady runs (all runs when none was) */
         double sel[BM_MAX_REPS];
-        int n_sel = 0;
+        int n_sel;
+        bool all;
+        const double med = probe_steady_median(paired, steady, (int)reps, sel, &n_sel, &all);
         printf("\ndecode paired with its own probes (each run against the mean of the sustained probes just before "
                "and after it; *: they differ by > 10 %%):");
-        for (long r = 0; r < reps; r++) {
-            printf(" %.0f%%%s", 100.0 * paired[r], steady[r] ? "" : "*");
-            if (steady[r]) sel[n_sel++] = paired[r];
-        }
-        const bool any = n_sel > 0;
-        if (!any)
-            for (long r = 0; r < reps; r++) sel[n_sel++] = paired[r];
-        printf("; median %.0f%% over %s%d run%s (target >= 85%%)\n", 100.0 * probe_median(sel, n_sel),
-               any ? "the steady " : "all ", n_sel, n_sel == 1 ? "" : "s");
+        for (long r = 0; r < reps; r++) printf(" %.0f%%%s", 100.0 * paired[r], steady[r] ? "" : "*");
+        printf("; median %.0f%% over %s%d run%s (target >= 85%%)\n", 100.0 * med, all ? "all " : "the steady ", n_sel,
+               n_sel == 1 ? "" : "s");
     }
     if (pp64_tps > 0 && tg_tps > 0) printf("\npp64 / decode throughput: %.2fx (target >= 4x)\n", pp64_tps / tg_tps);
     rc = 0;

@@ -307,6 +307,7 @@ typedef struct bs_run {
     double verify_paired[BS_MAX_K];
     double decode_probe, decode_gbs; /* median share of the probe, median GB/s of weights */
     int decode_probe_n;              /* rounds that median is over                      */
+    uint64_t decode_bytes;           /* weight bytes one decode step streams            */
     bool decode_probe_steady;        /* ... the steady ones (else all)                   */
     int verify_prefix;
     bool greedy_checked, greedy_ok;
@@ -504,6 +505,7 @@ static bool run_verify(bs_run *r) {
     const int L = r->n_ids[0];
     bool ok = false;
     double *t = NULL;
+    bool *steady = NULL;
     probe_buf probe = {0};
     spex_context_params cp = spex_context_default_params();
     cp.n_ctx_per_seq = L + K + 8;
@@ -533,15 +535,16 @@ static bool run_verify(bs_run *r) {
     const int R = (int)r->o.reps;
     /* per round: verify(k) seconds (R x K), decode(1)'s share of its probes and GB/s, whether
      * its two probes agreed; sel: scratch for medians */
-    t = malloc(sizeof *t * (size_t)R * (size_t)(K + 4));
-    if (!t) {
+    t = malloc(sizeof *t * (size_t)R * (size_t)(K + 3));
+    steady = malloc(sizeof *steady * (size_t)R);
+    if (!t || !steady) {
         spex_error_set(&e, SPEX_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    double *dec_pct = t + (size_t)R * (size_t)K, *dec_gbs = dec_pct + R, *steady = dec_gbs + R, *sel = steady + R;
+    double *dec_pct = t + (size_t)R * (size_t)K, *dec_gbs = dec_pct + R, *sel = dec_gbs + R;
     /* decode(1) against the memory of its moment: a probe of one decode step's weight bytes
      * just before and just after it, for targets whose weights do not fit in the cache */
-    const uint64_t wbytes = probe_decode_bytes(r->m);
+    const uint64_t wbytes = r->decode_bytes = probe_decode_bytes(r->m);
     const bool probing = r->o.probe == 1 || (r->o.probe == -1 && wbytes >= BS_PROBE_MIN_BYTES);
     if (probing && !probe_init(&probe, r->pool, (size_t)wbytes, &e)) goto fail;
     /* Rounds over k = 1..K (round 0 the warm-up), so every k's best comes from the same
@@ -562,10 +565,8 @@ static bool run_verify(bs_run *r) {
             if (probing && k == 1) {
                 const double after = probe_run(&probe, 1);
                 if (rep > 0) {
-                    const double hi = before > after ? before : after, lo = before > after ? after : before;
                     dec_gbs[rep - 1] = (double)wbytes / dt * 1e-9;
-                    dec_pct[rep - 1] = dec_gbs[rep - 1] / probe_gbs(&probe, 0.5 * (before + after));
-                    steady[rep - 1] = hi - lo <= 0.1 * hi; /* bench model's rule */
+                    dec_pct[rep - 1] = probe_paired_share(&probe, dec_gbs[rep - 1], before, after, &steady[rep - 1]);
                 }
             }
             if (spex_kv_seq_truncate(ctx, 0, L, &e) != SPEX_OK) goto fail;
@@ -577,14 +578,9 @@ static bool run_verify(bs_run *r) {
     }
     r->decode_probe = 0;
     if (probing) { /* the median over the steady rounds (all rounds when none was) */
-        int n = 0;
-        for (int q = 0; q < R; q++)
-            if (steady[q] != 0) sel[n++] = dec_pct[q];
-        r->decode_probe_steady = n > 0;
-        if (n == 0)
-            for (int q = 0; q < R; q++) sel[n++] = dec_pct[q];
-        r->decode_probe = probe_median(sel, n);
-        r->decode_probe_n = n;
+        bool all;
+        r->decode_probe = probe_steady_median(dec_pct, steady, R, sel, &r->decode_probe_n, &all);
+        r->decode_probe_steady = !all;
         for (int q = 0; q < R; q++) sel[q] = dec_gbs[q];
         r->decode_gbs = probe_median(sel, R);
     }
@@ -595,6 +591,7 @@ fail:
     fprintf(stderr, "error: verify(k): %s\n", e.msg);
 done:
     free(t);
+    free(steady);
     probe_free(&probe);
     spex_context_free(ctx);
     return ok;
@@ -679,7 +676,7 @@ static void print_results(const bs_run *r) {
     if (r->decode_probe > 0)
         printf("\ndecode(1) against a probe of its %.1f MiB of weights just before and after it in each round: "
                "%.2f GB/s, %.0f%% of the probe (medians over %s%d round%s; target >= 85%%)\n",
-               (double)probe_decode_bytes(r->m) / 1048576.0, r->decode_gbs, 100.0 * r->decode_probe,
+               (double)r->decode_bytes / 1048576.0, r->decode_gbs, 100.0 * r->decode_probe,
                r->decode_probe_steady ? "the steady " : "all ", r->decode_probe_n, r->decode_probe_n == 1 ? "" : "s");
     if (o->k_max >= 8)
         printf("verify(8)/decode(1) within a round, median: %.2f (target <= 1.6)\n", r->verify_paired[7]);

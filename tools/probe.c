@@ -68,3 +68,21 @@ double probe_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+double probe_paired_share(const probe_buf *p, double gbs, double before, double after, bool *steady) {
+    const double hi = before > after ? before : after, lo = before > after ? after : before;
+    *steady = hi - lo <= 0.1 * hi;
+    return gbs / probe_gbs(p, 0.5 * (before + after));
+}
+
+double probe_steady_median(const double *share, const bool *steady, int n, double *scratch, int *n_used,
+                           bool *all_used) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (steady[i]) scratch[k++] = share[i];
+    *all_used = k == 0;
+    if (k == 0)
+        for (int i = 0; i < n; i++) scratch[k++] = share[i];
+    *n_used = k;
+    return probe_median(scratch, k);
+}

@@ -43,4 +43,13 @@ uint64_t probe_decode_bytes(const spex_model *m);
 /* The median of v[0..n) (n >= 1; v is reordered). */
 double probe_median(double *v, int n);
 
+/* A run that read gbs GB/s between probes of `before` and `after` seconds per pass: its share
+ * of their mean rate, and *steady when the two agree within 10 % (the memory did not move
+ * during the run). */
+double probe_paired_share(const probe_buf *p, double gbs, double before, double after, bool *steady);
+/* The median of the steady entries of share[0..n) (n >= 1), or of all when none is steady
+ * (*all_used then true); *n_used entries. scratch: n doubles. */
+double probe_steady_median(const double *share, const bool *steady, int n, double *scratch, int *n_used,
+                           bool *all_used);
+
 #endif
