@@ -306,6 +306,13 @@ int64_t spex_pool_next_chunk_ranged(spex_pool *pool, int ith, const int64_t *bou
  * chunks can be small enough that the last ones, which a faster thread takes over, leave
  * little to wait for at the end. */
 int64_t spex_pool_next_chunks_ranged(spex_pool *pool, int ith, const int64_t *bounds, int n_front, int *n_got);
+/* Wait accounting, off by default: while on, each thread adds the time it spends waiting for
+ * the others (a worker for the next run, the driving thread for the workers at a run's end,
+ * any thread at a barrier) to its own counter, at two clock reads per wait. Switching it on
+ * zeroes the counters. spex_pool_wait_s: thread ith's seconds since then, a wait in progress
+ * included; call it from the thread that drives the pool, between runs. */
+void spex_pool_set_wait_accounting(spex_pool *pool, bool on);
+double spex_pool_wait_s(const spex_pool *pool, int ith);
 
 /* ======================================================================== */
 /* Quantization of whole files                                               */

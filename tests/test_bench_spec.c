@@ -155,7 +155,10 @@ TEST(default_pair_table_and_json) {
                                                            "decode_speedup")->valuedouble;
         ok = ml >= 1.0 && ml <= 8.0 && fabs(ar_speed - 1.0) < 1e-9 &&
              cJSON_GetObjectItemCaseSensitive(row, "runs")->valueint == 2 &&
-             cJSON_GetObjectItemCaseSensitive(row, "verify_ms_per_step")->valuedouble > 0;
+             cJSON_GetObjectItemCaseSensitive(row, "verify_ms_per_step")->valuedouble > 0 &&
+             /* one thread never waits for another */
+             cJSON_GetObjectItemCaseSensitive(row, "wait_share_caller")->valuedouble == 0.0 &&
+             cJSON_GetObjectItemCaseSensitive(row, "wait_share_worker")->valuedouble == 0.0;
     }
     ok = ok && cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(j, "decode_probe_share"));
     cJSON_Delete(j);
@@ -205,6 +208,35 @@ TEST(verify_rounds_paired_and_probe) {
                   "--probe %s: rc %d, stderr: %s", bad[i], r.rc, r.err);
         bs_free(&r);
     }
+}
+
+/* The cost table's Waits column with two threads: the calling thread waits for the worker at
+ * the end of every pool run and the worker for the next run, so both shares lie in (0, 1). */
+TEST(cost_table_waits_two_threads) {
+    REQUIRE_BIN();
+    if (access(DEF_TARGET, R_OK) || access(DEF_DRAFTER, R_OK)) SKIP("no default models in models/");
+    char prompts[512], json[512];
+    CHECK(two_prompts_and_json("demo2w.jsonl", "bsw.json", prompts, json));
+    bs_result r;
+    RUN(r, "-m", DEF_TARGET, "-md", DEF_DRAFTER, "--prompts", prompts, "-n", "16", "-t", "2", "--temps", "0",
+        "--verify-k", "1", "--reps", "1", "--json", json);
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK_MSG(strstr(r.out, "| Other % | Verified / cut per step | Waits caller / worker |"), "no Waits column:\n%s",
+              r.out);
+    bs_free(&r);
+    cJSON *j = read_json(json);
+    CHECK(j);
+    const cJSON *ms = cJSON_GetObjectItemCaseSensitive(j, "methods");
+    bool ok = cJSON_GetArraySize(ms) == 2;
+    for (int i = 0; ok && i < 2; i++) {
+        const cJSON *row = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(ms, i), "rows"), 0);
+        const double wc = cJSON_GetObjectItemCaseSensitive(row, "wait_share_caller")->valuedouble;
+        const double ww = cJSON_GetObjectItemCaseSensitive(row, "wait_share_worker")->valuedouble;
+        ok = wc > 0.0 && wc < 1.0 && ww > 0.0 && ww < 1.0;
+        if (!ok) printf("  method %d: wait shares %g / %g\n", i, wc, ww);
+    }
+    cJSON_Delete(j);
+    CHECK_MSG(ok, "wait shares not in (0, 1)");
 }
 
 static int count_bench_tmp_dirs(void) {

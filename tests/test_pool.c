@@ -189,6 +189,57 @@ TEST(pool_runs_after_sleep) {
     CHECK_EQ_INT(c.per_thread[2], 20);
 }
 
+/* ---- wait accounting ------------------------------------------------------------------------ */
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
+/* Thread 1 arrives 20 ms late at a barrier; after it, thread 0 works 10 ms more. */
+static void late_task(void *p, int ith, int nth) {
+    spex_pool *pool = p;
+    if (ith == 1) sleep_ms(20);
+    spex_pool_barrier(pool);
+    if (ith == 0) sleep_ms(10);
+}
+
+TEST(pool_wait_accounting) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(3, &pool, NULL));
+    spex_pool_run(pool, late_task, pool); /* off: nothing is counted */
+    for (int t = 0; t < 3; t++) CHECK(spex_pool_wait_s(pool, t) == 0.0);
+    spex_pool_set_wait_accounting(pool, true);
+    spex_pool_run(pool, late_task, pool);
+    sleep_ms(30); /* between runs: the workers' wait for the next run is in progress */
+    const double w0 = spex_pool_wait_s(pool, 0), w1 = spex_pool_wait_s(pool, 1), w2 = spex_pool_wait_s(pool, 2);
+    /* 0: the barrier (~20 ms), hardly any wait at the end of the run; 1: none at the barrier,
+     * then ~10 + 30 ms for the next run; 2: both */
+    CHECK(w0 >= 0.019 && w0 < 0.5);
+    CHECK(w1 >= 0.039 && w1 < w2);
+    CHECK(w2 >= 0.059);
+    CHECK(w2 - w1 >= 0.015);
+    CHECK(spex_pool_wait_s(pool, 3) == 0.0 && spex_pool_wait_s(pool, -1) == 0.0);
+    /* switching on again starts from zero */
+    spex_pool_set_wait_accounting(pool, false);
+    spex_pool_set_wait_accounting(pool, true);
+    CHECK(spex_pool_wait_s(pool, 0) == 0.0);
+    CHECK(spex_pool_wait_s(pool, 1) < 0.005);
+    spex_pool_free(pool);
+    spex_pool_set_wait_accounting(NULL, true); /* no-ops */
+    CHECK(spex_pool_wait_s(NULL, 0) == 0.0);
+}
+
+/* A one-thread pool never waits. */
+TEST(pool_wait_accounting_1) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(1, &pool, NULL));
+    spex_pool_set_wait_accounting(pool, true);
+    spex_pool_run(pool, late_task, pool);
+    CHECK(spex_pool_wait_s(pool, 0) == 0.0);
+    spex_pool_free(pool);
+}
+
 /* ---- 1 thread, oversubscription, defaults ------------------------------------------------ */
 
 typedef struct {

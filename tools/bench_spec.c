@@ -100,7 +100,8 @@ static void bs_usage(FILE *f) {
             "  MTP      the target's own nextn block (--mtp; skipped when the target has none), n_max 3\n"
             "and prints: the table (Method | Draft quant | Block | Temp | Decode TPS | Decode speedup vs AR at the\n"
             "same T | Acceptance (mean length) | Normal stops = ended by EOS/EOT, not by -n); the cost per step\n"
-            "(draft, verify, other: ms and %% of the step); verify(k)/decode(1), one forward of k tokens with\n"
+            "(draft, verify, other: ms and %% of the step; the share of the decode each thread spent waiting\n"
+            "for the others); verify(k)/decode(1), one forward of k tokens with\n"
             "logits on every row on the target alone, k = 1..K, best of R and the median of each round's own\n"
             "ratio; decode(1) against a streaming probe of its weight bytes just before and after it; and\n"
             "'greedy output identical: yes/no'\n"
@@ -448,6 +449,13 @@ static spex_sampler_params sampler_params(float temp, int prompt) {
     return sp;
 }
 
+/* The share of a row's decode time the caller and (on average) each worker spent waiting. */
+static void row_waits(const bs_run *r, const genset_row *w, double *caller, double *worker) {
+    const int nw = spex_pool_n_threads(r->pool) - 1;
+    *caller = w->t_decode > 0 ? w->t_wait_caller / w->t_decode : 0.0;
+    *worker = w->t_decode > 0 && nw > 0 ? w->t_wait_workers / (w->t_decode * nw) : 0.0;
+}
+
 /* One generation of prompt i with method me at temperature t, added to row. */
 static int run_one(bs_run *r, bs_method *me, int i, float t, int n_predict, int32_t *out, genset_row *row) {
     spex_error e = {0};
@@ -457,7 +465,7 @@ static int run_one(bs_run *r, bs_method *me, int i, float t, int n_predict, int3
         fprintf(stderr, "error: %s\n", e.msg);
         return -1;
     }
-    int n = genset_generate(me->spec, r->tok, r->ids[i], r->n_ids[i], n_predict, smp, out, row);
+    int n = genset_generate(me->spec, r->tok, r->ids[i], r->n_ids[i], n_predict, smp, out, row, r->pool);
     spex_sampler_free(smp);
     return n;
 }
@@ -642,10 +650,12 @@ static void print_results(const bs_run *r) {
                    row_tps(w), tps0 > 0 ? row_tps(w) / tps0 : 0, acc, w->normal_stops, w->n_runs);
         }
     }
-    printf("\ncost per step (prompt excluded; other = sampling, acceptance, feature injection, bookkeeping):\n\n");
+    printf("\ncost per step (prompt excluded; other = sampling, acceptance, feature injection, bookkeeping; waits = "
+           "the share of the decode that the calling thread / each worker thread spent waiting for the others, "
+           "spex_pool_wait_s):\n\n");
     printf("| Method | Draft quant |%s Temp | Steps | Draft ms | Verify ms | Other ms | Step ms | Draft %% | Verify %% | "
-           "Other %% | Verified / cut per step |\n", sc ? " Draft stop |" : "");
-    printf("| --- | --- |%s ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
+           "Other %% | Verified / cut per step | Waits caller / worker |\n", sc ? " Draft stop |" : "");
+    printf("| --- | --- |%s ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
            sc ? " --- |" : "");
     for (int ti = 0; ti < o->n_temps; ti++) {
         char tl[32];
@@ -657,10 +667,13 @@ static void print_results(const bs_run *r) {
             const double pc = tot > 0 ? 100.0 / tot : 0;
             char pm[40];
             stop_cell(r, me, pm, sizeof pm);
-            printf("| %s | %s |%s %s | %llu | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.0f%% | %.0f%% | %.2f / %.2f |\n",
+            double wc, ww;
+            row_waits(r, w, &wc, &ww);
+            printf("| %s | %s |%s %s | %llu | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.0f%% | %.0f%% | %.2f / %.2f | "
+                   "%.1f%% / %.1f%% |\n",
                    me->name, me->quant, pm, tl, (unsigned long long)w->steps, 1e3 * w->t_draft / n,
                    1e3 * w->t_verify / n, 1e3 * w->t_other / n, 1e3 * tot / n, w->t_draft * pc, w->t_verify * pc,
-                   w->t_other * pc, (double)w->drafted / n, (double)w->cut / n);
+                   w->t_other * pc, (double)w->drafted / n, (double)w->cut / n, 100.0 * wc, 100.0 * ww);
         }
     }
     printf("\nverify(k)/decode(1): the target alone, one forward of k tokens with logits on every row after a %d-token "
@@ -742,6 +755,10 @@ static bool write_json(const bs_run *r) {
             cJSON_AddNumberToObject(jr, "draft_ms_per_step", 1e3 * w->t_draft / n);
             cJSON_AddNumberToObject(jr, "verify_ms_per_step", 1e3 * w->t_verify / n);
             cJSON_AddNumberToObject(jr, "other_ms_per_step", 1e3 * w->t_other / n);
+            double wc, ww;
+            row_waits(r, w, &wc, &ww);
+            cJSON_AddNumberToObject(jr, "wait_share_caller", wc);
+            cJSON_AddNumberToObject(jr, "wait_share_worker", ww);
             cJSON_AddItemToArray(rows, jr);
         }
         cJSON_AddItemToArray(ms, jm);
@@ -796,6 +813,7 @@ int bench_spec(int argc, char **argv) {
         spex_tokenizer_load_gguf(spex_model_gguf(r->m), &r->tok, &e) != SPEX_OK ||
         spex_pool_create((int)o->n_threads, &r->pool, &e) != SPEX_OK)
         goto fail;
+    spex_pool_set_wait_accounting(r->pool, true); /* the cost table's Waits column */
     r->hp = spex_model_get_hparams(r->m);
     spex_chat_template tmpl = genset_template(r->m, r->tok);
     {

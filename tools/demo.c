@@ -41,7 +41,7 @@ static int generate(demo_env *env, const genset_prompt *p, spex_sampler *smp, in
     int32_t ids[2048];
     int np = genset_prompt_ids(env->tok, env->tmpl, p, ids, 2048);
     if (np <= 0) return -1;
-    return genset_generate(env->spec, env->tok, ids, np, env->n_predict, smp, out, row);
+    return genset_generate(env->spec, env->tok, ids, np, env->n_predict, smp, out, row, NULL);
 }
 
 static void usage(FILE *f) {

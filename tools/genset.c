@@ -116,8 +116,15 @@ int genset_prompt_ids(const spex_tokenizer *tok, spex_chat_template tmpl, const 
     return k;
 }
 
+/* Thread 0's waits, and the workers' summed (spex_pool_wait_s: read between runs). */
+static void pool_waits(const spex_pool *pool, double *caller, double *workers) {
+    *caller = spex_pool_wait_s(pool, 0);
+    *workers = 0.0;
+    for (int t = 1; t < spex_pool_n_threads(pool); t++) *workers += spex_pool_wait_s(pool, t);
+}
+
 int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *ids, int np, int n_predict,
-                    spex_sampler *smp, int32_t *out, genset_row *row) {
+                    spex_sampler *smp, int32_t *out, genset_row *row, spex_pool *pool) {
     spex_error e = {0};
     spex_sampler_reset(smp);
     for (int i = 0; i < np; i++) (void)spex_sampler_accept(smp, ids[i]);
@@ -129,6 +136,8 @@ int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *i
     /* seq_begin counts its last prompt token's forward as "other": keep it out of the steps. */
     const spex_spec_stats *st = spex_spec_seq_stats(spec, 0);
     const double other0 = st->t_other;
+    double w0c = 0.0, w0w = 0.0;
+    if (pool) pool_waits(pool, &w0c, &w0w);
     double t0 = genset_now_s();
     int n = 0;
     bool eog = false;
@@ -146,6 +155,12 @@ int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *i
         }
     }
     row->t_decode += genset_now_s() - t0;
+    if (pool) {
+        double w1c, w1w;
+        pool_waits(pool, &w1c, &w1w);
+        row->t_wait_caller += w1c - w0c;
+        row->t_wait_workers += w1w - w0w;
+    }
     row->n_gen += n;
     row->normal_stops += eog;
     row->n_runs++;

@@ -34,6 +34,9 @@ typedef struct genset_row {
     double t_draft, t_verify, t_other; /* spex_spec_stats of the steps (prompt excluded) */
     int normal_stops;                /* generations ended by an end-of-generation token */
     int n_runs;
+    /* With a pool given to genset_generate (its wait accounting on): seconds its threads
+     * waited for each other during t_decode, thread 0 (the caller) and the workers summed. */
+    double t_wait_caller, t_wait_workers;
 } genset_row;
 
 double genset_now_s(void);
@@ -55,8 +58,10 @@ int genset_prompt_ids(const spex_tokenizer *tok, spex_chat_template tmpl, const 
 
 /* One generation of at most n_predict tokens on sequence 0 of spec from prompt ids[0..np):
  * the tokens go to out (n_predict entries, the end-of-generation token excluded) and the
- * numbers are added to row. Returns the count, or -1 after printing an error. */
+ * numbers are added to row. With pool (the one spec runs on, its wait accounting on) the
+ * threads' waits during the decode are added too; NULL leaves them out. Returns the count, or
+ * -1 after printing an error. */
 int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *ids, int np, int n_predict,
-                    spex_sampler *smp, int32_t *out, genset_row *row);
+                    spex_sampler *smp, int32_t *out, genset_row *row, spex_pool *pool);
 
 #endif

@@ -55,6 +55,14 @@
  * k to the front count) while helpers still take one from the back, so the chunks can be small
  * at the ends where threads meet without more claims along the way (session 15).
  *
+ * Wait accounting (spex_pool_set_wait_accounting): each thread adds the time it waits to its own
+ * counter, so a benchmark can say how much of a step the threads spend waiting for each other
+ * without a profiler. A thread marks a wait open (its start time) and closes it (adds the
+ * elapsed time, clears the mark); a reader adds an open wait's time so far. Workers between
+ * runs sit in an open wait that only the next run closes, so counters read by the driving
+ * thread between runs are stable; switching accounting on opens the workers' current waits
+ * at that moment. Off, a wait costs one relaxed load more.
+ *
  * The barrier is sense-reversing in its generation-counter form: each thread reads the
  * barrier generation, then increments the arrival count; the last to arrive resets the count
  * and advances the generation, which releases the others (they spin, then sleep). A
@@ -91,6 +99,12 @@ typedef struct pool_claim {
     _Alignas(CACHE_LINE) _Atomic uint64_t w;
 } pool_claim;
 
+/* Thread t's waits (header comment): closed nanoseconds, and the start of an open wait or 0. */
+typedef struct pool_acct {
+    _Alignas(CACHE_LINE) _Atomic int64_t wait_ns;
+    _Atomic int64_t open_ns;
+} pool_acct;
+
 typedef struct pool_worker {
     struct spex_pool *pool;
     int ith;
@@ -102,6 +116,8 @@ struct spex_pool {
     long long spin_ns;            /* 0: block at once (more threads than cores) */
     pool_worker *workers;         /* [nth - 1]: thread ith is workers[ith - 1]   */
     struct pool_claim *claims;    /* [nth]: the ranged protocol's words          */
+    struct pool_acct *acct;       /* [nth]: wait accounting                      */
+    _Atomic int acct_on;
     int n_started;
 
     /* Written by the caller before a run; read by workers after they see the new gen. */
@@ -142,6 +158,20 @@ static long long now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Wait accounting (header comment): open a wait when accounting is on, close an open one. */
+static inline void acct_open(spex_pool *pool, int ith) {
+    if (atomic_load_explicit(&pool->acct_on, memory_order_relaxed))
+        atomic_store_explicit(&pool->acct[ith].open_ns, now_ns(), memory_order_relaxed);
+}
+static inline void acct_close(spex_pool *pool, int ith) {
+    const int64_t o = atomic_load_explicit(&pool->acct[ith].open_ns, memory_order_relaxed);
+    if (!o) return;
+    atomic_store_explicit(&pool->acct[ith].wait_ns,
+                          atomic_load_explicit(&pool->acct[ith].wait_ns, memory_order_relaxed) + (now_ns() - o),
+                          memory_order_relaxed);
+    atomic_store_explicit(&pool->acct[ith].open_ns, 0, memory_order_relaxed);
 }
 
 /* Spins until *word != old or spin_ns elapse. Returns the last value seen. */
@@ -192,6 +222,9 @@ static void word_wake(spex_pool *pool, _Atomic uint32_t *word) {
  * milliseconds, every wait would otherwise burn its whole budget before sleeping (hundreds
  * of barriers per token: 50 µs each is 8 ms a token). */
 static _Thread_local long long tl_spin_ns = -1;
+/* This thread's index in the pool it works for: a worker's ith, 0 for any driving thread (a
+ * worker never drives a pool: tasks must not call spex_pool_run). */
+static _Thread_local int tl_ith = 0;
 #define SPIN_MIN_NS 1000LL
 
 /* The budget after a wait: doubled (up to cap) when it ended while spinning, else / 8. */
@@ -228,8 +261,11 @@ static void *worker_main(void *arg) {
     /* Not a load of gen: the first run may already have been posted before this thread
      * got scheduled, and it must not be mistaken for the starting state. */
     uint32_t seen = 0;
+    tl_ith = w->ith;
     for (;;) {
+        acct_open(pool, w->ith);
         seen = wait_while_equal(pool, &pool->gen, seen, &pool->gen_sleepers);
+        acct_close(pool, w->ith);
         if (atomic_load_explicit(&pool->stop, memory_order_acquire)) break;
         pool->task(pool->ctx, w->ith, pool->nth);
         /* The last worker to finish wakes the caller if (and only if) it went to sleep. */
@@ -271,7 +307,18 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
         free(pool);
         return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
     }
-    for (int t = 0; t < n_threads; t++) atomic_init(&pool->claims[t].w, 0);
+    pool->acct = aligned_alloc(CACHE_LINE, sizeof(pool_acct) * (size_t)n_threads);
+    if (!pool->acct) {
+        free(pool->claims);
+        free(pool);
+        return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
+    }
+    for (int t = 0; t < n_threads; t++) {
+        atomic_init(&pool->claims[t].w, 0);
+        atomic_init(&pool->acct[t].wait_ns, 0);
+        atomic_init(&pool->acct[t].open_ns, 0);
+    }
+    atomic_init(&pool->acct_on, 0);
     pool->spin_ns = n_threads <= ncpu ? SPIN_NS : 0;
     atomic_init(&pool->stop, 0);
     atomic_init(&pool->gen, 0);
@@ -289,6 +336,7 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
     if (n_threads > 1) {
         pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
         if (!pool->workers) {
+            free(pool->acct);
             free(pool->claims);
             free(pool);
             return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
@@ -300,6 +348,7 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
             if (rc != 0) {
                 pool_stop_workers(pool);
                 free(pool->workers);
+                free(pool->acct);
                 free(pool->claims);
                 free(pool);
                 return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: thread %d of %d: %s",
@@ -320,6 +369,7 @@ void spex_pool_free(spex_pool *pool) {
     pthread_cond_destroy(&pool->cv);
 #endif
     free(pool->workers);
+    free(pool->acct);
     free(pool->claims);
     free(pool);
 }
@@ -346,6 +396,7 @@ void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx) {
 
     task(ctx, 0, pool->nth);
 
+    acct_open(pool, 0);
     /* Wait for the workers: spin while they are likely to finish soon (the adaptive budget
      * of wait_while_equal_ns), then sleep. */
     uint32_t v = atomic_load_explicit(&pool->pending, memory_order_acquire);
@@ -367,6 +418,7 @@ void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx) {
         atomic_store(&pool->caller_sleeping, 0);
     }
     atomic_thread_fence(memory_order_acquire); /* the workers' writes are visible now */
+    acct_close(pool, 0);
 }
 
 void spex_pool_barrier(spex_pool *pool) {
@@ -385,7 +437,30 @@ void spex_pool_barrier(spex_pool *pool) {
      * core busy, so the thread everybody waits for stays queued behind another process on
      * the other core; a blocked thread leaves its core idle and the scheduler pulls the late
      * thread onto it (2.1x the decode rate at -t 2 with one core busy elsewhere). */
+    acct_open(pool, tl_ith);
     wait_while_equal_ns(pool, &pool->bar_gen, g, &pool->bar_sleepers, pool->spin_ns > 0 ? BAR_SPIN_NS : 0);
+    acct_close(pool, tl_ith);
+}
+
+void spex_pool_set_wait_accounting(spex_pool *pool, bool on) {
+    if (!pool) return;
+    if (on) {
+        const int64_t t = now_ns();
+        for (int i = 0; i < pool->nth; i++) {
+            atomic_store_explicit(&pool->acct[i].wait_ns, 0, memory_order_relaxed);
+            /* the workers are in their wait for the next run: it counts from now */
+            atomic_store_explicit(&pool->acct[i].open_ns, i > 0 ? t : 0, memory_order_relaxed);
+        }
+    }
+    atomic_store_explicit(&pool->acct_on, on ? 1 : 0, memory_order_seq_cst);
+}
+
+double spex_pool_wait_s(const spex_pool *pool, int ith) {
+    if (!pool || ith < 0 || ith >= pool->nth) return 0.0;
+    int64_t w = atomic_load_explicit(&pool->acct[ith].wait_ns, memory_order_relaxed);
+    const int64_t o = atomic_load_explicit(&pool->acct[ith].open_ns, memory_order_relaxed);
+    if (o) w += now_ns() - o;
+    return (double)w * 1e-9;
 }
 
 int64_t spex_pool_next_chunk(spex_pool *pool) {
