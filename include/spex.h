@@ -310,7 +310,7 @@ int64_t spex_pool_next_chunks_ranged(spex_pool *pool, int ith, const int64_t *bo
  * the others (a worker for the next run, the driving thread for the workers at a run's end,
  * any thread at a barrier) to its own counter, at two clock reads per wait. Switching it on
  * zeroes the counters. spex_pool_wait_s: thread ith's seconds since then, a wait in progress
- * included; call it from the thread that drives the pool, between runs. */
+ * included. Call both from the thread that drives the pool, between runs. */
 void spex_pool_set_wait_accounting(spex_pool *pool, bool on);
 double spex_pool_wait_s(const spex_pool *pool, int ith);
 
