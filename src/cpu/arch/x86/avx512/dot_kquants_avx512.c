@@ -269,9 +269,16 @@ KQ_INLINE void kq_w16_sb(const kq_src *src, const block_q8_K *const *xr, const k
  * back, a slice of *pfs bytes per super-block from the returned address (0: none), since 16
  * rows read side by side are 16 streams, too many for the hardware prefetchers (the 1-row
  * case fell from 28 to 23 GB/s without this); in the R16 layout the slice is exactly the
- * next block's unit of the same super-block. The call's first block is requested at once. */
-KQ_INLINE uintptr_t kq_block_start(const void *w, size_t w_stride, int nw, int i0, int64_t b0, int nbs, size_t bsize,
-                                   const int packed, const uint8_t **rows, size_t *pfs) {
+ * next block's unit of the same super-block. The call's first block is requested at once.
+ * R16: the last block reads ahead what follows it, the first block of the next span (nb
+ * super-blocks in all), or after the last span the units just past this call's rows: in a
+ * ranged matmul run (matmul.c) that is the thread's next claim, whose first block otherwise
+ * starts cold. A call of 8 activation rows is compute-bound, and one ~1 us wait for its first
+ * units at each of ~26 calls per thread and layer (claims of a 256-row plan chunk) cost
+ * verify(8) 2-8 % (in-process A/B, docs/performance.md session 16). When another thread takes
+ * that claim the lines are read for nothing (prefetches never fault, past a matrix's end too). */
+KQ_INLINE uintptr_t kq_block_start(const void *w, size_t w_stride, int nw, int i0, int64_t b0, int nbs, int64_t nb,
+                                   size_t bsize, const int packed, const uint8_t **rows, size_t *pfs) {
     for (int l = 0; l < KQ_WB; l++) rows[l] = (const uint8_t *)w + (size_t)(i0 + l < nw ? i0 + l : nw - 1) * w_stride;
     const size_t unit = (size_t)KQ_WB * bsize; /* R16: bytes of one super-block's unit */
     const uintptr_t next = (uintptr_t)((const uint8_t *)w + (size_t)(i0 + KQ_WB) * w_stride);
@@ -280,7 +287,11 @@ KQ_INLINE uintptr_t kq_block_start(const void *w, size_t w_stride, int nw, int i
     if (i0 == 0)
         kq_prefetch((uintptr_t)rows[0] + (uintptr_t)b0 * (packed ? unit : bsize),
                     packed ? (size_t)nbs * unit : (size_t)(nw < KQ_WB ? nw : KQ_WB) * w_stride);
-    return i0 + KQ_WB >= nw ? 0 : packed ? next + (uintptr_t)b0 * unit : next + (uintptr_t)b0 * bsize;
+    if (i0 + KQ_WB >= nw) {
+        if (!packed) return 0;
+        return b0 + nbs < nb ? (uintptr_t)w + (uintptr_t)(b0 + nbs) * unit : next;
+    }
+    return packed ? next + (uintptr_t)b0 * unit : next + (uintptr_t)b0 * bsize;
 }
 
 /* y[j*ldy + l] = (first) or += acc[j] lane l, j < g, l < min(nv, 16): one masked store a row. */
@@ -323,7 +334,7 @@ KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
             for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
                 const uint8_t *rows[KQ_WB];
                 size_t pfs;
-                const uintptr_t pf0 = kq_block_start(w, w_stride, nw, i0, b0, nbs, bsize, packed, rows, &pfs);
+                const uintptr_t pf0 = kq_block_start(w, w_stride, nw, i0, b0, nbs, nb, bsize, packed, rows, &pfs);
                 const size_t unit = (size_t)KQ_WB * bsize; /* R16: bytes of one super-block's unit */
                 __m512 acc[KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[j] = _mm512_setzero_ps();
@@ -533,7 +544,7 @@ KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw,
             for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
                 const uint8_t *rows[KQ_WB];
                 size_t pfs;
-                const uintptr_t pf0 = kq_block_start(w, w_stride, nw, i0, b0, nbs, bsize, packed, rows, &pfs);
+                const uintptr_t pf0 = kq_block_start(w, w_stride, nw, i0, b0, nbs, nb, bsize, packed, rows, &pfs);
                 __m512 acc[KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[j] = _mm512_setzero_ps();
                 for (int b = 0; b < nbs; b++) {
