@@ -676,6 +676,20 @@ AI void qr_store(__m512 kp[4][QR_G], int g, float *y, size_t ldy) {
     }
 }
 
+/* Where the group after the last one of pass (wb, j0, c0) starts: the next chunk of blocks,
+ * the same rows again for the next activation rows, the next QR_WROWS rows, or past the tile
+ * (a ranged matmul thread's next claim: matmul.c). Its units are read ahead during that last
+ * group, as the group after each other group is, so the next pass, or the next call, does
+ * not start on cold weights (prefetches never fault, so a guess past the matrix costs only
+ * the lines). In-process A/B, 8 rows: Q8_0 verify(8) -2 to -10 % (docs/performance.md,
+ * session 16). */
+AI uintptr_t qr_after(const uint8_t *w, size_t wst, int nw, int nx, int64_t nb, size_t ubytes, int wb, int j0,
+                      int64_t c0, int64_t cnt) {
+    if (c0 + cnt < nb) return (uintptr_t)(w + (size_t)wb * wst + (size_t)(c0 + cnt) * ubytes);
+    if (j0 + QR_G < nx) return (uintptr_t)(w + (size_t)wb * wst);
+    return (uintptr_t)(w + (size_t)(wb + QR_WROWS < nw ? wb + QR_WROWS : nw) * wst);
+}
+
 /* A tile of nw (a multiple of 16) R16 weight rows x nx activation rows. */
 AI void qrow(const int K, const bool vnni, int64_t nb, const uint8_t *w, size_t wst, int nw, const uint8_t *x,
              size_t xst, int nx, float *y, size_t ldy) {
@@ -714,7 +728,8 @@ AI void qrow(const int K, const bool vnni, int64_t nb, const uint8_t *w, size_t 
                 }
                 for (int i0 = 0; i0 < nwb; i0 += 16) {
                     const uint8_t *g0 = w + (size_t)(wb + i0) * wst + (size_t)c0 * ubytes;
-                    const uintptr_t pf = i0 + 16 < nwb ? (uintptr_t)(g0 + 16 * wst) : 0;
+                    const uintptr_t pf = i0 + 16 < nwb ? (uintptr_t)(g0 + 16 * wst)
+                                                       : qr_after(w, wst, nw, nx, nb, ubytes, wb, j0, c0, cnt);
                     if (i0 == 0) /* the call's first group: all its requests at once */
                         for (size_t o = 0; o < (size_t)cnt * ubytes; o += 64) _mm_prefetch((const char *)(g0 + o), _MM_HINT_T1);
                     __m512 (*kp)[QR_G] = keep[i0 / 16];
