@@ -216,8 +216,8 @@ TEST(pool_wait_accounting) {
     /* 0: the barrier (~20 ms), hardly any wait at the end of the run; 1: none at the barrier,
      * then ~10 + 30 ms for the next run; 2: both */
     CHECK(w0 >= 0.019 && w0 < 0.5);
-    CHECK(w1 >= 0.039 && w1 < w2);
-    CHECK(w2 >= 0.059);
+    CHECK(w1 >= 0.036 && w1 < w2); /* a few ms of slack for a busy machine */
+    CHECK(w2 >= 0.055);
     CHECK(w2 - w1 >= 0.015);
     CHECK(spex_pool_wait_s(pool, 3) == 0.0 && spex_pool_wait_s(pool, -1) == 0.0);
     /* switching on again starts from zero */
