@@ -290,6 +290,14 @@ static void pool_stop_workers(spex_pool *pool) {
     pool->n_started = 0;
 }
 
+/* Frees the pool's memory (any part may still be NULL); the workers must be stopped. */
+static void pool_release(spex_pool *pool) {
+    free(pool->workers);
+    free(pool->acct);
+    free(pool->claims);
+    free(pool);
+}
+
 spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
     if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_pool_create: out is NULL");
     *out = NULL;
@@ -303,14 +311,9 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
     memset(pool, 0, sizeof *pool);
     pool->nth = n_threads;
     pool->claims = aligned_alloc(CACHE_LINE, sizeof(pool_claim) * (size_t)n_threads);
-    if (!pool->claims) {
-        free(pool);
-        return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
-    }
     pool->acct = aligned_alloc(CACHE_LINE, sizeof(pool_acct) * (size_t)n_threads);
-    if (!pool->acct) {
-        free(pool->claims);
-        free(pool);
+    if (!pool->claims || !pool->acct) {
+        pool_release(pool);
         return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
     }
     for (int t = 0; t < n_threads; t++) {
@@ -336,9 +339,7 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
     if (n_threads > 1) {
         pool->workers = calloc((size_t)n_threads - 1, sizeof *pool->workers);
         if (!pool->workers) {
-            free(pool->acct);
-            free(pool->claims);
-            free(pool);
+            pool_release(pool);
             return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: out of memory");
         }
         for (int i = 0; i < n_threads - 1; i++) {
@@ -347,10 +348,7 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
             int rc = pthread_create(&pool->workers[i].tid, NULL, worker_main, &pool->workers[i]);
             if (rc != 0) {
                 pool_stop_workers(pool);
-                free(pool->workers);
-                free(pool->acct);
-                free(pool->claims);
-                free(pool);
+                pool_release(pool);
                 return spex_error_set(err, SPEX_ERR_NOMEM, "spex_pool_create: thread %d of %d: %s",
                                       i + 1, n_threads, strerror(rc));
             }
@@ -368,10 +366,7 @@ void spex_pool_free(spex_pool *pool) {
     pthread_mutex_destroy(&pool->mu);
     pthread_cond_destroy(&pool->cv);
 #endif
-    free(pool->workers);
-    free(pool->acct);
-    free(pool->claims);
-    free(pool);
+    pool_release(pool);
 }
 
 int spex_pool_n_threads(const spex_pool *pool) { return pool ? pool->nth : 1; }
