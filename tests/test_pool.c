@@ -172,6 +172,12 @@ TEST(pool_many_runs) {
     CHECK_EQ_INT(c.per_thread[1], 10000);
 }
 
+/* Sleeps ms milliseconds (resumed after a signal). */
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0) {}
+}
+
 /* Runs with gaps long enough that the workers stop spinning and sleep: exercises the futex
  * path for both the wake-up and the completion. */
 TEST(pool_runs_after_sleep) {
@@ -179,8 +185,7 @@ TEST(pool_runs_after_sleep) {
     CHECK_OK(spex_pool_create(3, &pool, NULL));
     count_ctx c = {0};
     for (int r = 0; r < 20; r++) {
-        struct timespec ts = {0, 2000000}; /* 2 ms > the spin time */
-        nanosleep(&ts, NULL);
+        sleep_ms(2); /* > the spin time */
         spex_pool_run(pool, count_task, &c);
     }
     spex_pool_free(pool);
@@ -190,11 +195,6 @@ TEST(pool_runs_after_sleep) {
 }
 
 /* ---- wait accounting ------------------------------------------------------------------------ */
-
-static void sleep_ms(long ms) {
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0) {}
-}
 
 /* Thread 1 arrives 100 ms late at a barrier; after it, thread 0 works 50 ms more. (Long
  * enough that a busy machine delaying a thread by a few ms cannot upset the bounds below.) */
