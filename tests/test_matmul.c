@@ -487,6 +487,94 @@ TEST(multi_task_bit_equal_single) {
     CHECK(spex_matmul_can_share(&q4, &q6));
 }
 
+/* The optional modes of spex_matmul_task_multi (cpu/matmul.h): slice_align (the matrices cut
+ * into per-thread column slices) and conv_cols (each thread converts its columns of every row)
+ * give the same bits as spex_matmul, on 2-4 threads (so slices can be empty or uneven), with
+ * 1, 3 and 16 rows (the regime that uses them) and 40 (which ignores them). */
+TEST(sliced_and_column_converted_bit_equal) {
+    const spex_matmul_kernels *scalar = spex_matmul_kernels_for(SPEX_ISA_SCALAR);
+    const struct {
+        spex_type t0, t1;
+        int64_t n, n_out, align;
+    } cases[] = {
+        {SPEX_TYPE_Q4_K, SPEX_TYPE_Q6_K, 1024, 544, 256}, /* 2 units of 256 output rows */
+        {SPEX_TYPE_Q8_0, SPEX_TYPE_Q8_0, 96, 1024, 32},   /* 3 conversion units of 32 columns */
+        {SPEX_TYPE_F16, SPEX_TYPE_F16, 64, 80, 16},
+    };
+    const int64_t row_counts[] = {1, 3, 16, 40};
+    int ran = 0;
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        for (size_t rc = 0; rc < sizeof row_counts / sizeof row_counts[0]; rc++) {
+            const int64_t nr = row_counts[rc], n = cases[ci].n, no = cases[ci].n_out;
+            const spex_type types[2] = {cases[ci].t0, cases[ci].t1};
+            dataset d[2];
+            CHECK(dataset_make(&d[0], scalar, types[0], n, no, nr));
+            CHECK(dataset_make(&d[1], scalar, types[1], n, no, nr));
+            const size_t wss = spex_matmul_ws_size(types[0], n, nr);
+            uint8_t *ws = wss ? malloc(wss) : NULL;
+            float *ys[2], *ym[2];
+            spex_matmul_args a[2];
+            bool ok = true;
+            for (int i = 0; i < 2; i++) {
+                ys[i] = malloc(sizeof(float) * (size_t)(no * nr));
+                ym[i] = malloc(sizeof(float) * (size_t)(no * nr));
+                a[i] = (spex_matmul_args){.wtype = types[i], .W = d[i].W, .n_out = no, .n = n, .X = d[0].X,
+                                          .ldx = n, .n_rows = nr, .Y = ys[i], .ldy = no, .ws = ws};
+                ok = ok && spex_matmul(NULL, &a[i]) == SPEX_OK;
+                a[i].Y = ym[i];
+            }
+            CHECK(ok && spex_matmul_can_share(&a[0], &a[1]));
+            CHECK(spex_matmul_col_align(types[0]) == cases[ci].align);
+            for (int mode = 0; mode < 2; mode++) {
+                for (int nth = 2; nth <= 4; nth++) {
+                    spex_pool *pool = NULL;
+                    CHECK(spex_pool_create(nth, &pool, NULL) == SPEX_OK);
+                    for (int i = 0; i < 2; i++) {
+                        memset(ym[i], 0xff, sizeof(float) * (size_t)(no * nr));
+                        a[i].pool = pool;
+                    }
+                    /* mode 0: gate/up-style slices of both matrices; mode 1: one matrix whose
+                     * activations each thread converts by columns */
+                    a[0].slice_align = mode == 0 ? cases[ci].align : 0;
+                    a[0].conv_cols = mode == 1;
+                    CHECK(spex_matmul_converts_own_cols(&a[0], nth) ==
+                          (mode == 1 && nr <= 16 && types[0] != SPEX_TYPE_F16));
+                    multi_job j = {a, mode == 0 ? 2 : 1};
+                    spex_pool_run(pool, multi_task, &j);
+                    spex_pool_free(pool);
+                    for (int i = 0; i < j.n; i++) {
+                        a[i].pool = NULL;
+                        CHECK_MSG(!memcmp(ys[i], ym[i], sizeof(float) * (size_t)(no * nr)),
+                                  "%s, rows %lld, %d threads, %s: matrix %d differs from its own spex_matmul",
+                                  spex_type_get_info(types[i])->name, (long long)nr, nth,
+                                  mode == 0 ? "sliced" : "conv_cols", i);
+                    }
+                    a[1].pool = NULL;
+                    ran++;
+                }
+            }
+            a[0].slice_align = 0;
+            a[0].conv_cols = false;
+            for (int i = 0; i < 2; i++) {
+                free(ys[i]);
+                free(ym[i]);
+                dataset_free(&d[i]);
+            }
+            free(ws);
+        }
+    }
+    CHECK(ran == 3 * 4 * 2 * 3);
+    /* the column split: whole units, the last thread takes the rest, empty slices allowed */
+    int64_t c0, c1;
+    spex_matmul_col_split(544, 256, 0, 3, &c0, &c1);
+    CHECK(c0 == 0 && c1 == 0);
+    spex_matmul_col_split(544, 256, 1, 3, &c0, &c1);
+    CHECK(c0 == 0 && c1 == 256);
+    spex_matmul_col_split(544, 256, 2, 3, &c0, &c1);
+    CHECK(c0 == 256 && c1 == 544);
+    CHECK(spex_matmul_ranged_regime(16, 2) && !spex_matmul_ranged_regime(17, 2) && !spex_matmul_ranged_regime(1, 1));
+}
+
 TEST(driver_validates_arguments) {
     float x[64] = {0}, y[4];
     uint8_t w[4 * 34] = {0}, ws[4096];

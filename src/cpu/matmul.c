@@ -29,6 +29,10 @@
  * several threads the last ~nth chunks' rows of a tile come in quarter-size chunks, so the
  * threads reach the end of a matrix within a small chunk of each other (the one that is
  * done first waits for the other at the phase's end).
+ * Optionally (spex_matmul_args slice_align, conv_cols: small batches only) the threads' ranges
+ * follow per-thread column slices of the outputs, and the conversion splits columns instead of
+ * rows, so an elementwise consumer between two matmuls (SwiGLU) runs on the core that holds its
+ * inputs; the other core only reads the converted activations.
  * The kernels compute every output with the same instruction sequence whatever the tile
  * shape, so results do not depend on the number of threads (tests check bit equality).
  */
@@ -288,6 +292,64 @@ bool spex_matmul_converts_own_rows(const spex_matmul_args *a) {
     return a->pool && spex_matmul_act_type(a->wtype) != SPEX_TYPE_F32;
 }
 
+void spex_matmul_col_split(int64_t n, int64_t align, int ith, int nth, int64_t *c0, int64_t *c1) {
+    if (align < 1) align = 1;
+    const int64_t units = n / align;
+    *c0 = units * ith / nth * align;
+    *c1 = ith + 1 == nth ? n : units * (ith + 1) / nth * align;
+}
+
+int64_t spex_matmul_col_align(spex_type wtype) {
+    const spex_type_info *ai = spex_type_get_info((int)spex_matmul_act_type(wtype));
+    const int64_t b = ai ? ai->block_size : 1;
+    return b > ROW_QUANTUM ? b : ROW_QUANTUM;
+}
+
+bool spex_matmul_ranged_regime(int64_t n_rows, int nth) {
+    return nth > 1 && nth <= RANGED_MAX_THREADS && n_rows <= RANGED_MAX_ROWS;
+}
+
+/* a[0].conv_cols in force: the same test in the driver and in spex_matmul_converts_own_cols. */
+static bool cols_mode(const spex_matmul_args *a, int nth) {
+    return a->conv_cols && a->pool && !a->on_chunk && spex_matmul_ranged_regime(a->n_rows, nth);
+}
+
+bool spex_matmul_converts_own_cols(const spex_matmul_args *a, int nth) {
+    return cols_mode(a, nth) && spex_matmul_act_type(a->wtype) != SPEX_TYPE_F32;
+}
+
+/* The sliced numbering of a ranged run (a[0].slice_align): thread t's range [base[t],
+ * base[t + 1]) holds slice t's quarter-size chunks of matrix 0, then of matrix 1, ...; slice t
+ * is the output rows [c0[t], c0[t + 1]), m[t] chunks of `tc` rows per matrix. */
+typedef struct {
+    int64_t c0[RANGED_MAX_THREADS + 1], m[RANGED_MAX_THREADS], base[RANGED_MAX_THREADS + 1], tc;
+} mm_slices;
+
+static void make_slices(mm_slices *s, int64_t n_out, int64_t align, int64_t tc, int n_mm, int nth) {
+    s->tc = tc;
+    s->base[0] = 0;
+    for (int t = 0; t < nth; t++) {
+        int64_t c1;
+        spex_matmul_col_split(n_out, align, t, nth, &s->c0[t], &c1);
+        s->m[t] = (c1 - s->c0[t] + tc - 1) / tc;
+        s->base[t + 1] = s->base[t] + s->m[t] * n_mm;
+    }
+    s->c0[nth] = n_out;
+}
+
+/* Chunks [c, c + *run) of the sliced numbering, run <= n and within one matrix's slice:
+ * matrix *i, output rows [*o0, *o0 + *no). */
+static void slice_chunks(const mm_slices *s, int nth, int64_t c, int64_t n, int *i, int64_t *o0, int64_t *no,
+                         int64_t *run) {
+    int t = 0;
+    while (t < nth - 1 && c >= s->base[t + 1]) t++;
+    const int64_t k = c - s->base[t], j = k % s->m[t];
+    *i = (int)(k / s->m[t]);
+    *run = s->m[t] - j < n ? s->m[t] - j : n;
+    *o0 = s->c0[t] + j * s->tc;
+    *no = s->c0[t + 1] - *o0 < *run * s->tc ? s->c0[t + 1] - *o0 : *run * s->tc;
+}
+
 void spex_matmul_task(const spex_matmul_args *a, int ith, int nth) { spex_matmul_task_multi(a, 1, ith, nth); }
 
 void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nth) {
@@ -304,9 +366,18 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
     } else {
         uint8_t *base = ws_base(a[0].ws);
         xs = act_stride(act, a[0].n);
-        /* this split is spex_matmul_converts_own_rows's contract */
-        const int64_t r0 = a[0].n_rows * ith / nth, r1 = a[0].n_rows * (ith + 1) / nth;
-        for (int64_t r = r0; r < r1; r++) k->act_quant[act](a[0].X + r * a[0].ldx, base + (size_t)r * xs, a[0].n);
+        if (cols_mode(&a[0], nth)) {
+            /* spex_matmul_converts_own_cols's contract: this thread's columns of every row */
+            int64_t c0, c1;
+            spex_matmul_col_split(a[0].n, spex_matmul_col_align(a[0].wtype), ith, nth, &c0, &c1);
+            const size_t off = spex_type_row_size(act, c0);
+            for (int64_t r = 0; r < a[0].n_rows && c1 > c0; r++)
+                k->act_quant[act](a[0].X + r * a[0].ldx + c0, base + (size_t)r * xs + off, c1 - c0);
+        } else {
+            /* this split is spex_matmul_converts_own_rows's contract */
+            const int64_t r0 = a[0].n_rows * ith / nth, r1 = a[0].n_rows * (ith + 1) / nth;
+            for (int64_t r = r0; r < r1; r++) k->act_quant[act](a[0].X + r * a[0].ldx, base + (size_t)r * xs, a[0].n);
+        }
         if (a[0].pool && nth > 1) spex_pool_barrier(a[0].pool);
         xq = base;
     }
@@ -332,7 +403,18 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
         first[i + 1] = first[i] + p[i].n_tiles * p[i].n_wchunks;
     }
     int64_t bounds[RANGED_MAX_THREADS + 1];
-    if (ranged) ranged_bounds(a, p, wrow, first, n_mm, nth, bounds);
+    bool sliced = ranged && a[0].slice_align > 0;
+    for (int j = 1; j < n_mm; j++)
+        if (a[j].n_out != a[0].n_out) sliced = false;
+    mm_slices sl;
+    sl.tc = 1; /* set by make_slices when sliced; read only then */
+    if (sliced) {
+        make_slices(&sl, a[0].n_out, a[0].slice_align, p[0].tcrows, n_mm, nth);
+        for (int t = 0; t <= nth; t++) bounds[t] = sl.base[t];
+        first[n_mm] = sl.base[nth];
+    } else if (ranged) {
+        ranged_bounds(a, p, wrow, first, n_mm, nth, bounds);
+    }
     int i = 0, got = 1;
     int64_t c = ranged ? spex_pool_next_chunks_ranged(a[0].pool, ith, bounds, RANGED_FRONT_CHUNKS, &got)
                 : a[0].pool ? spex_pool_next_chunk(a[0].pool) : ith;
@@ -340,20 +422,25 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
         /* chunks [c, c + got): one kernel call per run of them inside one matrix and tile */
         const int64_t c0 = c;
         for (const int64_t end = c + got; c < end;) {
-            if (c < first[i]) i = 0; /* a chunk taken from another range can lie behind */
-            while (i < n_mm - 1 && c >= first[i + 1]) i++;
-            const spex_matmul_args *m = &a[i];
-            const int64_t lc = c - first[i];
-            const int64_t t = lc / p[i].n_wchunks, wc = lc % p[i].n_wchunks;
-            const int64_t run = end - c < p[i].n_wchunks - wc ? end - c : p[i].n_wchunks - wc;
-            const int64_t r0 = t * p[i].tile;
-            const int64_t nr = m->n_rows - r0 < p[i].tile ? m->n_rows - r0 : p[i].tile;
-            int64_t o0, no, ol, nl;
-            plan_chunk(&p[i], m->n_out, wc, &o0, &no);
-            if (run > 1) {
-                plan_chunk(&p[i], m->n_out, wc + run - 1, &ol, &nl);
-                no = ol + nl - o0;
+            int64_t o0, no, run, r0 = 0;
+            if (sliced) {
+                slice_chunks(&sl, nth, c, end - c, &i, &o0, &no, &run);
+            } else {
+                if (c < first[i]) i = 0; /* a chunk taken from another range can lie behind */
+                while (i < n_mm - 1 && c >= first[i + 1]) i++;
+                const int64_t lc = c - first[i];
+                const int64_t t = lc / p[i].n_wchunks, wc = lc % p[i].n_wchunks;
+                run = end - c < p[i].n_wchunks - wc ? end - c : p[i].n_wchunks - wc;
+                r0 = t * p[i].tile;
+                plan_chunk(&p[i], a[i].n_out, wc, &o0, &no);
+                if (run > 1) {
+                    int64_t ol, nl;
+                    plan_chunk(&p[i], a[i].n_out, wc + run - 1, &ol, &nl);
+                    no = ol + nl - o0;
+                }
             }
+            const spex_matmul_args *m = &a[i];
+            const int64_t nr = m->n_rows - r0 < p[i].tile ? m->n_rows - r0 : p[i].tile;
             const spex_dot_fn dot = m->w_r16 ? k->dot_r16[m->wtype] : k->dot[m->wtype];
             dot(m->n, (const uint8_t *)m->W + (size_t)o0 * wrow[i], wrow[i], (int)no, xq + (size_t)r0 * xs, xs,
                 (int)nr, m->Y + r0 * m->ldy + o0, (size_t)m->ldy);

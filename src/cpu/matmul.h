@@ -135,7 +135,27 @@ typedef struct spex_matmul_args {
      * thread's chunks come in increasing order of (r0, o0). */
     void (*on_chunk)(void *ctx, int ith, int64_t r0, int64_t nr, int64_t o0, int64_t no);
     void *chunk_ctx;
+    /* Optional, read from a[0] of spex_matmul_task_multi, used only where its threads take
+     * contiguous ranges (up to 16 activation rows, several threads, no on_chunk):
+     * slice_align > 0: the matrices (all with the same n_out) are cut into the nth column
+     * slices of spex_matmul_col_split(n_out, slice_align) and thread t's range is slice t of
+     * every matrix, so a consumer that splits the outputs' columns the same way (gate and up
+     * into SwiGLU) reads what its own thread wrote;
+     * conv_cols: phase 1 converts the columns spex_matmul_col_split(n, spex_matmul_col_align)
+     * of every row on each thread instead of whole rows, for a producer that wrote X that way. */
+    int64_t slice_align;
+    bool conv_cols;
 } spex_matmul_args;
+
+/* Columns [*c0, *c1) of n for thread ith of nth: whole units of `align` columns, the last
+ * thread also takes a partial one. The split of the sliced and column-converted modes. */
+void spex_matmul_col_split(int64_t n, int64_t align, int ith, int nth, int64_t *c0, int64_t *c1);
+/* The column unit of wtype's activation conversion: its block size, at least 16 (the R16
+ * row groups), so converted blocks and output slices line up. */
+int64_t spex_matmul_col_align(spex_type wtype);
+/* True when the optional modes above apply to a run of n_rows activation rows on nth threads
+ * (without on_chunk): the regime of decode, drafting and verification. */
+bool spex_matmul_ranged_regime(int64_t n_rows, int nth);
 
 /* Workspace bytes for the converted activations (0 for float weights, which read X
  * directly, and for types without a matmul). */
@@ -167,6 +187,10 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
  * in place (float weights). A caller whose own rows of X were written by the same thread in
  * the same split may then skip its barrier before the matmul. */
 bool spex_matmul_converts_own_rows(const spex_matmul_args *a);
+/* The same for a[0].conv_cols: thread ith converts the columns spex_matmul_col_split gives it
+ * (spex_matmul_col_align units) of every row, then waits at the barrier; false for float
+ * weights and outside spex_matmul_ranged_regime. */
+bool spex_matmul_converts_own_cols(const spex_matmul_args *a, int nth);
 /* True when b can join a in spex_matmul_task_multi: same X, ldx, n, n_rows, pool and
  * activation type. */
 bool spex_matmul_can_share(const spex_matmul_args *a, const spex_matmul_args *b);

@@ -25,7 +25,11 @@
  * Attention runs inside the prologue of the W_o phase (one spex_attention call per sequence,
  * all threads taking part, then a barrier). W_q, W_k, W_v share one phase (their input is the
  * same xn: converted once, one barrier, one chunk sequence over the three), and so do W_gate
- * and W_up: 4 pool runs per layer plus one for the head, for any batch size. A single run per
+ * and W_up: 4 pool runs per layer plus one for the head, for any batch size. In the
+ * small-batch regime (spex_matmul_ranged_regime: decode, drafting, verification) W_gate and
+ * W_up are cut into the same per-thread column slices as the SwiGLU after them and W_down's
+ * activation conversion (spex_fwd_ffn), so each thread combines and converts what it computed
+ * itself: only the converted activations cross to the other core. A single run per
  * forward with a barrier between matmuls would need the matmul driver to take a chunk counter
  * of its own: today spex_matmul_task uses the pool's one counter, which only resets at
  * spex_pool_run.
@@ -45,6 +49,20 @@
 /* ======================================================================== */
 
 
+/* The SwiGLU prologue of a conv_cols phase in the regime where the matmul honours it: it
+ * splits columns as the matmul's conversion does (spex_fwd_pre_swiglu). */
+static bool swiglu_by_cols(const spex_context *c, const fwd_phase *ph, int nth) {
+    return ph->n_mm && ph->mm[0].conv_cols && spex_matmul_ranged_regime(c->n_tokens, nth);
+}
+
+/* No barrier is needed between the prologue and the matmul when the prologue wrote exactly the
+ * part of X (rows, or columns of every row) that this thread's conversion reads first. */
+static bool pre_writes_own_part(const spex_context *c, const fwd_phase *ph, int nth) {
+    if (ph->pre == spex_fwd_pre_swiglu && swiglu_by_cols(c, ph, nth))
+        return spex_matmul_converts_own_cols(&ph->mm[0], nth);
+    return ph->pre_own_rows && spex_matmul_converts_own_rows(&ph->mm[0]);
+}
+
 static void phase_task(void *arg, int ith, int nth) {
     spex_context *c = arg;
     const fwd_phase *ph = c->phase;
@@ -52,8 +70,7 @@ static void phase_task(void *arg, int ith, int nth) {
         ph->pre(c, ph, ith, nth);
         /* No barrier when the prologue wrote exactly this thread's rows of X and the matmul
          * converts those same rows here before its own barrier: one wait less per phase. */
-        if (ph->n_mm && nth > 1 && !(ph->pre_own_rows && spex_matmul_converts_own_rows(&ph->mm[0])))
-            spex_pool_barrier(c->pool);
+        if (ph->n_mm && nth > 1 && !pre_writes_own_part(c, ph, nth)) spex_pool_barrier(c->pool);
     }
     if (ph->n_mm) spex_matmul_task_multi(ph->mm, ph->n_mm, ith, nth);
 }
@@ -96,6 +113,12 @@ void spex_fwd_run_phase_multi(spex_context *c, fwd_phase *ph, pre_fn pre, int la
         }
         ph->mm[ph->n_mm++] = a;
     }
+    if (ph->n_mm) {
+        ph->mm[0].slice_align = ph->next_slice_align;
+        ph->mm[0].conv_cols = ph->next_conv_cols && ph->n_mm == 1;
+    }
+    ph->next_slice_align = 0;
+    ph->next_conv_cols = false;
     c->phase = ph;
     spex_pool_run(c->pool, phase_task, c);
 }
@@ -286,9 +309,20 @@ void spex_fwd_pre_ffn_norm(spex_context *c, const fwd_phase *ph, int ith, int nt
     }
 }
 
-/* gate = silu(gate) * up. */
+/* gate = silu(gate) * up: by rows, or in the small-batch regime by the columns that this
+ * thread's slices of gate and up hold (spex_fwd_ffn), which it then converts itself, so
+ * neither the gate/up outputs nor the SwiGLU result cross to the other core before the
+ * conversion (in a one-row decode the other thread read them all, ~4 us a layer when the
+ * cores are far apart; docs/performance.md, session 17). */
 void spex_fwd_pre_swiglu(spex_context *c, const fwd_phase *ph, int ith, int nth) {
     const int64_t F = c->model->hp.n_ff;
+    if (swiglu_by_cols(c, ph, nth)) {
+        int64_t c0, c1;
+        spex_matmul_col_split(F, spex_matmul_col_align(ph->mm[0].wtype), ith, nth, &c0, &c1);
+        for (int64_t r = 0; r < c->n_tokens && c1 > c0; r++)
+            ph->ops->swiglu(c->b.gate + r * F + c0, c->b.up + r * F + c0, c->b.gate + r * F + c0, c1 - c0);
+        return;
+    }
     int64_t r0, r1;
     row_split(c->n_tokens, ith, nth, &r0, &r1);
     for (int64_t r = r0; r < r1; r++) ph->ops->swiglu(c->b.gate + r * F, c->b.up + r * F, c->b.gate + r * F, F);
@@ -340,7 +374,11 @@ void spex_fwd_ffn(spex_context *c, fwd_phase *ph, int l) {
     const int64_t n = c->n_tokens;
     const model_weight *gu[] = {&L->w_gate, &L->w_up};
     float *const gu_out[] = {b->gate, b->up};
+    /* gate and up in column slices that match the SwiGLU's and the down conversion's split */
+    const int64_t align = spex_matmul_col_align(L->w_down.type);
+    ph->next_slice_align = align;
     spex_fwd_run_phase_multi(c, ph, spex_fwd_pre_ffn_norm, l, gu, gu_out, 2, b->xn, n);
+    ph->next_conv_cols = true;
     spex_fwd_run_phase(c, ph, spex_fwd_pre_swiglu, l, &L->w_down, b->gate, n, b->tmp);
 }
 

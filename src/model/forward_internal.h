@@ -16,6 +16,10 @@ typedef void (*pre_fn)(spex_context *c, const fwd_phase *ph, int ith, int nth);
 struct fwd_phase {
     pre_fn pre;                    /* row-wise prologue, or NULL                         */
     bool pre_own_rows;             /* pre writes only row_split's rows of X (set by run) */
+    /* Set by the caller for the next run only (run_phase_multi copies them into mm[0] and
+     * clears them): spex_matmul_args slice_align and conv_cols (cpu/matmul.h). */
+    int64_t next_slice_align;
+    bool next_conv_cols;
     int layer;
     const spex_ops_kernels *ops;   /* fetched once per forward                            */
     int n_mm;                      /* matmuls of the phase (same activations), 0..       */
