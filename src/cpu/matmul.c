@@ -309,13 +309,14 @@ bool spex_matmul_ranged_regime(int64_t n_rows, int nth) {
     return nth > 1 && nth <= RANGED_MAX_THREADS && n_rows <= RANGED_MAX_ROWS;
 }
 
-/* a[0].conv_cols in force: the same test in the driver and in spex_matmul_converts_own_cols. */
-static bool cols_mode(const spex_matmul_args *a, int nth) {
-    return a->conv_cols && a->pool && !a->on_chunk && spex_matmul_ranged_regime(a->n_rows, nth);
+bool spex_matmul_own_cols(const spex_matmul_args *a, int ith, int nth, int64_t *c0, int64_t *c1) {
+    if (!a->conv_cols || !a->pool || a->on_chunk || !spex_matmul_ranged_regime(a->n_rows, nth)) return false;
+    if (c0 && c1) spex_matmul_col_split(a->n, spex_matmul_col_align(a->wtype), ith, nth, c0, c1);
+    return true;
 }
 
 bool spex_matmul_converts_own_cols(const spex_matmul_args *a, int nth) {
-    return cols_mode(a, nth) && spex_matmul_act_type(a->wtype) != SPEX_TYPE_F32;
+    return spex_matmul_own_cols(a, 0, nth, NULL, NULL) && spex_matmul_act_type(a->wtype) != SPEX_TYPE_F32;
 }
 
 /* The sliced numbering of a ranged run (a[0].slice_align): thread t's range [base[t],
@@ -366,10 +367,9 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
     } else {
         uint8_t *base = ws_base(a[0].ws);
         xs = act_stride(act, a[0].n);
-        if (cols_mode(&a[0], nth)) {
+        int64_t c0, c1;
+        if (spex_matmul_own_cols(&a[0], ith, nth, &c0, &c1)) {
             /* spex_matmul_converts_own_cols's contract: this thread's columns of every row */
-            int64_t c0, c1;
-            spex_matmul_col_split(a[0].n, spex_matmul_col_align(a[0].wtype), ith, nth, &c0, &c1);
             const size_t off = spex_type_row_size(act, c0);
             for (int64_t r = 0; r < a[0].n_rows && c1 > c0; r++)
                 k->act_quant[act](a[0].X + r * a[0].ldx + c0, base + (size_t)r * xs + off, c1 - c0);

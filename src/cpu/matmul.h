@@ -187,9 +187,13 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
  * in place (float weights). A caller whose own rows of X were written by the same thread in
  * the same split may then skip its barrier before the matmul. */
 bool spex_matmul_converts_own_rows(const spex_matmul_args *a);
-/* The same for a[0].conv_cols: thread ith converts the columns spex_matmul_col_split gives it
- * (spex_matmul_col_align units) of every row, then waits at the barrier; false for float
- * weights and outside spex_matmul_ranged_regime. */
+/* True when a->conv_cols is in force on nth threads (spex_matmul_ranged_regime, a pool, no
+ * on_chunk); then *c0, *c1 (when non-NULL) are thread ith's columns of every row of X, the
+ * part its conversion reads: a producer that writes X by the same split calls this too. */
+bool spex_matmul_own_cols(const spex_matmul_args *a, int ith, int nth, int64_t *c0, int64_t *c1);
+/* The same for a[0].conv_cols: thread ith converts its spex_matmul_own_cols columns of every
+ * row, then waits at the barrier; false for float weights (X read in place) and where
+ * conv_cols is not in force. */
 bool spex_matmul_converts_own_cols(const spex_matmul_args *a, int nth);
 /* True when b can join a in spex_matmul_task_multi: same X, ldx, n, n_rows, pool and
  * activation type. */

@@ -49,16 +49,11 @@
 /* ======================================================================== */
 
 
-/* The SwiGLU prologue of a conv_cols phase in the regime where the matmul honours it: it
- * splits columns as the matmul's conversion does (spex_fwd_pre_swiglu). */
-static bool swiglu_by_cols(const spex_context *c, const fwd_phase *ph, int nth) {
-    return ph->n_mm && ph->mm[0].conv_cols && spex_matmul_ranged_regime(c->n_tokens, nth);
-}
-
 /* No barrier is needed between the prologue and the matmul when the prologue wrote exactly the
  * part of X (rows, or columns of every row) that this thread's conversion reads first. */
-static bool pre_writes_own_part(const spex_context *c, const fwd_phase *ph, int nth) {
-    if (ph->pre == spex_fwd_pre_swiglu && swiglu_by_cols(c, ph, nth))
+static bool pre_writes_own_part(const fwd_phase *ph, int nth) {
+    /* a conv_cols phase's SwiGLU splits columns as the conversion does (spex_fwd_pre_swiglu) */
+    if (ph->pre == spex_fwd_pre_swiglu && ph->n_mm && spex_matmul_own_cols(&ph->mm[0], 0, nth, NULL, NULL))
         return spex_matmul_converts_own_cols(&ph->mm[0], nth);
     return ph->pre_own_rows && spex_matmul_converts_own_rows(&ph->mm[0]);
 }
@@ -70,7 +65,7 @@ static void phase_task(void *arg, int ith, int nth) {
         ph->pre(c, ph, ith, nth);
         /* No barrier when the prologue wrote exactly this thread's rows of X and the matmul
          * converts those same rows here before its own barrier: one wait less per phase. */
-        if (ph->n_mm && nth > 1 && !pre_writes_own_part(c, ph, nth)) spex_pool_barrier(c->pool);
+        if (ph->n_mm && nth > 1 && !pre_writes_own_part(ph, nth)) spex_pool_barrier(c->pool);
     }
     if (ph->n_mm) spex_matmul_task_multi(ph->mm, ph->n_mm, ith, nth);
 }
@@ -316,9 +311,8 @@ void spex_fwd_pre_ffn_norm(spex_context *c, const fwd_phase *ph, int ith, int nt
  * cores are far apart; docs/performance.md, session 17). */
 void spex_fwd_pre_swiglu(spex_context *c, const fwd_phase *ph, int ith, int nth) {
     const int64_t F = c->model->hp.n_ff;
-    if (swiglu_by_cols(c, ph, nth)) {
-        int64_t c0, c1;
-        spex_matmul_col_split(F, spex_matmul_col_align(ph->mm[0].wtype), ith, nth, &c0, &c1);
+    int64_t c0, c1;
+    if (ph->n_mm && spex_matmul_own_cols(&ph->mm[0], ith, nth, &c0, &c1)) {
         for (int64_t r = 0; r < c->n_tokens && c1 > c0; r++)
             ph->ops->swiglu(c->b.gate + r * F + c0, c->b.up + r * F + c0, c->b.gate + r * F + c0, c1 - c0);
         return;
