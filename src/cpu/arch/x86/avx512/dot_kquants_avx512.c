@@ -338,12 +338,14 @@ KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
                 const size_t unit = (size_t)KQ_WB * bsize; /* R16: bytes of one super-block's unit */
                 __m512 acc[KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[j] = _mm512_setzero_ps();
-                /* R16 with 1-2 activation rows: no prefetch of the next group. Its units are
-                 * one forward stream after this group's, which the hardware prefetchers follow,
-                 * and the 36 prefetch instructions per unit cost more than they gain: one row
-                 * from DRAM read 75-81 % of the probe with them, 88-95 % without (2 threads:
-                 * 91-95 % -> 101-110 %), and 5 % more in cache (docs/performance.md, session 10). */
-                const uintptr_t pfn = packed && g < 3 ? 0 : pf0;
+                /* R16 with 1-2 activation rows prefetches the next group too. Session 10 (memory
+                 * at ~30 GB/s a thread) measured one row better without (88-95 % of the probe
+                 * against 75-81 %: the hardware prefetchers follow the forward stream and the 36
+                 * prefetches per unit cost issue slots); with memory at 45-50 GB/s a thread
+                 * (session 19) one stream's hardware read-ahead falls behind instead: one row
+                 * without 45-50 %, with 58-78 %, and the 0.6B Q4_K_M decode 78-80 -> 94-99 % of
+                 * its sustained probe (docs/performance.md, session 19). */
+                const uintptr_t pfn = pf0;
                 for (int b = 0; b < nbs; b++) {
                     if (pfn) kq_prefetch(pfn + (uintptr_t)b * pfs, pfs);
                     const kq_src src = {.rows = rows, .off = (size_t)(b0 + b) * bsize,
