@@ -338,16 +338,12 @@ KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
                 const size_t unit = (size_t)KQ_WB * bsize; /* R16: bytes of one super-block's unit */
                 __m512 acc[KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[j] = _mm512_setzero_ps();
-                /* R16 with 1-2 activation rows prefetches the next group too. Session 10 (memory
-                 * at ~30 GB/s a thread) measured one row better without (88-95 % of the probe
-                 * against 75-81 %: the hardware prefetchers follow the forward stream and the 36
-                 * prefetches per unit cost issue slots); with memory at 45-50 GB/s a thread
-                 * (session 19) one stream's hardware read-ahead falls behind instead: one row
-                 * without 45-50 %, with 58-78 %, and the 0.6B Q4_K_M decode 78-80 -> 94-99 % of
-                 * its sustained probe (docs/performance.md, session 19). */
-                const uintptr_t pfn = pf0;
+                /* Every row count prefetches the next group, 1-2 rows included: at 45-50 GB/s a
+                 * thread the hardware read-ahead of one forward stream falls behind (one row
+                 * 39-49 % of the probe without, 58-78 % with; session 10's opposite finding was
+                 * on ~30 GB/s memory: docs/performance.md, session 19). */
                 for (int b = 0; b < nbs; b++) {
-                    if (pfn) kq_prefetch(pfn + (uintptr_t)b * pfs, pfs);
+                    if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
                     const kq_src src = {.rows = rows, .off = (size_t)(b0 + b) * bsize,
                                         .unit = rows[0] + (size_t)(b0 + b) * unit};
                     switch (g) {
