@@ -631,6 +631,65 @@ TEST(tables_and_act_types) {
     printf("  tables: %d variants tested on this CPU (isa in use: %s)\n", nv, spex_isa_name(spex_cpu_isa()));
 }
 
+/* ---- the int8 multiply-add ceiling probe (spex bench kernels --cached) ------ */
+
+/* Lane l's dword of a 512-bit register filled with the 64-bit value v. */
+static uint32_t peak_lane(uint64_t v, int l) { return (uint32_t)(l & 1 ? v >> 32 : v); }
+
+/* u8 a . s8 b over the four bytes of two dwords. */
+static int32_t peak_dot4(uint32_t a, uint32_t b) {
+    int32_t s = 0;
+    for (int t = 0; t < 4; t++) s += (int32_t)(uint8_t)(a >> 8 * t) * (int32_t)(int8_t)(b >> 8 * t);
+    return s;
+}
+
+/* The probe's sums follow its documented arithmetic exactly (checked against this scalar
+ * model for both operand forms, so a probe that skipped or folded its vpdpbusd would
+ * fail), and its multiply-add count is what the bench divides by. */
+TEST(dot_peak_probe_counts_and_sums) {
+    uint64_t macs = 1;
+    (void)spex_matmul_dot_peak(3, 0, &macs);
+#if defined(__x86_64__)
+    const spex_cpu_features *f = spex_cpu_get_features();
+    const bool have = spex_cpu_isa() == SPEX_ISA_AVX512 && f->avx512vnni;
+#else
+    const bool have = false;
+#endif
+    CHECK_EQ_INT((long long)macs, have ? 3LL * 48 * 64 : 0LL);
+    (void)spex_matmul_dot_peak(5, 1, &macs);
+    CHECK_EQ_INT((long long)macs, have ? 5LL * 64 * 64 : 0LL);
+    if (!have) SKIP("no AVX-512 VNNI on this CPU: the probe reports nothing (checked)");
+#if defined(__x86_64__)
+    const uint64_t seed = 0x0123456789abcdefULL, w[2] = {seed, ~seed};
+    const uint64_t steps = 7;
+    for (int bcast = 0; bcast < 2; bcast++) {
+        int8_t x[8][64];
+        for (int i = 0; i < 8 * 64; i++) x[i / 64][i % 64] = (int8_t)(seed >> (i % 57));
+        uint64_t want = 0;
+        for (int l = 0; l < 16; l++) {
+            uint32_t lane = 0; /* the probe adds its sums lane by lane, wrapping at 32 bits */
+            const int nsum = bcast ? 8 : 12;
+            for (int i = 0; i < nsum; i++) {
+                uint32_t a = (uint32_t)i;
+                for (uint64_t r = 0; r < steps; r++)
+                    for (int k = 0; k < (bcast ? 8 : 4); k++) {
+                        uint32_t xb = 0; /* from registers: u8 w0 against s8 w0 / ~w0 in turn */
+                        if (bcast) memcpy(&xb, &x[i][4 * k], 4);
+                        const uint32_t u = bcast ? peak_lane(w[k & 1], l) : peak_lane(w[0], l);
+                        a += (uint32_t)peak_dot4(u, bcast ? xb : peak_lane(w[k & 1], l));
+                    }
+                lane += a;
+            }
+            want += lane;
+        }
+        const uint64_t got = spex_dot_peak_avx512_vnni(steps, bcast, seed, &macs);
+        CHECK_MSG(got == want, "bcast %d: sum %llu, scalar model %llu", bcast, (unsigned long long)got,
+                  (unsigned long long)want);
+        CHECK_EQ_INT((long long)macs, (long long)steps * (bcast ? 64 : 48) * 64);
+    }
+#endif
+}
+
 /* ---- the R16 layout (cpu/matmul.h) ----------------------------------------- */
 
 /* Every table's R16 kernel on the repacked matrix gives exactly that table's ggml-layout

@@ -154,6 +154,17 @@ uint64_t spex_matmul_stream_probe_n(const void *buf, size_t bytes, int streams) 
     return acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
 }
 
+uint64_t spex_matmul_dot_peak(uint64_t steps, int bcast, uint64_t *macs) {
+    *macs = 0;
+#if SPEX_HAVE_X86
+    if (spex_cpu_isa() == SPEX_ISA_AVX512 && spex_cpu_get_features()->avx512vnni)
+        return spex_dot_peak_avx512_vnni(steps, bcast, (uint64_t)(uintptr_t)macs, macs);
+#endif
+    (void)steps;
+    (void)bcast;
+    return 0;
+}
+
 /* ======================================================================== */
 /* Driver                                                                    */
 /* ======================================================================== */

@@ -99,6 +99,14 @@ void spex_matmul_register_avx512(spex_matmul_kernels *k, unsigned feat); /* avx5
 uint64_t spex_matmul_stream_probe_n(const void *buf, size_t bytes, int streams);
 /* The same with one stream. */
 uint64_t spex_matmul_stream_probe(const void *buf, size_t bytes);
+/* Int8 dot-product ceiling of `spex bench kernels --cached`: `steps` rounds of the ISA's
+ * widest int8 multiply-add instruction into independent sums, from registers only (bcast 0:
+ * the arithmetic pipes' limit) or with each activation dword broadcast from memory (bcast 1:
+ * the operand form of the integer tile kernels, 8 activation rows sharing one weight word).
+ * *macs = multiply-adds done, 0 when the ISA in use has no such probe (AVX-512 VNNI only
+ * for now); the return value derives from every sum, so none is optimized away. */
+uint64_t spex_matmul_dot_peak(uint64_t steps, int bcast, uint64_t *macs);
+uint64_t spex_dot_peak_avx512_vnni(uint64_t steps, int bcast, uint64_t seed, uint64_t *macs); /* dot_avx512.c */
 uint64_t spex_stream_read_avx2(const void *buf, size_t bytes, int streams);    /* dot_avx2.c   */
 uint64_t spex_stream_read_avx512(const void *buf, size_t bytes, int streams);  /* dot_avx512.c */
 

@@ -986,6 +986,172 @@ uint64_t spex_stream_read_avx512(const void *buf, size_t bytes, int streams) {
     return sum;
 }
 
+/* ---- int8 dot-product ceiling (spex bench kernels --cached) --------------------------- */
+
+/* The sum of t's 16 dwords as unsigned values. */
+static uint64_t peak_sum(__m512i t) {
+    uint32_t lanes[16];
+    _mm512_storeu_si512((void *)lanes, t);
+    uint64_t sum = 0;
+    for (int i = 0; i < 16; i++) sum += lanes[i];
+    return sum;
+}
+
+/* The probes' inner steps are written out in asm: gcc otherwise rotates the 12 sums through
+ * extra registers, or stores the 8 to the stack, every step. */
+
+/* 12 sums from registers, each adding u8 w0 . s8 (w0, then w1, in turn): 4 cycles of
+ * latency at 2 vpdpbusd a cycle on the machine measured (session 20), so 8 sums would fall
+ * short. 48 vpdpbusd a step. */
+static uint64_t peak_regs(uint64_t steps, __m512i w0, __m512i w1) {
+    __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2), a3 = _mm512_set1_epi32(3);
+    __m512i a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5), a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7);
+    __m512i a8 = _mm512_set1_epi32(8), a9 = _mm512_set1_epi32(9), a10 = _mm512_set1_epi32(10), a11 = _mm512_set1_epi32(11);
+    for (uint64_t r = 0; r < steps; r++)
+        __asm__ volatile(
+            "vpdpbusd %12, %12, %0\n\t"
+            "vpdpbusd %12, %12, %1\n\t"
+            "vpdpbusd %12, %12, %2\n\t"
+            "vpdpbusd %12, %12, %3\n\t"
+            "vpdpbusd %12, %12, %4\n\t"
+            "vpdpbusd %12, %12, %5\n\t"
+            "vpdpbusd %12, %12, %6\n\t"
+            "vpdpbusd %12, %12, %7\n\t"
+            "vpdpbusd %12, %12, %8\n\t"
+            "vpdpbusd %12, %12, %9\n\t"
+            "vpdpbusd %12, %12, %10\n\t"
+            "vpdpbusd %12, %12, %11\n\t"
+            "vpdpbusd %13, %12, %0\n\t"
+            "vpdpbusd %13, %12, %1\n\t"
+            "vpdpbusd %13, %12, %2\n\t"
+            "vpdpbusd %13, %12, %3\n\t"
+            "vpdpbusd %13, %12, %4\n\t"
+            "vpdpbusd %13, %12, %5\n\t"
+            "vpdpbusd %13, %12, %6\n\t"
+            "vpdpbusd %13, %12, %7\n\t"
+            "vpdpbusd %13, %12, %8\n\t"
+            "vpdpbusd %13, %12, %9\n\t"
+            "vpdpbusd %13, %12, %10\n\t"
+            "vpdpbusd %13, %12, %11\n\t"
+            "vpdpbusd %12, %12, %0\n\t"
+            "vpdpbusd %12, %12, %1\n\t"
+            "vpdpbusd %12, %12, %2\n\t"
+            "vpdpbusd %12, %12, %3\n\t"
+            "vpdpbusd %12, %12, %4\n\t"
+            "vpdpbusd %12, %12, %5\n\t"
+            "vpdpbusd %12, %12, %6\n\t"
+            "vpdpbusd %12, %12, %7\n\t"
+            "vpdpbusd %12, %12, %8\n\t"
+            "vpdpbusd %12, %12, %9\n\t"
+            "vpdpbusd %12, %12, %10\n\t"
+            "vpdpbusd %12, %12, %11\n\t"
+            "vpdpbusd %13, %12, %0\n\t"
+            "vpdpbusd %13, %12, %1\n\t"
+            "vpdpbusd %13, %12, %2\n\t"
+            "vpdpbusd %13, %12, %3\n\t"
+            "vpdpbusd %13, %12, %4\n\t"
+            "vpdpbusd %13, %12, %5\n\t"
+            "vpdpbusd %13, %12, %6\n\t"
+            "vpdpbusd %13, %12, %7\n\t"
+            "vpdpbusd %13, %12, %8\n\t"
+            "vpdpbusd %13, %12, %9\n\t"
+            "vpdpbusd %13, %12, %10\n\t"
+            "vpdpbusd %13, %12, %11\n\t"
+            : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9),
+              "+v"(a10), "+v"(a11)
+            : "v"(w0), "v"(w1));
+    const __m512i t = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                       _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+    return peak_sum(_mm512_add_epi32(t, _mm512_add_epi32(_mm512_add_epi32(a8, a9), _mm512_add_epi32(a10, a11))));
+}
+
+/* 8 activation rows x 8 words, a weight word shared by the 8 rows and each activation dword
+ * an embedded broadcast (the tile kernels' 8-row pattern without their unpacking and
+ * scales). 64 vpdpbusd a step. */
+static uint64_t peak_bcast(uint64_t steps, __m512i w0, __m512i w1, const int8_t *x) {
+    __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2), a3 = _mm512_set1_epi32(3);
+    __m512i a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5), a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7);
+    for (uint64_t r = 0; r < steps; r++)
+        __asm__ volatile(
+            "vpdpbusd 0(%10)%{1to16%}, %8, %0\n\t"
+            "vpdpbusd 64(%10)%{1to16%}, %8, %1\n\t"
+            "vpdpbusd 128(%10)%{1to16%}, %8, %2\n\t"
+            "vpdpbusd 192(%10)%{1to16%}, %8, %3\n\t"
+            "vpdpbusd 256(%10)%{1to16%}, %8, %4\n\t"
+            "vpdpbusd 320(%10)%{1to16%}, %8, %5\n\t"
+            "vpdpbusd 384(%10)%{1to16%}, %8, %6\n\t"
+            "vpdpbusd 448(%10)%{1to16%}, %8, %7\n\t"
+            "vpdpbusd 4(%10)%{1to16%}, %9, %0\n\t"
+            "vpdpbusd 68(%10)%{1to16%}, %9, %1\n\t"
+            "vpdpbusd 132(%10)%{1to16%}, %9, %2\n\t"
+            "vpdpbusd 196(%10)%{1to16%}, %9, %3\n\t"
+            "vpdpbusd 260(%10)%{1to16%}, %9, %4\n\t"
+            "vpdpbusd 324(%10)%{1to16%}, %9, %5\n\t"
+            "vpdpbusd 388(%10)%{1to16%}, %9, %6\n\t"
+            "vpdpbusd 452(%10)%{1to16%}, %9, %7\n\t"
+            "vpdpbusd 8(%10)%{1to16%}, %8, %0\n\t"
+            "vpdpbusd 72(%10)%{1to16%}, %8, %1\n\t"
+            "vpdpbusd 136(%10)%{1to16%}, %8, %2\n\t"
+            "vpdpbusd 200(%10)%{1to16%}, %8, %3\n\t"
+            "vpdpbusd 264(%10)%{1to16%}, %8, %4\n\t"
+            "vpdpbusd 328(%10)%{1to16%}, %8, %5\n\t"
+            "vpdpbusd 392(%10)%{1to16%}, %8, %6\n\t"
+            "vpdpbusd 456(%10)%{1to16%}, %8, %7\n\t"
+            "vpdpbusd 12(%10)%{1to16%}, %9, %0\n\t"
+            "vpdpbusd 76(%10)%{1to16%}, %9, %1\n\t"
+            "vpdpbusd 140(%10)%{1to16%}, %9, %2\n\t"
+            "vpdpbusd 204(%10)%{1to16%}, %9, %3\n\t"
+            "vpdpbusd 268(%10)%{1to16%}, %9, %4\n\t"
+            "vpdpbusd 332(%10)%{1to16%}, %9, %5\n\t"
+            "vpdpbusd 396(%10)%{1to16%}, %9, %6\n\t"
+            "vpdpbusd 460(%10)%{1to16%}, %9, %7\n\t"
+            "vpdpbusd 16(%10)%{1to16%}, %8, %0\n\t"
+            "vpdpbusd 80(%10)%{1to16%}, %8, %1\n\t"
+            "vpdpbusd 144(%10)%{1to16%}, %8, %2\n\t"
+            "vpdpbusd 208(%10)%{1to16%}, %8, %3\n\t"
+            "vpdpbusd 272(%10)%{1to16%}, %8, %4\n\t"
+            "vpdpbusd 336(%10)%{1to16%}, %8, %5\n\t"
+            "vpdpbusd 400(%10)%{1to16%}, %8, %6\n\t"
+            "vpdpbusd 464(%10)%{1to16%}, %8, %7\n\t"
+            "vpdpbusd 20(%10)%{1to16%}, %9, %0\n\t"
+            "vpdpbusd 84(%10)%{1to16%}, %9, %1\n\t"
+            "vpdpbusd 148(%10)%{1to16%}, %9, %2\n\t"
+            "vpdpbusd 212(%10)%{1to16%}, %9, %3\n\t"
+            "vpdpbusd 276(%10)%{1to16%}, %9, %4\n\t"
+            "vpdpbusd 340(%10)%{1to16%}, %9, %5\n\t"
+            "vpdpbusd 404(%10)%{1to16%}, %9, %6\n\t"
+            "vpdpbusd 468(%10)%{1to16%}, %9, %7\n\t"
+            "vpdpbusd 24(%10)%{1to16%}, %8, %0\n\t"
+            "vpdpbusd 88(%10)%{1to16%}, %8, %1\n\t"
+            "vpdpbusd 152(%10)%{1to16%}, %8, %2\n\t"
+            "vpdpbusd 216(%10)%{1to16%}, %8, %3\n\t"
+            "vpdpbusd 280(%10)%{1to16%}, %8, %4\n\t"
+            "vpdpbusd 344(%10)%{1to16%}, %8, %5\n\t"
+            "vpdpbusd 408(%10)%{1to16%}, %8, %6\n\t"
+            "vpdpbusd 472(%10)%{1to16%}, %8, %7\n\t"
+            "vpdpbusd 28(%10)%{1to16%}, %9, %0\n\t"
+            "vpdpbusd 92(%10)%{1to16%}, %9, %1\n\t"
+            "vpdpbusd 156(%10)%{1to16%}, %9, %2\n\t"
+            "vpdpbusd 220(%10)%{1to16%}, %9, %3\n\t"
+            "vpdpbusd 284(%10)%{1to16%}, %9, %4\n\t"
+            "vpdpbusd 348(%10)%{1to16%}, %9, %5\n\t"
+            "vpdpbusd 412(%10)%{1to16%}, %9, %6\n\t"
+            "vpdpbusd 476(%10)%{1to16%}, %9, %7\n\t"
+            : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7)
+            : "v"(w0), "v"(w1), "r"(x), "m"(*(const int8_t(*)[512])x));
+    const __m512i t = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
+                                       _mm512_add_epi32(_mm512_add_epi32(a4, a5), _mm512_add_epi32(a6, a7)));
+    return peak_sum(t);
+}
+
+uint64_t spex_dot_peak_avx512_vnni(uint64_t steps, int bcast, uint64_t seed, uint64_t *macs) {
+    _Alignas(64) int8_t x[8][64];
+    for (int i = 0; i < 8 * 64; i++) x[i / 64][i % 64] = (int8_t)(seed >> (i % 57));
+    const __m512i w0 = _mm512_set1_epi64((long long)seed), w1 = _mm512_set1_epi64((long long)~seed);
+    *macs = steps * (bcast ? 64 : 48) * 64;
+    return bcast ? peak_bcast(steps, w0, w1, &x[0][0]) : peak_regs(steps, w0, w1);
+}
+
 void spex_matmul_register_avx512(spex_matmul_kernels *k, unsigned feat) {
     const bool vnni = (feat & SPEX_MATMUL_FEAT_VNNI) != 0;
     k->dot[SPEX_TYPE_F32] = dot_f32;

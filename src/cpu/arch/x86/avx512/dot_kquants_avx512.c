@@ -10,11 +10,12 @@
  *
  * One layout for all three: 16 weight rows in the 16 int32 lanes, activation dwords
  * broadcast (sections "Q4_K and Q5_K, weight rows in lanes" and "Q6_K, weight rows in
- * lanes", each with its own description). On Zen 4 the vector side issues about 1.5
- * instructions per cycle and vpdpbusd (like vpmulld) at most one, so speed is vector
- * instructions per vpdpbusd; the row layout needs fewer than putting a super-block's 256
- * elements in the lanes, which Q6_K did until session 8 (docs/performance.md, "Matmul
- * kernels" and "Session 8").
+ * lanes", each with its own description). The row layout needs fewer vector instructions
+ * per vpdpbusd than putting a super-block's 256 elements in the lanes, which Q6_K did until
+ * session 8 (docs/performance.md, "Matmul kernels" and "Session 8"). The limit is not the
+ * multiply pipes: the machine of session 20 runs 2 vpdpbusd a cycle from registers and 1.8
+ * with these broadcast operands (`spex bench kernels --cached` prints that ceiling), and the
+ * 8-row Q4_K tile reaches about half of it.
  *
  * Without VNNI, vpdpbusd is replaced by vpmaddubsw (int16 pair sums, never saturating with
  * these codes) widened by vpmaddwd with ones: the same integers, so both variants agree bit
