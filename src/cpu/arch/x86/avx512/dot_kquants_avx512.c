@@ -12,10 +12,11 @@
  * broadcast (sections "Q4_K and Q5_K, weight rows in lanes" and "Q6_K, weight rows in
  * lanes", each with its own description). The row layout needs fewer vector instructions
  * per vpdpbusd than putting a super-block's 256 elements in the lanes, which Q6_K did until
- * session 8 (docs/performance.md, "Matmul kernels" and "Session 8"). The limit is not the
- * multiply pipes: the machine of session 20 runs 2 vpdpbusd a cycle from registers and 1.8
- * with these broadcast operands (`spex bench kernels --cached` prints that ceiling), and the
- * 8-row Q4_K tile reaches about half of it.
+ * session 8 (docs/performance.md, "Matmul kernels" and "Session 8"). What bounds the 8-row
+ * tiles depends on the host: on the Zen 4 machines of sessions 8-15 vpdpbusd and vpmulld
+ * issued one a cycle together and the Q4_K tile reached 0.72; the machine of session 20
+ * runs 2 a cycle from registers and 1.8 with these broadcast operands (`spex bench kernels
+ * --cached` prints that ceiling), and the tile about half of it.
  *
  * Without VNNI, vpdpbusd is replaced by vpmaddubsw (int16 pair sums, never saturating with
  * these codes) widened by vpmaddwd with ones: the same integers, so both variants agree bit
