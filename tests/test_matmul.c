@@ -633,6 +633,7 @@ TEST(tables_and_act_types) {
 
 /* ---- the int8 multiply-add ceiling probe (spex bench kernels --cached) ------ */
 
+#if defined(__x86_64__)
 /* Lane l's dword of a 512-bit register filled with the 64-bit value v. */
 static uint32_t peak_lane(uint64_t v, int l) { return (uint32_t)(l & 1 ? v >> 32 : v); }
 
@@ -642,6 +643,7 @@ static int32_t peak_dot4(uint32_t a, uint32_t b) {
     for (int t = 0; t < 4; t++) s += (int32_t)(uint8_t)(a >> 8 * t) * (int32_t)(int8_t)(b >> 8 * t);
     return s;
 }
+#endif
 
 /* The probe's sums follow its documented arithmetic exactly (checked against this scalar
  * model for both operand forms, so a probe that skipped or folded its vpdpbusd would
