@@ -1000,6 +1000,20 @@ static uint64_t peak_sum(__m512i t) {
 /* The probes' inner steps are written out in asm: gcc otherwise rotates the 12 sums through
  * extra registers, or stores the 8 to the stack, every step. */
 
+/* Sums %0..%11 += u8 %12 . s8 operand W. */
+#define PEAK_ROUND(W)                                                                            \
+    "vpdpbusd %" W ", %12, %0\n\t vpdpbusd %" W ", %12, %1\n\t vpdpbusd %" W ", %12, %2\n\t"       \
+    "vpdpbusd %" W ", %12, %3\n\t vpdpbusd %" W ", %12, %4\n\t vpdpbusd %" W ", %12, %5\n\t"       \
+    "vpdpbusd %" W ", %12, %6\n\t vpdpbusd %" W ", %12, %7\n\t vpdpbusd %" W ", %12, %8\n\t"       \
+    "vpdpbusd %" W ", %12, %9\n\t vpdpbusd %" W ", %12, %10\n\t vpdpbusd %" W ", %12, %11\n\t"
+/* Sums %0..%7 += u8 weight word W . the dword at byte K of activation row j (rows 64 bytes
+ * apart from %10), broadcast. */
+#define PEAK_WORD(K, W)                                                                                  \
+    "vpdpbusd " K "(%10)%{1to16%}, %" W ", %0\n\t vpdpbusd 64+" K "(%10)%{1to16%}, %" W ", %1\n\t"     \
+    "vpdpbusd 128+" K "(%10)%{1to16%}, %" W ", %2\n\t vpdpbusd 192+" K "(%10)%{1to16%}, %" W ", %3\n\t" \
+    "vpdpbusd 256+" K "(%10)%{1to16%}, %" W ", %4\n\t vpdpbusd 320+" K "(%10)%{1to16%}, %" W ", %5\n\t" \
+    "vpdpbusd 384+" K "(%10)%{1to16%}, %" W ", %6\n\t vpdpbusd 448+" K "(%10)%{1to16%}, %" W ", %7\n\t"
+
 /* 12 sums from registers, each adding u8 w0 . s8 (w0, then w1, in turn): 4 cycles of
  * latency at 2 vpdpbusd a cycle on the machine measured (session 20), so 8 sums would fall
  * short. 48 vpdpbusd a step. */
@@ -1009,54 +1023,7 @@ static uint64_t peak_regs(uint64_t steps, __m512i w0, __m512i w1) {
     __m512i a8 = _mm512_set1_epi32(8), a9 = _mm512_set1_epi32(9), a10 = _mm512_set1_epi32(10), a11 = _mm512_set1_epi32(11);
     for (uint64_t r = 0; r < steps; r++)
         __asm__ volatile(
-            "vpdpbusd %12, %12, %0\n\t"
-            "vpdpbusd %12, %12, %1\n\t"
-            "vpdpbusd %12, %12, %2\n\t"
-            "vpdpbusd %12, %12, %3\n\t"
-            "vpdpbusd %12, %12, %4\n\t"
-            "vpdpbusd %12, %12, %5\n\t"
-            "vpdpbusd %12, %12, %6\n\t"
-            "vpdpbusd %12, %12, %7\n\t"
-            "vpdpbusd %12, %12, %8\n\t"
-            "vpdpbusd %12, %12, %9\n\t"
-            "vpdpbusd %12, %12, %10\n\t"
-            "vpdpbusd %12, %12, %11\n\t"
-            "vpdpbusd %13, %12, %0\n\t"
-            "vpdpbusd %13, %12, %1\n\t"
-            "vpdpbusd %13, %12, %2\n\t"
-            "vpdpbusd %13, %12, %3\n\t"
-            "vpdpbusd %13, %12, %4\n\t"
-            "vpdpbusd %13, %12, %5\n\t"
-            "vpdpbusd %13, %12, %6\n\t"
-            "vpdpbusd %13, %12, %7\n\t"
-            "vpdpbusd %13, %12, %8\n\t"
-            "vpdpbusd %13, %12, %9\n\t"
-            "vpdpbusd %13, %12, %10\n\t"
-            "vpdpbusd %13, %12, %11\n\t"
-            "vpdpbusd %12, %12, %0\n\t"
-            "vpdpbusd %12, %12, %1\n\t"
-            "vpdpbusd %12, %12, %2\n\t"
-            "vpdpbusd %12, %12, %3\n\t"
-            "vpdpbusd %12, %12, %4\n\t"
-            "vpdpbusd %12, %12, %5\n\t"
-            "vpdpbusd %12, %12, %6\n\t"
-            "vpdpbusd %12, %12, %7\n\t"
-            "vpdpbusd %12, %12, %8\n\t"
-            "vpdpbusd %12, %12, %9\n\t"
-            "vpdpbusd %12, %12, %10\n\t"
-            "vpdpbusd %12, %12, %11\n\t"
-            "vpdpbusd %13, %12, %0\n\t"
-            "vpdpbusd %13, %12, %1\n\t"
-            "vpdpbusd %13, %12, %2\n\t"
-            "vpdpbusd %13, %12, %3\n\t"
-            "vpdpbusd %13, %12, %4\n\t"
-            "vpdpbusd %13, %12, %5\n\t"
-            "vpdpbusd %13, %12, %6\n\t"
-            "vpdpbusd %13, %12, %7\n\t"
-            "vpdpbusd %13, %12, %8\n\t"
-            "vpdpbusd %13, %12, %9\n\t"
-            "vpdpbusd %13, %12, %10\n\t"
-            "vpdpbusd %13, %12, %11\n\t"
+            PEAK_ROUND("12") PEAK_ROUND("13") PEAK_ROUND("12") PEAK_ROUND("13")
             : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8), "+v"(a9),
               "+v"(a10), "+v"(a11)
             : "v"(w0), "v"(w1));
@@ -1073,70 +1040,8 @@ static uint64_t peak_bcast(uint64_t steps, __m512i w0, __m512i w1, const int8_t 
     __m512i a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5), a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7);
     for (uint64_t r = 0; r < steps; r++)
         __asm__ volatile(
-            "vpdpbusd 0(%10)%{1to16%}, %8, %0\n\t"
-            "vpdpbusd 64(%10)%{1to16%}, %8, %1\n\t"
-            "vpdpbusd 128(%10)%{1to16%}, %8, %2\n\t"
-            "vpdpbusd 192(%10)%{1to16%}, %8, %3\n\t"
-            "vpdpbusd 256(%10)%{1to16%}, %8, %4\n\t"
-            "vpdpbusd 320(%10)%{1to16%}, %8, %5\n\t"
-            "vpdpbusd 384(%10)%{1to16%}, %8, %6\n\t"
-            "vpdpbusd 448(%10)%{1to16%}, %8, %7\n\t"
-            "vpdpbusd 4(%10)%{1to16%}, %9, %0\n\t"
-            "vpdpbusd 68(%10)%{1to16%}, %9, %1\n\t"
-            "vpdpbusd 132(%10)%{1to16%}, %9, %2\n\t"
-            "vpdpbusd 196(%10)%{1to16%}, %9, %3\n\t"
-            "vpdpbusd 260(%10)%{1to16%}, %9, %4\n\t"
-            "vpdpbusd 324(%10)%{1to16%}, %9, %5\n\t"
-            "vpdpbusd 388(%10)%{1to16%}, %9, %6\n\t"
-            "vpdpbusd 452(%10)%{1to16%}, %9, %7\n\t"
-            "vpdpbusd 8(%10)%{1to16%}, %8, %0\n\t"
-            "vpdpbusd 72(%10)%{1to16%}, %8, %1\n\t"
-            "vpdpbusd 136(%10)%{1to16%}, %8, %2\n\t"
-            "vpdpbusd 200(%10)%{1to16%}, %8, %3\n\t"
-            "vpdpbusd 264(%10)%{1to16%}, %8, %4\n\t"
-            "vpdpbusd 328(%10)%{1to16%}, %8, %5\n\t"
-            "vpdpbusd 392(%10)%{1to16%}, %8, %6\n\t"
-            "vpdpbusd 456(%10)%{1to16%}, %8, %7\n\t"
-            "vpdpbusd 12(%10)%{1to16%}, %9, %0\n\t"
-            "vpdpbusd 76(%10)%{1to16%}, %9, %1\n\t"
-            "vpdpbusd 140(%10)%{1to16%}, %9, %2\n\t"
-            "vpdpbusd 204(%10)%{1to16%}, %9, %3\n\t"
-            "vpdpbusd 268(%10)%{1to16%}, %9, %4\n\t"
-            "vpdpbusd 332(%10)%{1to16%}, %9, %5\n\t"
-            "vpdpbusd 396(%10)%{1to16%}, %9, %6\n\t"
-            "vpdpbusd 460(%10)%{1to16%}, %9, %7\n\t"
-            "vpdpbusd 16(%10)%{1to16%}, %8, %0\n\t"
-            "vpdpbusd 80(%10)%{1to16%}, %8, %1\n\t"
-            "vpdpbusd 144(%10)%{1to16%}, %8, %2\n\t"
-            "vpdpbusd 208(%10)%{1to16%}, %8, %3\n\t"
-            "vpdpbusd 272(%10)%{1to16%}, %8, %4\n\t"
-            "vpdpbusd 336(%10)%{1to16%}, %8, %5\n\t"
-            "vpdpbusd 400(%10)%{1to16%}, %8, %6\n\t"
-            "vpdpbusd 464(%10)%{1to16%}, %8, %7\n\t"
-            "vpdpbusd 20(%10)%{1to16%}, %9, %0\n\t"
-            "vpdpbusd 84(%10)%{1to16%}, %9, %1\n\t"
-            "vpdpbusd 148(%10)%{1to16%}, %9, %2\n\t"
-            "vpdpbusd 212(%10)%{1to16%}, %9, %3\n\t"
-            "vpdpbusd 276(%10)%{1to16%}, %9, %4\n\t"
-            "vpdpbusd 340(%10)%{1to16%}, %9, %5\n\t"
-            "vpdpbusd 404(%10)%{1to16%}, %9, %6\n\t"
-            "vpdpbusd 468(%10)%{1to16%}, %9, %7\n\t"
-            "vpdpbusd 24(%10)%{1to16%}, %8, %0\n\t"
-            "vpdpbusd 88(%10)%{1to16%}, %8, %1\n\t"
-            "vpdpbusd 152(%10)%{1to16%}, %8, %2\n\t"
-            "vpdpbusd 216(%10)%{1to16%}, %8, %3\n\t"
-            "vpdpbusd 280(%10)%{1to16%}, %8, %4\n\t"
-            "vpdpbusd 344(%10)%{1to16%}, %8, %5\n\t"
-            "vpdpbusd 408(%10)%{1to16%}, %8, %6\n\t"
-            "vpdpbusd 472(%10)%{1to16%}, %8, %7\n\t"
-            "vpdpbusd 28(%10)%{1to16%}, %9, %0\n\t"
-            "vpdpbusd 92(%10)%{1to16%}, %9, %1\n\t"
-            "vpdpbusd 156(%10)%{1to16%}, %9, %2\n\t"
-            "vpdpbusd 220(%10)%{1to16%}, %9, %3\n\t"
-            "vpdpbusd 284(%10)%{1to16%}, %9, %4\n\t"
-            "vpdpbusd 348(%10)%{1to16%}, %9, %5\n\t"
-            "vpdpbusd 412(%10)%{1to16%}, %9, %6\n\t"
-            "vpdpbusd 476(%10)%{1to16%}, %9, %7\n\t"
+            PEAK_WORD("0", "8") PEAK_WORD("4", "9") PEAK_WORD("8", "8") PEAK_WORD("12", "9")
+            PEAK_WORD("16", "8") PEAK_WORD("20", "9") PEAK_WORD("24", "8") PEAK_WORD("28", "9")
             : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7)
             : "v"(w0), "v"(w1), "r"(x), "m"(*(const int8_t(*)[512])x));
     const __m512i t = _mm512_add_epi32(_mm512_add_epi32(_mm512_add_epi32(a0, a1), _mm512_add_epi32(a2, a3)),
