@@ -158,7 +158,7 @@ uint64_t spex_matmul_dot_peak(uint64_t steps, int bcast, uint64_t *macs) {
     *macs = 0;
 #if SPEX_HAVE_X86
     if (spex_cpu_isa() == SPEX_ISA_AVX512 && spex_cpu_get_features()->avx512vnni)
-        return spex_dot_peak_avx512_vnni(steps, bcast, (uint64_t)(uintptr_t)macs, macs);
+        return spex_dot_peak_avx512_vnni(steps, bcast, 0x9e3779b97f4a7c15u, macs); /* any bits: asm can't fold */
 #endif
     (void)steps;
     (void)bcast;
