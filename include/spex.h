@@ -313,6 +313,30 @@ int64_t spex_pool_next_chunks_ranged(spex_pool *pool, int ith, const int64_t *bo
  * included. Call both from the thread that drives the pool, between runs. */
 void spex_pool_set_wait_accounting(spex_pool *pool, bool on);
 double spex_pool_wait_s(const spex_pool *pool, int ith);
+/* The part of a step a run belongs to, for wait accounting by site (spex_pool_run_site): a
+ * dense layer's Q/K/V phase, its attention and W_o phase, gate/up, down, the output head, a
+ * drafter forward's runs, anything else. */
+typedef enum spex_pool_site {
+    SPEX_SITE_OTHER,
+    SPEX_SITE_QKV,
+    SPEX_SITE_ATTN,
+    SPEX_SITE_FFN_UP,
+    SPEX_SITE_FFN_DOWN,
+    SPEX_SITE_HEAD,
+    SPEX_SITE_DRAFT,
+    SPEX_SITE_COUNT
+} spex_pool_site;
+/* spex_pool_run, its waits (with accounting on) also counted under `site` (out of range:
+ * SPEX_SITE_OTHER; spex_pool_run itself uses OTHER). */
+void spex_pool_run_site(spex_pool *pool, spex_pool_task task, void *ctx, int site);
+/* Thread ith's waits under `site` since accounting was switched on: at the runs' boundaries
+ * (barrier false: a worker's wait for the run to start, the driving thread's for the others
+ * at its end) or at barriers inside them (true). *seconds: their time; *count: how many
+ * (every barrier but the last arrival's is one, every run boundary is one, however short:
+ * the counts follow the runs and barriers posted, not the timing). A wait still in progress
+ * is not in them (a worker's wait for the next run is counted under that run's site when
+ * it starts). Either pointer may be NULL. */
+void spex_pool_wait_site(const spex_pool *pool, int ith, int site, bool barrier, double *seconds, int64_t *count);
 
 /* ======================================================================== */
 /* Quantization of whole files                                               */

@@ -525,6 +525,57 @@ TEST(llama_tied_single_f32) {
     fixture_single("tiny-llama-tied.gguf", "tiny-llama-tied.golden.gguf", NULL, TOL_REF, TOL_REF, SPEX_TYPE_F32, 2, -1);
 }
 
+/* The pool's wait accounting by site (spex_pool_run_site) follows the forward's phases: one
+ * 4-token forward on 2 threads posts one run per layer for each of Q/K/V, attention + W_o,
+ * gate/up and down, and one for the head, and nothing else; every run boundary is counted on
+ * both threads (the worker's wait for it to start, the caller's at its end), and the attention
+ * phase has its barriers (at least the one between the K/V stores and the attention). */
+TEST(wait_sites_follow_the_phases) {
+    const char *path = fixture_path("tiny-qwen3.gguf");
+    if (!path) SKIP("tests/data/models/tiny-qwen3.gguf missing");
+    spex_model *m = load(path);
+    CHECK(m != NULL);
+    if (!m) return;
+    spex_context *c = make_ctx(m, (ctx_opts){.threads = 2, .kv = SPEX_TYPE_F16});
+    CHECK(c != NULL);
+    spex_pool *pool = c ? spex_context_pool(c) : NULL;
+    CHECK(pool != NULL && spex_pool_n_threads(pool) == 2);
+    if (!pool) goto done;
+    const int64_t N = spex_model_get_hparams(m)->n_layer;
+    spex_error e = {0};
+    CHECK_OK(step1(c, 5, 0, 0, &e)); /* a first forward outside the accounting */
+    spex_pool_set_wait_accounting(pool, true);
+    spex_batch_token t[4];
+    for (int i = 0; i < 4; i++) t[i] = (spex_batch_token){.token = 7 + 3 * i, .pos = 1 + i, .seq = 0, .logits = i == 3};
+    spex_batch b = {t, 4};
+    CHECK_OK(spex_forward(c, &b, &e));
+    const int64_t want[SPEX_SITE_COUNT] = {[SPEX_SITE_QKV] = N, [SPEX_SITE_ATTN] = N, [SPEX_SITE_FFN_UP] = N,
+                                           [SPEX_SITE_FFN_DOWN] = N, [SPEX_SITE_HEAD] = 1};
+    for (int ith = 0; ith < 2; ith++)
+        for (int st = 0; st < SPEX_SITE_COUNT; st++) {
+            int64_t n = -1;
+            double sec = -1;
+            spex_pool_wait_site(pool, ith, st, false, &sec, &n);
+            CHECK_MSG(n == want[st] && sec >= 0, "thread %d, site %d: %lld run boundaries, want %lld", ith, st,
+                      (long long)n, (long long)want[st]);
+        }
+    int64_t b0 = 0, b1 = 0;
+    spex_pool_wait_site(pool, 0, SPEX_SITE_ATTN, true, NULL, &b0);
+    spex_pool_wait_site(pool, 1, SPEX_SITE_ATTN, true, NULL, &b1);
+    CHECK_MSG(b0 + b1 >= N, "attention barriers %lld + %lld for %lld layers", (long long)b0, (long long)b1,
+              (long long)N);
+    /* out of range: nothing */
+    int64_t n = 5;
+    double sec = 5;
+    spex_pool_wait_site(pool, 2, SPEX_SITE_QKV, false, &sec, &n);
+    CHECK(n == 0 && sec == 0.0);
+    spex_pool_wait_site(pool, 0, SPEX_SITE_COUNT, false, &sec, &n);
+    CHECK(n == 0 && sec == 0.0);
+done:
+    spex_context_free(c);
+    spex_model_free(m);
+}
+
 /* ---- quantized weights ------------------------------------------------------------------ */
 
 /* Logits of `tokens` fed as one batch (all rows), F32 KV, 2 threads, into out[n][V]. */

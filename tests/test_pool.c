@@ -11,6 +11,7 @@
 #include "spex.h"
 #include "test.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -228,6 +229,51 @@ TEST(pool_wait_accounting) {
     spex_pool_free(pool);
     spex_pool_set_wait_accounting(NULL, true); /* no-ops */
     CHECK(spex_pool_wait_s(NULL, 0) == 0.0);
+}
+
+static void noop_task(void *p, int ith, int nth) { (void)p, (void)ith, (void)nth; }
+
+/* By site: late_task posted as a Q/K/V run, then (30 ms later) an empty head run. A barrier
+ * wait goes under its run's site, a worker's wait for a run under the site of that run. */
+TEST(pool_wait_accounting_by_site) {
+    spex_pool *pool = NULL;
+    CHECK_OK(spex_pool_create(3, &pool, NULL));
+    spex_pool_set_wait_accounting(pool, true);
+    spex_pool_run_site(pool, late_task, pool, SPEX_SITE_QKV);
+    sleep_ms(30);
+    spex_pool_run_site(pool, noop_task, NULL, SPEX_SITE_HEAD);
+    double s[3][SPEX_SITE_COUNT][2];
+    int64_t n[3][SPEX_SITE_COUNT][2];
+    for (int t = 0; t < 3; t++)
+        for (int st = 0; st < SPEX_SITE_COUNT; st++)
+            for (int k = 0; k < 2; k++) spex_pool_wait_site(pool, t, st, k == 1, &s[t][st][k], &n[t][st][k]);
+    /* barriers: threads 0 and 2 waited ~100 ms for thread 1, which did not wait */
+    CHECK_MSG(n[0][SPEX_SITE_QKV][1] == 1 && s[0][SPEX_SITE_QKV][1] >= 0.06, "thread 0 barrier: %lld, %.3f s",
+              (long long)n[0][SPEX_SITE_QKV][1], s[0][SPEX_SITE_QKV][1]);
+    CHECK(n[2][SPEX_SITE_QKV][1] == 1 && s[2][SPEX_SITE_QKV][1] >= 0.06);
+    CHECK(n[1][SPEX_SITE_QKV][1] == 0 && s[1][SPEX_SITE_QKV][1] == 0.0);
+    /* run boundaries: one per run and thread; the workers' ~80 ms between the runs go under the head run */
+    for (int t = 0; t < 3; t++) {
+        CHECK(n[t][SPEX_SITE_QKV][0] == 1 && n[t][SPEX_SITE_HEAD][0] == 1);
+        CHECK(s[t][SPEX_SITE_QKV][0] < 0.05);
+    }
+    CHECK_MSG(s[1][SPEX_SITE_HEAD][0] >= 0.05 && s[2][SPEX_SITE_HEAD][0] >= 0.05, "workers' waits for the head run: "
+              "%.3f, %.3f s", s[1][SPEX_SITE_HEAD][0], s[2][SPEX_SITE_HEAD][0]);
+    /* nothing anywhere else; the sites add up to the totals (no wait in progress on the caller) */
+    double sum0 = 0;
+    for (int st = 0; st < SPEX_SITE_COUNT; st++) {
+        sum0 += s[0][st][0] + s[0][st][1];
+        if (st == SPEX_SITE_QKV || st == SPEX_SITE_HEAD) continue;
+        for (int t = 0; t < 3; t++) CHECK(n[t][st][0] == 0 && n[t][st][1] == 0 && s[t][st][0] == 0.0);
+    }
+    CHECK(fabs(sum0 - spex_pool_wait_s(pool, 0)) < 1e-6);
+    /* plain runs and out-of-range sites count as OTHER */
+    spex_pool_run(pool, noop_task, NULL);
+    spex_pool_run_site(pool, noop_task, NULL, 99);
+    int64_t k = 0;
+    spex_pool_wait_site(pool, 1, SPEX_SITE_OTHER, false, NULL, &k);
+    CHECK(k == 2);
+    spex_pool_free(pool);
 }
 
 /* A one-thread pool never waits. */

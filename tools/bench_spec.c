@@ -627,6 +627,49 @@ static void stop_cell(const bs_run *r, const bs_method *me, char *buf, size_t ca
     else snprintf(buf, cap, " %s |", me->kind != BS_AR ? l : "-");
 }
 
+/* The sites' column heads and JSON names, in spex_pool_site order. */
+static const char *const site_head[SPEX_SITE_COUNT] = {"other", "Q/K/V", "attention, W_o", "gate/up", "down",
+                                                       "head", "drafter"};
+static const char *const site_json[SPEX_SITE_COUNT] = {"other", "qkv", "attention", "ffn_up", "ffn_down",
+                                                       "head", "drafter"};
+
+/* w's waits at site st, kind k (0: run boundaries, 1: barriers) as each thread's average share
+ * of the decode. */
+static double site_share(const bs_run *r, const genset_row *w, int st, int k) {
+    const int nth = spex_pool_n_threads(r->pool);
+    return w->t_decode > 0 ? w->t_wait_site[st][k] / (w->t_decode * nth) : 0.0;
+}
+
+/* The waits column split by where they happened (with several threads). */
+static void print_site_waits(const bs_run *r, bool sc) {
+    const bs_opts *o = &r->o;
+    if (spex_pool_n_threads(r->pool) < 2) return;
+    printf("\nwaits by site (spex_pool_wait_site): each thread's average share of the decode, at the runs' "
+           "boundaries + at barriers, by the part of the step the run belongs to (a dense layer's Q/K/V phase; its "
+           "attention and W_o; gate/up; down; the output head; the drafter's forward; anything else); a worker's "
+           "wait for a run counts under that run:\n\n");
+    printf("| Method | Draft quant |%s Temp |", sc ? " Draft stop |" : "");
+    for (int st = 1; st <= SPEX_SITE_COUNT; st++) printf(" %s |", site_head[st % SPEX_SITE_COUNT]);
+    printf("\n| --- | --- |%s ---: |", sc ? " --- |" : "");
+    for (int st = 0; st < SPEX_SITE_COUNT; st++) printf(" ---: |");
+    printf("\n");
+    for (int ti = 0; ti < o->n_temps; ti++) {
+        char tl[32];
+        temp_label(o->temps[ti], tl, sizeof tl);
+        for (int mi = 0; mi < r->n_meth; mi++) {
+            const bs_method *me = &r->meth[mi];
+            const genset_row *w = &me->rows[ti];
+            char pm[40];
+            stop_cell(r, me, pm, sizeof pm);
+            printf("| %s | %s |%s %s |", me->name, me->quant, pm, tl);
+            for (int st = 1; st <= SPEX_SITE_COUNT; st++)
+                printf(" %.1f + %.1f%% |", 100.0 * site_share(r, w, st % SPEX_SITE_COUNT, 0),
+                       100.0 * site_share(r, w, st % SPEX_SITE_COUNT, 1));
+            printf("\n");
+        }
+    }
+}
+
 static void print_results(const bs_run *r) {
     const bs_opts *o = &r->o;
     const bool sc = o->stop_given;
@@ -676,6 +719,7 @@ static void print_results(const bs_run *r) {
                    w->t_other * pc, (double)w->drafted / n, (double)w->cut / n, 100.0 * wc, 100.0 * ww);
         }
     }
+    print_site_waits(r, sc);
     printf("\nverify(k)/decode(1): the target alone, one forward of k tokens with logits on every row after a %d-token "
            "prompt, best of %ld rounds over k = 1..K, and the median of each round's own verify(k)/decode(1):\n\n",
            r->verify_prefix, o->reps);
@@ -759,6 +803,11 @@ static bool write_json(const bs_run *r) {
             row_waits(r, w, &wc, &ww);
             cJSON_AddNumberToObject(jr, "wait_share_caller", wc);
             cJSON_AddNumberToObject(jr, "wait_share_worker", ww);
+            cJSON *jw = cJSON_AddObjectToObject(jr, "wait_share_by_site"); /* [run boundaries, barriers] */
+            for (int st = 0; st < SPEX_SITE_COUNT; st++) {
+                const double v[2] = {site_share(r, w, st, 0), site_share(r, w, st, 1)};
+                cJSON_AddItemToObject(jw, site_json[st], cJSON_CreateDoubleArray(v, 2));
+            }
             cJSON_AddItemToArray(rows, jr);
         }
         cJSON_AddItemToArray(ms, jm);

@@ -123,6 +123,19 @@ static void pool_waits(const spex_pool *pool, double *caller, double *workers) {
     for (int t = 1; t < spex_pool_n_threads(pool); t++) *workers += spex_pool_wait_s(pool, t);
 }
 
+/* Every thread's waits by site and kind, summed, into w[site][kind]. */
+static void pool_site_waits(const spex_pool *pool, double w[SPEX_SITE_COUNT][2]) {
+    for (int st = 0; st < SPEX_SITE_COUNT; st++)
+        for (int k = 0; k < 2; k++) {
+            w[st][k] = 0.0;
+            for (int t = 0; t < spex_pool_n_threads(pool); t++) {
+                double x;
+                spex_pool_wait_site(pool, t, st, k == 1, &x, NULL);
+                w[st][k] += x;
+            }
+        }
+}
+
 int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *ids, int np, int n_predict,
                     spex_sampler *smp, int32_t *out, genset_row *row, spex_pool *pool) {
     spex_error e = {0};
@@ -136,8 +149,11 @@ int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *i
     /* seq_begin counts its last prompt token's forward as "other": keep it out of the steps. */
     const spex_spec_stats *st = spex_spec_seq_stats(spec, 0);
     const double other0 = st->t_other;
-    double w0c = 0.0, w0w = 0.0;
-    if (pool) pool_waits(pool, &w0c, &w0w);
+    double w0c = 0.0, w0w = 0.0, ws0[SPEX_SITE_COUNT][2];
+    if (pool) {
+        pool_waits(pool, &w0c, &w0w);
+        pool_site_waits(pool, ws0);
+    }
     double t0 = genset_now_s();
     int n = 0;
     bool eog = false;
@@ -160,6 +176,10 @@ int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *i
         pool_waits(pool, &w1c, &w1w);
         row->t_wait_caller += w1c - w0c;
         row->t_wait_workers += w1w - w0w;
+        double ws1[SPEX_SITE_COUNT][2];
+        pool_site_waits(pool, ws1);
+        for (int si = 0; si < SPEX_SITE_COUNT; si++)
+            for (int k = 0; k < 2; k++) row->t_wait_site[si][k] += ws1[si][k] - ws0[si][k];
     }
     row->n_gen += n;
     row->normal_stops += eog;

@@ -37,6 +37,10 @@ typedef struct genset_row {
     /* With a pool given to genset_generate (its wait accounting on): seconds its threads
      * waited for each other during t_decode, thread 0 (the caller) and the workers summed. */
     double t_wait_caller, t_wait_workers;
+    /* The same waits by site (spex_pool_wait_site), every thread summed: [site][0] at the runs'
+     * boundaries, [site][1] at barriers; the workers' wait in progress at the decode's end is in
+     * the totals above only. */
+    double t_wait_site[SPEX_SITE_COUNT][2];
 } genset_row;
 
 double genset_now_s(void);

@@ -61,7 +61,10 @@
  * elapsed time, clears the mark); a reader adds an open wait's time so far. Workers between
  * runs sit in an open wait that only the next run closes, so counters read by the driving
  * thread between runs are stable; switching accounting on opens the workers' current waits
- * at that moment. Off, a wait costs one relaxed load more.
+ * at that moment. Off, a wait costs one relaxed load more. Each closed wait is also added, with a
+ * count, under the site of its run (spex_pool_run_site: which part of a forward the run is) and
+ * its kind (a run boundary or a barrier), so a benchmark can say where the waits are; a worker's
+ * wait for the next run goes under that next run's site.
  *
  * The barrier is sense-reversing in its generation-counter form: each thread reads the
  * barrier generation, then increments the arrival count; the last to arrive resets the count
@@ -99,10 +102,13 @@ typedef struct pool_claim {
     _Alignas(CACHE_LINE) _Atomic uint64_t w;
 } pool_claim;
 
-/* Thread t's waits (header comment): closed nanoseconds, and the start of an open wait or 0. */
+/* Thread t's waits (header comment): closed nanoseconds, the start of an open wait or 0, and
+ * the closed waits by site (spex_pool_run_site) and kind (0: run boundary, 1: barrier). */
 typedef struct pool_acct {
     _Alignas(CACHE_LINE) _Atomic int64_t wait_ns;
     _Atomic int64_t open_ns;
+    _Atomic int64_t site_ns[SPEX_SITE_COUNT][2];
+    _Atomic int64_t site_n[SPEX_SITE_COUNT][2];
 } pool_acct;
 
 typedef struct pool_worker {
@@ -123,6 +129,7 @@ struct spex_pool {
     /* Written by the caller before a run; read by workers after they see the new gen. */
     spex_pool_task task;
     void *ctx;
+    int site;                     /* the run's spex_pool_site (wait accounting)  */
     _Atomic int stop;
 
     /* Each hot word on its own cache line: workers poll gen, the caller polls pending,
@@ -165,13 +172,19 @@ static inline void acct_open(spex_pool *pool, int ith) {
     if (atomic_load_explicit(&pool->acct_on, memory_order_relaxed))
         atomic_store_explicit(&pool->acct[ith].open_ns, now_ns(), memory_order_relaxed);
 }
-static inline void acct_close(spex_pool *pool, int ith) {
-    const int64_t o = atomic_load_explicit(&pool->acct[ith].open_ns, memory_order_relaxed);
+/* Adds v to a counter only its own thread writes (readers may see the old or the new value). */
+static inline void acct_add(_Atomic int64_t *c, int64_t v) {
+    atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v, memory_order_relaxed);
+}
+static inline void acct_close(spex_pool *pool, int ith, int kind) {
+    pool_acct *a = &pool->acct[ith];
+    const int64_t o = atomic_load_explicit(&a->open_ns, memory_order_relaxed);
     if (!o) return;
-    atomic_store_explicit(&pool->acct[ith].wait_ns,
-                          atomic_load_explicit(&pool->acct[ith].wait_ns, memory_order_relaxed) + (now_ns() - o),
-                          memory_order_relaxed);
-    atomic_store_explicit(&pool->acct[ith].open_ns, 0, memory_order_relaxed);
+    const int64_t dt = now_ns() - o;
+    acct_add(&a->wait_ns, dt);
+    acct_add(&a->site_ns[pool->site][kind], dt);
+    acct_add(&a->site_n[pool->site][kind], 1);
+    atomic_store_explicit(&a->open_ns, 0, memory_order_relaxed);
 }
 
 /* Spins until *word != old or spin_ns elapse. Returns the last value seen. */
@@ -265,7 +278,7 @@ static void *worker_main(void *arg) {
     for (;;) {
         acct_open(pool, w->ith);
         seen = wait_while_equal(pool, &pool->gen, seen, &pool->gen_sleepers);
-        acct_close(pool, w->ith);
+        acct_close(pool, w->ith, 0); /* under the site of the run that ends the wait */
         if (atomic_load_explicit(&pool->stop, memory_order_acquire)) break;
         pool->task(pool->ctx, w->ith, pool->nth);
         /* The last worker to finish wakes the caller if (and only if) it went to sleep. */
@@ -320,6 +333,11 @@ spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err) {
         atomic_init(&pool->claims[t].w, 0);
         atomic_init(&pool->acct[t].wait_ns, 0);
         atomic_init(&pool->acct[t].open_ns, 0);
+        for (int st = 0; st < SPEX_SITE_COUNT; st++)
+            for (int k = 0; k < 2; k++) {
+                atomic_init(&pool->acct[t].site_ns[st][k], 0);
+                atomic_init(&pool->acct[t].site_n[st][k], 0);
+            }
     }
     atomic_init(&pool->acct_on, 0);
     pool->spin_ns = n_threads <= ncpu ? SPIN_NS : 0;
@@ -376,6 +394,11 @@ static void claims_reset(spex_pool *pool, memory_order mo) {
 }
 
 void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx) {
+    spex_pool_run_site(pool, task, ctx, SPEX_SITE_OTHER);
+}
+
+void spex_pool_run_site(spex_pool *pool, spex_pool_task task, void *ctx, int site) {
+    pool->site = site >= 0 && site < SPEX_SITE_COUNT ? site : SPEX_SITE_OTHER;
     atomic_store_explicit(&pool->chunk, 0, memory_order_relaxed);
     claims_reset(pool, memory_order_relaxed);
     if (pool->nth == 1) {
@@ -413,7 +436,7 @@ void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx) {
         atomic_store(&pool->caller_sleeping, 0);
     }
     atomic_thread_fence(memory_order_acquire); /* the workers' writes are visible now */
-    acct_close(pool, 0);
+    acct_close(pool, 0, 0);
 }
 
 void spex_pool_barrier(spex_pool *pool) {
@@ -434,7 +457,7 @@ void spex_pool_barrier(spex_pool *pool) {
      * thread onto it (2.1x the decode rate at -t 2 with one core busy elsewhere). */
     acct_open(pool, tl_ith);
     wait_while_equal_ns(pool, &pool->bar_gen, g, &pool->bar_sleepers, pool->spin_ns > 0 ? BAR_SPIN_NS : 0);
-    acct_close(pool, tl_ith);
+    acct_close(pool, tl_ith, 1);
 }
 
 void spex_pool_set_wait_accounting(spex_pool *pool, bool on) {
@@ -443,6 +466,11 @@ void spex_pool_set_wait_accounting(spex_pool *pool, bool on) {
         const int64_t t = now_ns();
         for (int i = 0; i < pool->nth; i++) {
             atomic_store_explicit(&pool->acct[i].wait_ns, 0, memory_order_relaxed);
+            for (int st = 0; st < SPEX_SITE_COUNT; st++)
+                for (int k = 0; k < 2; k++) {
+                    atomic_store_explicit(&pool->acct[i].site_ns[st][k], 0, memory_order_relaxed);
+                    atomic_store_explicit(&pool->acct[i].site_n[st][k], 0, memory_order_relaxed);
+                }
             /* the workers are in their wait for the next run: it counts from now */
             atomic_store_explicit(&pool->acct[i].open_ns, i > 0 ? t : 0, memory_order_relaxed);
         }
@@ -456,6 +484,14 @@ double spex_pool_wait_s(const spex_pool *pool, int ith) {
     const int64_t o = atomic_load_explicit(&pool->acct[ith].open_ns, memory_order_relaxed);
     if (o) w += now_ns() - o;
     return (double)w * 1e-9;
+}
+
+void spex_pool_wait_site(const spex_pool *pool, int ith, int site, bool barrier, double *seconds, int64_t *count) {
+    const bool ok = pool && ith >= 0 && ith < pool->nth && site >= 0 && site < SPEX_SITE_COUNT;
+    const int k = barrier ? 1 : 0;
+    if (seconds)
+        *seconds = ok ? (double)atomic_load_explicit(&pool->acct[ith].site_ns[site][k], memory_order_relaxed) * 1e-9 : 0.0;
+    if (count) *count = ok ? atomic_load_explicit(&pool->acct[ith].site_n[site][k], memory_order_relaxed) : 0;
 }
 
 int64_t spex_pool_next_chunk(spex_pool *pool) {

@@ -93,14 +93,14 @@ static void run_phase_multi(spex_draft_context *c, draft_phase *ph, pre_fn pre, 
         };
         if (ph->n_mm > 0 && !spex_matmul_can_share(&ph->mm[0], &a)) {
             c->phase = ph;
-            spex_pool_run(c->pool, phase_task, c);
+            spex_pool_run_site(c->pool, phase_task, c, SPEX_SITE_DRAFT);
             ph->pre = NULL;
             ph->n_mm = 0;
         }
         ph->mm[ph->n_mm++] = a;
     }
     c->phase = ph;
-    spex_pool_run(c->pool, phase_task, c);
+    spex_pool_run_site(c->pool, phase_task, c, SPEX_SITE_DRAFT);
 }
 
 static size_t ws_max(size_t ws, const model_weight *w, int64_t rows) {

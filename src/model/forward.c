@@ -44,6 +44,8 @@
 #include <math.h>
 #include <string.h>
 
+static void pre_attention(spex_context *c, const fwd_phase *ph, int ith, int nth);
+
 /* ======================================================================== */
 /* Phases                                                                    */
 /* ======================================================================== */
@@ -92,8 +94,19 @@ void spex_fwd_run_phase(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, c
     spex_fwd_run_phase_multi(c, ph, pre, layer, &w, &Y, w != NULL, X, n_rows);
 }
 
+/* The wait-accounting site of a phase, by its prologue (spex_pool_run_site). */
+static int phase_site(pre_fn pre) {
+    if (pre == spex_fwd_pre_attn_norm) return SPEX_SITE_QKV;
+    if (pre == pre_attention) return SPEX_SITE_ATTN;
+    if (pre == spex_fwd_pre_ffn_norm) return SPEX_SITE_FFN_UP;
+    if (pre == spex_fwd_pre_swiglu) return SPEX_SITE_FFN_DOWN;
+    if (pre == spex_fwd_pre_output) return SPEX_SITE_HEAD;
+    return SPEX_SITE_OTHER;
+}
+
 void spex_fwd_run_phase_multi(spex_context *c, fwd_phase *ph, pre_fn pre, int layer, const model_weight *const *w,
                               float *const *Y, int n_w, const float *X, int64_t n_rows) {
+    const int site = phase_site(pre);
     ph->pre = pre;
     ph->pre_own_rows = pre_writes_own_rows(c, pre, X, n_rows);
     ph->layer = layer;
@@ -102,7 +115,7 @@ void spex_fwd_run_phase_multi(spex_context *c, fwd_phase *ph, pre_fn pre, int la
         spex_matmul_args a = mm_args(c, w[i], X, n_rows, Y[i]);
         if (ph->n_mm > 0 && !spex_matmul_can_share(&ph->mm[0], &a)) {
             c->phase = ph;   /* a different activation type: run what is gathered, start anew */
-            spex_pool_run(c->pool, phase_task, c);
+            spex_pool_run_site(c->pool, phase_task, c, site);
             ph->pre = NULL;
             ph->n_mm = 0;
         }
@@ -115,7 +128,7 @@ void spex_fwd_run_phase_multi(spex_context *c, fwd_phase *ph, pre_fn pre, int la
     ph->next_slice_align = 0;
     ph->next_conv_cols = false;
     c->phase = ph;
-    spex_pool_run(c->pool, phase_task, c);
+    spex_pool_run_site(c->pool, phase_task, c, site);
 }
 
 size_t spex_forward_mm_ws_size(const spex_model *m, int32_t n_batch_max, int32_t n_outputs_max) {
