@@ -25,7 +25,9 @@
  * Attention runs inside the prologue of the W_o phase (one spex_attention call per sequence,
  * all threads taking part, then a barrier). W_q, W_k, W_v share one phase (their input is the
  * same xn: converted once, one barrier, one chunk sequence over the three), and so do W_gate
- * and W_up: 4 pool runs per layer plus one for the head, for any batch size. In the
+ * and W_up: 4 pool runs per layer plus one for the head, for any batch size (each posted with
+ * its phase as the pool's wait-accounting site, phase_site, so a benchmark can say where the
+ * threads wait). In the
  * small-batch regime (spex_matmul_ranged_regime: decode, drafting, verification) W_gate and
  * W_up are cut into the same per-thread column slices as the SwiGLU after them and W_down's
  * activation conversion (spex_fwd_ffn), so each thread combines and converts what it computed
