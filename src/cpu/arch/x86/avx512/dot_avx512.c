@@ -644,27 +644,54 @@ AI void qr_seq2(const int K, const bool vnni, const int g, const uint8_t *ua, co
     }
 }
 
-/* The activation side of blocks [c0, c0 + cnt) of g rows: dx, s and the integer sums' start. */
+/* Four blocks' code sums: lane i of the result = sum of the 32 int8 codes at p + i * bs. The
+ * bytes + 128 summed by vpsadbw in four 8-byte parts, then the parts of the four blocks added
+ * across lanes; exact (at most 32 * 255). */
+AI __m128i qr_sum4(const uint8_t *p, size_t bs) {
+    const __m256i b80 = _mm256_set1_epi8((char)0x80), z = _mm256_setzero_si256();
+    __m256i t[4];
+    for (int i = 0; i < 4; i++)
+        t[i] = _mm256_sad_epu8(_mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(p + (size_t)i * bs)), b80), z);
+    /* per 128-bit lane: [t0 parts 0+1, t1 parts 0+1] and [t0 parts 2+3, t1 parts 2+3], same for t2, t3 */
+    const __m256i u = _mm256_add_epi64(_mm256_unpacklo_epi64(t[0], t[1]), _mm256_unpackhi_epi64(t[0], t[1]));
+    const __m256i v = _mm256_add_epi64(_mm256_unpacklo_epi64(t[2], t[3]), _mm256_unpackhi_epi64(t[2], t[3]));
+    const __m256i tot = _mm256_add_epi64(_mm256_permute2x128_si256(u, v, 0x20), _mm256_permute2x128_si256(u, v, 0x31));
+    return _mm_sub_epi32(_mm256_cvtepi64_epi32(tot), _mm_set1_epi32(32 * 128));
+}
+
+/* The activation side of blocks [c0, c0 + cnt) of g rows: dx, s and the integer sums' start
+ * (-offset * the block's code sum). It is prepared in every call for every activation row, so
+ * in the small calls of decode and verification (16-64 weight rows, ranged claims) it is a
+ * visible part of the call: four blocks' sums at a time in vectors and the scales by F16C
+ * (instead of one block's sum by maddubs and a horizontal reduction, and the scalar fp16
+ * decoder) cut an 8-row 16-row call's time by ~22 % and a 64-row one's by ~9 %
+ * (docs/performance.md, session 21). Same values. */
 AI void qr_prep(const int K, const bool vnni, const uint8_t *x, size_t xst, int g, int64_t c0, int64_t cnt,
                 qr_xprep *xp) {
     const size_t xbs = has_min(K) ? sizeof(block_q8_1) : sizeof(block_q8_0);
     const size_t xq = has_min(K) ? 4 : 2;
     const int off = base_offset(K, vnni);
-    for (int j = 0; j < g; j++)
+    for (int j = 0; j < g; j++) {
+        const uint8_t *row = x + (size_t)j * xst + (size_t)c0 * xbs;
         for (int64_t b = 0; b < cnt; b++) {
-            const uint8_t *blk = x + (size_t)j * xst + (size_t)(c0 + b) * xbs;
-            xp->dx[j][b] = spex_fp16_to_f32(ld16(blk));
-            xp->s[j][b] = has_min(K) ? spex_fp16_to_f32(ld16(blk + 2)) : 0.0f;
+            xp->dx[j][b] = _cvtsh_ss(ld16(row + (size_t)b * xbs));
+            xp->s[j][b] = has_min(K) ? _cvtsh_ss(ld16(row + (size_t)b * xbs + 2)) : 0.0f;
+        }
+        int64_t b = 0;
+        if (off) {
+            const __m128i noff = _mm_set1_epi32(-off);
+            for (; b + 4 <= cnt; b += 4)
+                _mm_storeu_si128((__m128i *)&xp->base[j][b], _mm_mullo_epi32(qr_sum4(row + (size_t)b * xbs + xq, xbs), noff));
+        }
+        for (; b < cnt; b++) {
             int32_t sum = 0;
             if (off) {
-                const __m256i v = _mm256_loadu_si256((const __m256i *)(blk + xq));
-                const __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), v), _mm256_set1_epi16(1));
-                const __m128i h = _mm_add_epi32(_mm256_castsi256_si128(t), _mm256_extracti128_si256(t, 1));
-                const __m128i h2 = _mm_add_epi32(h, _mm_shuffle_epi32(h, _MM_SHUFFLE(1, 0, 3, 2)));
-                sum = _mm_cvtsi128_si32(_mm_add_epi32(h2, _mm_shuffle_epi32(h2, _MM_SHUFFLE(2, 3, 0, 1))));
+                const int8_t *q = (const int8_t *)(row + (size_t)b * xbs + xq);
+                for (int e = 0; e < 32; e++) sum += q[e];
             }
             xp->base[j][b] = -off * sum;
         }
+    }
 }
 
 /* y[j * ldy + l] (j < g, l < 16) = (P0 + P1) + (P2 + P3) of lane l of row j's sums. */
