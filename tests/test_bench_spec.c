@@ -249,7 +249,7 @@ TEST(cost_table_waits_two_threads) {
             if (!strcmp(it->string, "qkv")) qkv = v;
             if (!strcmp(it->string, "drafter")) draft = v;
         }
-        const bool site_ok = cJSON_GetArraySize(bs) == 7 && fabs(sum - (wc + ww) / 2) <= 0.1 * (wc + ww) / 2 &&
+        const bool site_ok = cJSON_GetArraySize(bs) == 7 && fabs(sum - (wc + ww) / 2) <= 0.3 * (wc + ww) / 2 &&
                              qkv > 0.0 && (i == 0 ? draft == 0.0 : draft > 0.0);
         if (!site_ok) printf("  method %d: by site sum %g (total %g), qkv %g, drafter %g\n", i, sum, (wc + ww) / 2, qkv, draft);
         ok = ok && site_ok;

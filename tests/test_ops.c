@@ -538,6 +538,28 @@ TEST(ops_rope_simd_bits_equal_ref) {
     }
 }
 
+/* The two-step cache (frequencies once, then each position) gives the bits of spex_rope_cache,
+ * which are those of the angle computed in double, rounded once. */
+TEST(ops_rope_cache_from_frequencies) {
+    static const int nrots[] = {2, 34, 64, 128};
+    static const int64_t poss[] = {0, 1, 37, 4095, 131071};
+    for (size_t r = 0; r < sizeof nrots / sizeof nrots[0]; r++) {
+        const int n = nrots[r];
+        double inv[64];
+        spex_rope_freqs(inv, n, 1000000.0f);
+        for (size_t q = 0; q < sizeof poss / sizeof poss[0]; q++) {
+            float a[128], b[128];
+            spex_rope_cache(a, poss[q], n, 1000000.0f, 0.5f);
+            spex_rope_cache_freqs(b, poss[q], n, 0.5f, inv);
+            CHECK_MSG(!memcmp(a, b, sizeof(float) * (size_t)n), "n_rot %d pos %lld", n, (long long)poss[q]);
+            for (int i = 0; i < n / 2; i++) {
+                const double th = (double)poss[q] * 0.5 * pow(1000000.0, -2.0 * i / n);
+                CHECK(b[2 * i] == (float)cos(th) && b[2 * i + 1] == (float)sin(th));
+            }
+        }
+    }
+}
+
 TEST(ops_rope_neox_vs_norm_and_double) {
     enum { HD = 128, NH = 3, NROT = 96 };
     const int half = NROT / 2;

@@ -107,14 +107,25 @@ void spex_rmsnorm_rows(const spex_ops_kernels *k, const float *x, int64_t ldx, c
     for (int64_t r = 0; r < n_rows; r++) k->rmsnorm(x + r * ldx, weight, out + r * ldo, n, eps);
 }
 
-void spex_rope_cache(float *cs, int64_t pos, int n_rot, float freq_base, float freq_scale) {
+void spex_rope_freqs(double *inv, int n_rot, float freq_base) {
+    for (int i = 0; i < n_rot / 2; i++) inv[i] = pow((double)freq_base, -2.0 * i / (double)n_rot);
+}
+
+void spex_rope_cache_freqs(float *cs, int64_t pos, int n_rot, float freq_scale, const double *inv) {
     /* Double precision: at positions ~1e5 a float angle would already be off by ~1e-2 rad. */
     const double p = (double)pos * (double)freq_scale;
     for (int i = 0; i < n_rot / 2; i++) {
-        double theta = p * pow((double)freq_base, -2.0 * i / (double)n_rot);
+        const double theta = p * inv[i];
         cs[2 * i] = (float)cos(theta);
         cs[2 * i + 1] = (float)sin(theta);
     }
+}
+
+void spex_rope_cache(float *cs, int64_t pos, int n_rot, float freq_base, float freq_scale) {
+    double inv[SPEX_ROPE_MAX_ROT / 2];
+    if (n_rot > SPEX_ROPE_MAX_ROT) n_rot = SPEX_ROPE_MAX_ROT; /* documented limit */
+    spex_rope_freqs(inv, n_rot, freq_base);
+    spex_rope_cache_freqs(cs, pos, n_rot, freq_scale, inv);
 }
 
 void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, int n_rot,

@@ -152,6 +152,11 @@ void spex_rmsnorm_rows(const spex_ops_kernels *k, const float *x, int64_t ldx, c
  * theta_i = pos * freq_scale * freq_base^(-2i / n_rot), computed in double. Fill once per
  * token and reuse for every layer (and for q and k). freq_scale 1 means no scaling. */
 void spex_rope_cache(float *cs, int64_t pos, int n_rot, float freq_base, float freq_scale);
+/* The same in two steps, for a model that fills caches for many rows: inv[i] =
+ * freq_base^(-2i / n_rot) for i < n_rot / 2 once (the pow calls were about half of a cache's
+ * cost), then each position's angles from it; the same bits as spex_rope_cache. */
+void spex_rope_freqs(double *inv, int n_rot, float freq_base);
+void spex_rope_cache_freqs(float *cs, int64_t pos, int n_rot, float freq_scale, const double *inv);
 /* Convenience: cache on the stack + table rope. n_rot <= SPEX_ROPE_MAX_ROT. */
 void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, int n_rot,
                spex_rope_mode mode, int64_t pos, float freq_base, float freq_scale);

@@ -229,6 +229,7 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     b->gate = spex_ctx_buf_alloc(nb * F * 4, &compute);
     b->up = spex_ctx_buf_alloc(nb * F * 4, &compute);
     b->rope = spex_ctx_buf_alloc(nb * (uint64_t)hp->n_rot * 4, &compute);
+    spex_rope_freqs(b->rope_inv, hp->n_rot, hp->rope_freq_base);
     b->hout = spex_ctx_buf_alloc(no * E * 4, &compute);
     b->logits = spex_ctx_buf_alloc(no * V * 4, &compute);
     b->taps = p.n_taps ? spex_ctx_buf_alloc(nb * (uint64_t)p.n_taps * E * 4, &compute) : NULL;

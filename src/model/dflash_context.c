@@ -154,6 +154,7 @@ spex_status spex_draft_context_init(const spex_drafter *d, const spex_draft_cont
     c->gate = spex_ctx_buf_alloc(nr * F * 4, &compute);
     c->up = spex_ctx_buf_alloc(nr * F * 4, &compute);
     c->rope = spex_ctx_buf_alloc(nmeta * (uint64_t)hp->n_rot * 4, &compute);
+    spex_rope_freqs(c->rope_inv, hp->n_rot, hp->rope_freq_base);
     c->da = spex_ctx_buf_alloc(nr * nd * 4, &compute);
     c->df = spex_ctx_buf_alloc(nr * nd * 4, &compute);
     c->hout = spex_ctx_buf_alloc(ns * D * 4, &compute);

@@ -58,6 +58,7 @@ struct spex_draft_context {
     float *att;                       /* [nr][H*hd]                                       */
     float *gate, *up;                 /* [nr][F]                                          */
     float *rope;                      /* [max(nr, ni)][n_rot]                             */
+    double rope_inv[SPEX_ROPE_MAX_ROT / 2]; /* the rotary frequencies (spex_rope_freqs)   */
     float *da, *df;                   /* [nr][nd]   δ of the attention / FFN conv         */
     float *hout;                      /* [ns][D]                                          */
     float *logits;                    /* [ns][V]    transformed z                         */

@@ -162,7 +162,7 @@ static void pre_fuse(spex_draft_context *c, const draft_phase *ph, int ith, int 
         float *y = c->iy + r * D;
         if (d->fc_scale != 1.0f) ph->ops->scale(y, d->fc_scale, y, D);
         ph->ops->rmsnorm(y, d->enc_norm, c->ic + r * D, D, d->hp.rms_eps);
-        spex_rope_cache(c->rope + r * d->hp.n_rot, c->row_pos[r], d->hp.n_rot, d->hp.rope_freq_base, 1.0f);
+        spex_rope_cache_freqs(c->rope + r * d->hp.n_rot, c->row_pos[r], d->hp.n_rot, 1.0f, c->rope_inv);
     }
 }
 
@@ -243,7 +243,7 @@ static void pre_layer_in(spex_draft_context *c, const draft_phase *ph, int ith, 
         if (l == 0) {
             spex_model_weight_row(&d->tok_embd, c->row_tok[r], x);
             if (hp->input_embd_scale != 1.0f) ph->ops->scale(x, hp->input_embd_scale, x, D);
-            spex_rope_cache(c->rope + r * hp->n_rot, c->row_pos[r], hp->n_rot, hp->rope_freq_base, 1.0f);
+            spex_rope_cache_freqs(c->rope + r * hp->n_rot, c->row_pos[r], hp->n_rot, 1.0f, c->rope_inv);
         } else if (is_v2(c)) {
             conv_row(c, c->tmp, r, d->layers[l - 1].ffn_conv_base, c->df, 1, x, true);
         } else {

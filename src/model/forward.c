@@ -189,7 +189,7 @@ void spex_fwd_pre_attn_norm(spex_context *c, const fwd_phase *ph, int ith, int n
                 memcpy(x, c->x_in + (int64_t)c->perm[r] * E, sizeof(float) * (size_t)E);
             else
                 spex_model_weight_row(&m->tok_embd, c->tok[r], x);
-            spex_rope_cache(c->b.rope + r * hp->n_rot, c->pos[r], hp->n_rot, hp->rope_freq_base, hp->rope_freq_scale);
+            spex_rope_cache_freqs(c->b.rope + r * hp->n_rot, c->pos[r], hp->n_rot, hp->rope_freq_scale, c->b.rope_inv);
         } else {
             ph->ops->acc(x, c->b.tmp + r * E, E);
         }

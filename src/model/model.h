@@ -176,6 +176,7 @@ typedef struct fwd_bufs {
     float *gate;     /* [n][F]       gate, then silu(gate) * up                        */
     float *up;       /* [n][F]                                                         */
     float *rope;     /* [n][n_rot]   cos/sin of each row's position                    */
+    double rope_inv[SPEX_ROPE_MAX_ROT / 2]; /* the rotary frequencies (spex_rope_freqs)   */
     float *hout;     /* [n_out][E]   final-normed rows that want logits (batch order)  */
     float *logits;   /* [n_out][V]   (batch order)                                     */
     float *taps;     /* [n][n_taps][E] (batch order)                                   */
