@@ -640,9 +640,47 @@ static double site_share(const bs_run *r, const genset_row *w, int st, int k) {
     return w->t_decode > 0 ? w->t_wait_site[st][k] / (w->t_decode * nth) : 0.0;
 }
 
+/* A per-step table's numbers for row w, after its leading cells. */
+typedef void (*row_cells_fn)(const bs_run *r, const genset_row *w);
+
+/* Every (temperature, method) row of a per-step table: "| Method | Draft quant |[ Draft stop |]
+ * Temp |", then fn's cells. */
+static void print_rows(const bs_run *r, row_cells_fn fn) {
+    for (int ti = 0; ti < r->o.n_temps; ti++) {
+        char tl[32];
+        temp_label(r->o.temps[ti], tl, sizeof tl);
+        for (int mi = 0; mi < r->n_meth; mi++) {
+            const bs_method *me = &r->meth[mi];
+            char pm[40];
+            stop_cell(r, me, pm, sizeof pm);
+            printf("| %s | %s |%s %s |", me->name, me->quant, pm, tl);
+            fn(r, &me->rows[ti]);
+            printf("\n");
+        }
+    }
+}
+
+/* The cost table's cells: steps, draft / verify / other per step, shares, cut, waits. */
+static void cost_cells(const bs_run *r, const genset_row *w) {
+    const double n = w->steps ? (double)w->steps : 1, tot = w->t_draft + w->t_verify + w->t_other;
+    const double pc = tot > 0 ? 100.0 / tot : 0;
+    double wc, ww;
+    row_waits(r, w, &wc, &ww);
+    printf(" %llu | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.0f%% | %.0f%% | %.2f / %.2f | %.1f%% / %.1f%% |",
+           (unsigned long long)w->steps, 1e3 * w->t_draft / n, 1e3 * w->t_verify / n, 1e3 * w->t_other / n,
+           1e3 * tot / n, w->t_draft * pc, w->t_verify * pc, w->t_other * pc, (double)w->drafted / n,
+           (double)w->cut / n, 100.0 * wc, 100.0 * ww);
+}
+
+/* The waits-by-site table's cells: boundaries + barriers per site, the layer's sites first. */
+static void site_cells(const bs_run *r, const genset_row *w) {
+    for (int st = 1; st <= SPEX_SITE_COUNT; st++)
+        printf(" %.1f + %.1f%% |", 100.0 * site_share(r, w, st % SPEX_SITE_COUNT, 0),
+               100.0 * site_share(r, w, st % SPEX_SITE_COUNT, 1));
+}
+
 /* The waits column split by where they happened (with several threads). */
 static void print_site_waits(const bs_run *r, bool sc) {
-    const bs_opts *o = &r->o;
     if (spex_pool_n_threads(r->pool) < 2) return;
     printf("\nwaits by site (spex_pool_wait_site): each thread's average share of the decode, at the runs' "
            "boundaries + at barriers, by the part of the step the run belongs to (a dense layer's Q/K/V phase; its "
@@ -653,21 +691,7 @@ static void print_site_waits(const bs_run *r, bool sc) {
     printf("\n| --- | --- |%s ---: |", sc ? " --- |" : "");
     for (int st = 0; st < SPEX_SITE_COUNT; st++) printf(" ---: |");
     printf("\n");
-    for (int ti = 0; ti < o->n_temps; ti++) {
-        char tl[32];
-        temp_label(o->temps[ti], tl, sizeof tl);
-        for (int mi = 0; mi < r->n_meth; mi++) {
-            const bs_method *me = &r->meth[mi];
-            const genset_row *w = &me->rows[ti];
-            char pm[40];
-            stop_cell(r, me, pm, sizeof pm);
-            printf("| %s | %s |%s %s |", me->name, me->quant, pm, tl);
-            for (int st = 1; st <= SPEX_SITE_COUNT; st++)
-                printf(" %.1f + %.1f%% |", 100.0 * site_share(r, w, st % SPEX_SITE_COUNT, 0),
-                       100.0 * site_share(r, w, st % SPEX_SITE_COUNT, 1));
-            printf("\n");
-        }
-    }
+    print_rows(r, site_cells);
 }
 
 static void print_results(const bs_run *r) {
@@ -700,25 +724,7 @@ static void print_results(const bs_run *r) {
            "Other %% | Verified / cut per step | Waits caller / worker |\n", sc ? " Draft stop |" : "");
     printf("| --- | --- |%s ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n",
            sc ? " --- |" : "");
-    for (int ti = 0; ti < o->n_temps; ti++) {
-        char tl[32];
-        temp_label(o->temps[ti], tl, sizeof tl);
-        for (int mi = 0; mi < r->n_meth; mi++) {
-            const bs_method *me = &r->meth[mi];
-            const genset_row *w = &me->rows[ti];
-            const double n = w->steps ? (double)w->steps : 1, tot = w->t_draft + w->t_verify + w->t_other;
-            const double pc = tot > 0 ? 100.0 / tot : 0;
-            char pm[40];
-            stop_cell(r, me, pm, sizeof pm);
-            double wc, ww;
-            row_waits(r, w, &wc, &ww);
-            printf("| %s | %s |%s %s | %llu | %.3f | %.3f | %.3f | %.3f | %.0f%% | %.0f%% | %.0f%% | %.2f / %.2f | "
-                   "%.1f%% / %.1f%% |\n",
-                   me->name, me->quant, pm, tl, (unsigned long long)w->steps, 1e3 * w->t_draft / n,
-                   1e3 * w->t_verify / n, 1e3 * w->t_other / n, 1e3 * tot / n, w->t_draft * pc, w->t_verify * pc,
-                   w->t_other * pc, (double)w->drafted / n, (double)w->cut / n, 100.0 * wc, 100.0 * ww);
-        }
-    }
+    print_rows(r, cost_cells);
     print_site_waits(r, sc);
     printf("\nverify(k)/decode(1): the target alone, one forward of k tokens with logits on every row after a %d-token "
            "prompt, best of %ld rounds over k = 1..K, and the median of each round's own verify(k)/decode(1):\n\n",
