@@ -150,7 +150,8 @@ void spex_rmsnorm_rows(const spex_ops_kernels *k, const float *x, int64_t ldx, c
 
 /* RoPE angles for one position: cs[2i] = cos(theta_i), cs[2i+1] = sin(theta_i), i < n_rot/2,
  * theta_i = pos * freq_scale * freq_base^(-2i / n_rot), computed in double. Fill once per
- * token and reuse for every layer (and for q and k). freq_scale 1 means no scaling. */
+ * token and reuse for every layer (and for q and k). freq_scale 1 means no scaling. n_rot <=
+ * SPEX_ROPE_MAX_ROT (the frequencies go on the stack; a larger n_rot fills only that many). */
 void spex_rope_cache(float *cs, int64_t pos, int n_rot, float freq_base, float freq_scale);
 /* The same in two steps, for a model that fills caches for many rows: inv[i] =
  * freq_base^(-2i / n_rot) for i < n_rot / 2 once (the pow calls were about half of a cache's
