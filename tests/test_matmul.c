@@ -70,6 +70,10 @@ static int get_variants(table_variant *v) {
     int n = 0;
     if (spex_matmul_kernels_build(&v[n].k, SPEX_ISA_SCALAR, 0)) v[n++].name = "scalar";
     if (spex_matmul_kernels_build(&v[n].k, SPEX_ISA_AVX2, 0)) v[n++].name = "avx2";
+    if (spex_matmul_kernels_build(&v[n].k, SPEX_ISA_AVX512, SPEX_MATMUL_FEAT_VNNI | SPEX_MATMUL_FEAT_AMX))
+        v[n++].name = "avx512-vnni-amx";
+    else
+        printf("  (no AMX-INT8 on this CPU or OS: the AMX tiles are not tested here)\n");
     if (spex_matmul_kernels_build(&v[n].k, SPEX_ISA_AVX512, SPEX_MATMUL_FEAT_VNNI)) v[n++].name = "avx512-vnni";
     if (spex_matmul_kernels_build(&v[n].k, SPEX_ISA_AVX512, 0)) v[n++].name = "avx512";
     return n;
@@ -191,7 +195,7 @@ static int n_checked;
 
 /* Checks every weight type with a scalar kernel at every n. */
 TEST(kernels_match_reference) {
-    table_variant v[4];
+    table_variant v[5];
     const int nv = get_variants(v);
     CHECK(nv >= 1 && !strcmp(v[0].name, "scalar"));
     const spex_matmul_kernels *scalar = &v[0].k;
@@ -301,7 +305,7 @@ TEST(reference_bound_is_tight_enough) {
 /* ---- activation quantizers -------------------------------------------------- */
 
 TEST(act_quant_simd_bytes_equal_scalar) {
-    table_variant v[4];
+    table_variant v[5];
     const int nv = get_variants(v);
     const int64_t n = 1024;
     float *x = malloc(n * sizeof(float));
@@ -615,7 +619,7 @@ TEST(tables_and_act_types) {
     CHECK_EQ_INT(spex_matmul_act_type(SPEX_TYPE_I8), SPEX_TYPE_COUNT);
     const spex_type owned[] = {SPEX_TYPE_F32, SPEX_TYPE_F16, SPEX_TYPE_BF16, SPEX_TYPE_Q8_0,
                                SPEX_TYPE_Q4_0, SPEX_TYPE_Q4_1, SPEX_TYPE_Q5_0, SPEX_TYPE_Q5_1};
-    table_variant v[4];
+    table_variant v[5];
     const int nv = get_variants(v);
     for (int iv = 0; iv < nv; iv++)
         for (size_t i = 0; i < sizeof owned / sizeof owned[0]; i++)
@@ -627,6 +631,8 @@ TEST(tables_and_act_types) {
 #if defined(__x86_64__)
     CHECK(spex_matmul_kernels_for(SPEX_ISA_NEON) == NULL);
     if (f->avx512f && !f->avx512vnni) CHECK(!spex_matmul_kernels_build(&v[0].k, SPEX_ISA_AVX512, SPEX_MATMUL_FEAT_VNNI));
+    if (!f->amx_int8) CHECK(!spex_matmul_kernels_build(&v[0].k, SPEX_ISA_AVX512, SPEX_MATMUL_FEAT_VNNI | SPEX_MATMUL_FEAT_AMX));
+    CHECK(!spex_matmul_kernels_build(&v[0].k, SPEX_ISA_AVX512, SPEX_MATMUL_FEAT_AMX)); /* AMX only with VNNI */
 #endif
     printf("  tables: %d variants tested on this CPU (isa in use: %s)\n", nv, spex_isa_name(spex_cpu_isa()));
 }
@@ -697,10 +703,10 @@ TEST(dot_peak_probe_counts_and_sums) {
 /* Every table's R16 kernel on the repacked matrix gives exactly that table's ggml-layout
  * result (the same arithmetic; the scalar one by construction, and tables that do not gain
  * from R16 run the scalar one, so they match the scalar dot), for each type with a
- * layout, at 1..16 and 65 activation rows, whole matrices and sub-tiles starting at a later
+ * layout, at 1..16, 20, 37 and 65 activation rows, whole matrices and sub-tiles starting at a later
  * 16-row group, with rows shorter and longer than the kernels' chunks. */
 TEST(r16_kernels_bit_equal_ggml_layout) {
-    table_variant v[4];
+    table_variant v[5];
     const int nv = get_variants(v);
     static const spex_type types[] = {SPEX_TYPE_Q8_0, SPEX_TYPE_Q4_0, SPEX_TYPE_Q4_1, SPEX_TYPE_Q5_0,
                                       SPEX_TYPE_Q5_1, SPEX_TYPE_Q4_K, SPEX_TYPE_Q5_K};
@@ -720,7 +726,8 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
             for (int vi = 0; vi < nv; vi++) {
                 const spex_matmul_kernels *k = &v[vi].k;
                 CHECK_MSG(k->dot_r16[t] != NULL, "%s: no R16 kernel for %s", v[vi].name, spex_type_get_info(t)->name);
-                for (int64_t nr = 1; nr <= n_rows; nr = nr < 16 ? nr + 1 : nr < n_rows ? n_rows : n_rows + 1)
+                /* 1..16, then 20 and 37 (the AMX tile's partial second group) and 65 */
+                for (int64_t nr = 1; nr <= n_rows; nr = nr < 16 ? nr + 1 : nr == 16 ? 20 : nr == 20 ? 37 : nr < n_rows ? n_rows : n_rows + 1)
                     for (int part = 0; part < 2; part++) {
                         const int64_t o0 = part ? 16 : 0, no = n_out - o0;
                         memset(ya, 0, sizeof(float) * (size_t)(n_out * n_rows));

@@ -15,6 +15,24 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+/* Linux keeps the 8 KiB AMX tile state off until a process asks for it (the kernel then
+ * saves it on context switches); the grant covers every thread of the process. */
+static bool amx_permitted(void) {
+#if defined(__linux__) && defined(SYS_arch_prctl)
+    enum { ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    unsigned long bits = 0;
+    if (syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0) return false;
+    if (syscall(SYS_arch_prctl, ARCH_GET_XCOMP_PERM, &bits) != 0) return false;
+    return (bits >> XFEATURE_XTILEDATA) & 1;
+#else
+    return false;
+#endif
+}
 static uint64_t read_xcr0(void) {
     uint32_t lo, hi;
     __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -40,6 +58,10 @@ static void detect(spex_cpu_features *f) {
     f->avx512vnni = f->avx512f && ((c >> 11) & 1);
     unsigned a1, b1, c1, d1;
     if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f->avx512bf16 = f->avx512f && ((a1 >> 5) & 1);
+    /* AMX-TILE (edx bit 24) and AMX-INT8 (bit 25), with XCR0's tile config and data bits */
+    const bool amx = ((d >> 24) & 1) && ((d >> 25) & 1) && (xcr0 & 0x60000) == 0x60000;
+    const char *env = getenv("SPEX_AMX");
+    if (amx && f->avx512vnni && !(env && !strcmp(env, "0"))) f->amx_int8 = amx_permitted();
 }
 #else
 static void detect(spex_cpu_features *f) {

@@ -92,6 +92,8 @@ static bool isa_usable(spex_isa isa) {
 bool spex_matmul_kernels_build(spex_matmul_kernels *k, spex_isa isa, unsigned feat) {
     if ((unsigned)isa >= N_ISA || !isa_usable(isa)) return false;
     if ((feat & SPEX_MATMUL_FEAT_VNNI) && !spex_cpu_get_features()->avx512vnni) return false;
+    if ((feat & SPEX_MATMUL_FEAT_AMX) && !((feat & SPEX_MATMUL_FEAT_VNNI) && spex_cpu_get_features()->amx_int8))
+        return false;
     spex_matmul_kernels t;
     memset(&t, 0, sizeof t);
     spex_matmul_register_scalar(&t);
@@ -109,6 +111,7 @@ bool spex_matmul_kernels_build(spex_matmul_kernels *k, spex_isa isa, unsigned fe
         spex_matmul_register_kquants_variant(&t, SPEX_ISA_AVX2, false);
         spex_matmul_register_avx512(&t, feat);
         spex_matmul_register_kquants_variant(&t, isa, (feat & SPEX_MATMUL_FEAT_VNNI) != 0);
+        if (feat & SPEX_MATMUL_FEAT_AMX) spex_matmul_register_kquants_amx(&t);
         break;
 #endif
     case SPEX_ISA_NEON: spex_matmul_register_kquants_variant(&t, isa, false); break;
@@ -119,7 +122,9 @@ bool spex_matmul_kernels_build(spex_matmul_kernels *k, spex_isa isa, unsigned fe
 }
 
 static void build_tables(void) {
-    unsigned feat = spex_cpu_get_features()->avx512vnni ? SPEX_MATMUL_FEAT_VNNI : 0u;
+    const spex_cpu_features *f = spex_cpu_get_features();
+    unsigned feat = f->avx512vnni ? SPEX_MATMUL_FEAT_VNNI : 0u;
+    if (f->avx512vnni && f->amx_int8) feat |= SPEX_MATMUL_FEAT_AMX;
     for (int i = 0; i < N_ISA; i++)
         g_have[i] = spex_matmul_kernels_build(&g_tables[i], (spex_isa)i, i == SPEX_ISA_AVX512 ? feat : 0u);
 }

@@ -44,6 +44,14 @@ void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, 
     }
 }
 
+void spex_matmul_register_kquants_amx(spex_matmul_kernels *k) {
+#if SPEX_HAVE_X86
+    k->dot_r16[SPEX_TYPE_Q4_K] = spex_dot_q4_K_r16_amx;
+#else
+    (void)k;
+#endif
+}
+
 void spex_matmul_register_kquants(spex_matmul_kernels *k, spex_isa isa) {
     spex_matmul_register_kquants_variant(k, isa, spex_cpu_get_features()->avx512vnni);
 }

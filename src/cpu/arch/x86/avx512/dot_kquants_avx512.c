@@ -209,6 +209,26 @@ KQ_INLINE void kq_w16_scales(const kq_src *src, kq_w16s *s, const int x16odd, co
     s->ndmin = _mm512_sub_ps(_mm512_setzero_ps(), dmin);
 }
 
+/* One activation row's super-block step from its exact integers: T16 (the scaled code sums,
+ * lanes = weight rows) and the minimum pairs p; returns acc + dx * ((d / 16) * T16 - dmin * M).
+ * Shared by the vpdpbusd and the AMX tiles, so both give the same bits. */
+KQ_INLINE __m512 kq_w16_fin(const kq_w16s *s, const kq_bpair *p, float dx, __m512i T, const int vnni, __m512 acc) {
+    __m512i M = _mm512_madd_epi16(s->m[0], _mm512_set1_epi32(p->p[0]));
+    if (vnni) { /* the same integers (no saturation: |m * P| < 2^18) */
+        M = _mm512_dpwssd_epi32(M, s->m[1], _mm512_set1_epi32(p->p[1]));
+        M = _mm512_dpwssd_epi32(M, s->m[2], _mm512_set1_epi32(p->p[2]));
+        M = _mm512_dpwssd_epi32(M, s->m[3], _mm512_set1_epi32(p->p[3]));
+    } else {
+        __m512i m1 = _mm512_madd_epi16(s->m[1], _mm512_set1_epi32(p->p[1]));
+        __m512i m2 = _mm512_madd_epi16(s->m[2], _mm512_set1_epi32(p->p[2]));
+        __m512i m3 = _mm512_madd_epi16(s->m[3], _mm512_set1_epi32(p->p[3]));
+        __asm__("" : "+v"(M), "+v"(m1), "+v"(m2), "+v"(m3)); /* no vpdpwssd in this variant */
+        M = _mm512_add_epi32(_mm512_add_epi32(M, m1), _mm512_add_epi32(m2, m3));
+    }
+    const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), s->ndmin, _mm512_mul_ps(_mm512_cvtepi32_ps(T), s->d16));
+    return _mm512_fmadd_ps(t, _mm512_set1_ps(dx), acc);
+}
+
 /* acc[j] (lanes = the block's rows) += super-block b of the block against activation rows
  * xr[j], j < g; the codes of one 64-element group are unpacked once for all g rows. */
 KQ_INLINE void kq_w16_sb(const kq_src *src, const block_q8_K *const *xr, const kq_bpair *const *bp, int64_t b,
@@ -247,21 +267,7 @@ KQ_INLINE void kq_w16_sb(const kq_src *src, const block_q8_K *const *xr, const k
     }
     _Pragma("GCC unroll 8") for (int j = 0; j < KQ_G; j++) {
         if (j >= g) break;
-        const kq_bpair *p = &bp[j][b];
-        __m512i M = _mm512_madd_epi16(s.m[0], _mm512_set1_epi32(p->p[0]));
-        if (vnni) { /* the same integers (no saturation: |m * P| < 2^18) */
-            M = _mm512_dpwssd_epi32(M, s.m[1], _mm512_set1_epi32(p->p[1]));
-            M = _mm512_dpwssd_epi32(M, s.m[2], _mm512_set1_epi32(p->p[2]));
-            M = _mm512_dpwssd_epi32(M, s.m[3], _mm512_set1_epi32(p->p[3]));
-        } else {
-            __m512i m1 = _mm512_madd_epi16(s.m[1], _mm512_set1_epi32(p->p[1]));
-            __m512i m2 = _mm512_madd_epi16(s.m[2], _mm512_set1_epi32(p->p[2]));
-            __m512i m3 = _mm512_madd_epi16(s.m[3], _mm512_set1_epi32(p->p[3]));
-            __asm__("" : "+v"(M), "+v"(m1), "+v"(m2), "+v"(m3)); /* no vpdpwssd in this variant */
-            M = _mm512_add_epi32(_mm512_add_epi32(M, m1), _mm512_add_epi32(m2, m3));
-        }
-        const __m512 t = _mm512_fmadd_ps(_mm512_cvtepi32_ps(M), s.ndmin, _mm512_mul_ps(_mm512_cvtepi32_ps(T[j]), s.d16));
-        acc[j] = _mm512_fmadd_ps(t, _mm512_set1_ps(xr[j][b].d), acc[j]);
+        acc[j] = kq_w16_fin(&s, &bp[j][b], xr[j][b].d, T[j], vnni, acc[j]);
     }
 }
 
@@ -306,6 +312,17 @@ KQ_INLINE void kq_block_store(float *y, size_t ldy, int g, int nv, const __m512 
     }
 }
 
+/* The minimum pairs of nbs super-blocks of one activation row: the 16 bsums' neighbour pairs
+ * in order are the 8 int16 halves of p[0..3], one vphaddw (wrapping, like the int16 casts of
+ * the definition) and the two lanes' low halves side by side. */
+KQ_INLINE void kq_bpairs(const block_q8_K *xr, int nbs, kq_bpair *bp) {
+    for (int b = 0; b < nbs; b++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)xr[b].bsums);
+        const __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi16(v, v), _MM_SHUFFLE(3, 1, 2, 0));
+        _mm_storeu_si128((__m128i *)bp[b].p, _mm256_castsi256_si128(h));
+    }
+}
+
 /* Blocks of 16 weight rows × groups of <= 8 activation rows; a row's sums run over its
  * super-blocks in order in spans of KQ_WSPAN (the prepared minimum pairs), each span's sum
  * added to y in order. packed: W in the R16 layout (nw a multiple of 16), which changes
@@ -324,16 +341,9 @@ KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
             for (int j = 0; j < g; j++) {
                 xr[j] = (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + j) * x_stride) + b0;
                 bp[j] = bpbuf[j];
-                /* the 16 bsums' neighbour pairs in order are the 8 int16 halves of p[0..3]: one
-                 * vphaddw (wrapping, like the int16 casts of the definition) and the two lanes'
-                 * low halves side by side; done per call and activation row, so it is a visible
-                 * part of a small call (a 16-row call of 8 rows took ~23 % longer per row than a
-                 * 256-row one with the scalar pairs) */
-                for (int b = 0; b < nbs; b++) {
-                    const __m256i v = _mm256_loadu_si256((const __m256i *)xr[j][b].bsums);
-                    const __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi16(v, v), _MM_SHUFFLE(3, 1, 2, 0));
-                    _mm_storeu_si128((__m128i *)bpbuf[j][b].p, _mm256_castsi256_si128(h));
-                }
+                /* per call and activation row, so a visible part of a small call (a 16-row call of
+                 * 8 rows took ~23 % longer per row than a 256-row one with scalar pairs) */
+                kq_bpairs(xr[j], nbs, bpbuf[j]);
             }
             for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
                 const uint8_t *rows[KQ_WB];
@@ -397,6 +407,204 @@ KQ_R16_ENTRY(spex_dot_q4_K_r16_avx512, 0, 0)
 KQ_R16_ENTRY(spex_dot_q4_K_r16_avx512_vnni, 1, 0)
 KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512, 0, 1)
 KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512_vnni, 1, 1)
+
+/* ======================================================================== */
+/* Q4_K on AMX tiles (R16 weights, 9+ activation rows)                       */
+/* ======================================================================== */
+
+/* Where the CPU has AMX-INT8 (Sapphire Rapids on), one tdpbsud multiplies a tile of up to 16
+ * activation rows × 64 codes (s8) by one of 64 codes × 16 weight rows (u8, four consecutive
+ * codes of a weight row per dword) into 16 × 16 int32 sums. The R16 unit nearly holds the
+ * weight operand's layout: qs word k of the 16 rows (64 bytes), masked to its low nibbles,
+ * is row k of a 64-element group's tile (sub-block 2gg) and, masked to its high nibbles and
+ * shifted down, row 8 + k (sub-block 2gg + 1). Each sub-block has its own 6-bit scale, which
+ * a tile product cannot apply per 32 codes; so the scales are folded into the weight bytes
+ * (ka_q4_unpack: two tiles, codes * (sc % 16) and codes * (sc / 16)) and two products per
+ * group cover the whole super-block. T16 and M are then the VNNI kernel's integers and
+ * kq_w16_fin its float step, so both give the same bits and a verify or prompt pass on tiles
+ * still matches 1-row decoding.
+ *
+ * Tile instructions cost about the same whatever their rows (here: tileloadd ~8 cycles,
+ * tdpbsud ~14, tilestored ~16 with 16 rows), and the weight tiles are built in memory (8 KiB
+ * per unit and super-block, 128 stores) for the tile loads. Up to 8 rows that build is not
+ * repaid and vpdpbusd is as fast (1.02 at 8 rows in cache; 6 rows 0.91), so the tiles serve
+ * calls of KA_MIN_ROWS rows and more, where one build serves every 16-row group of up to
+ * KA_BLOCK activation rows (in cache 1.33-1.55 times vpdpbusd from 9 rows on; in the model
+ * verify(16) -15 %, a 94-token prompt -21 %: docs/performance.md, session 22). Activation
+ * tiles are read in place (the rows' qs at the call's row stride).
+ *
+ * Tiles: tmm0/1 the two sums of a full first group and tmm2 its activations, tmm6/7 and
+ * tmm3 the same for the last group (r1 rows, 16 or fewer), tmm4/5 the two weight tiles. The
+ * configuration depends only on r1, so a thread reloads it only when that changes (ka_cfg). */
+
+#define KA_MIN_ROWS 9  /* fewer activation rows run on vpdpbusd                         */
+#define KA_BLOCK 32    /* activation rows (two tile groups) one weight-tile build serves  */
+
+/* the AMX instructions as inline assembly with memory clobbers: the tile loads read and the
+ * tile stores write memory the compiler otherwise does not see (the compilers' own macros
+ * declare neither, so a buffer store could be moved past the tile load that reads it) */
+#define KA_LOAD(t, base, stride) \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((long)(stride)) : "memory")
+#define KA_STORE(t, base, stride) \
+    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((long)(stride)) : "memory")
+#define KA_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
+#define KA_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} ka_tilecfg;
+
+static _Thread_local int ka_cfg; /* r1 of the configuration loaded on this thread (0: none) */
+
+static void ka_configure(int r1) {
+    if (ka_cfg == r1) return;
+    ka_tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    for (int t = 0; t < 8; t++) { /* tmm3, tmm6, tmm7: the last group's r1 rows */
+        c.rows[t] = (uint8_t)(t == 3 || t >= 6 ? r1 : 16);
+        c.colsb[t] = 64;
+    }
+    __asm__ volatile("ldtilecfg %0" ::"m"(c));
+    ka_cfg = r1;
+}
+
+/* One super-block of one 16-row unit for the activation rows of a block (see the loop). */
+typedef struct {
+    _Alignas(64) uint8_t wt[4][2][16][64]; /* 64-element group gg's weight tiles: codes * sl, codes * sh */
+    _Alignas(64) int32_t sum[2][2][16][16]; /* group q's sums against them                              */
+} ka_stage;
+
+/* The weight tiles of a unit's super-block with the sub-block scales folded in. A scale
+ * sc < 64 is 16 sh + sl (sl < 16, sh < 4); code * sl <= 225 and code * sh <= 45 are bytes,
+ * so T16 = 16 * sum_e sc q x = 16 * (sum_e (q sl) x + 16 sum_e (q sh) x): two tile products
+ * over the whole super-block instead of eight sums tiles to scale one by one. Row r < 8 of
+ * group gg's tile is qs word r's low nibbles (sub-block 2gg), row 8 + r its high nibbles
+ * (2gg + 1); a 16-bit multiply of two code bytes by sl (or sh) gives both products, since
+ * neither carries into the other byte. */
+KQ_INLINE void ka_q4_unpack(const uint8_t *unit, const kq_w16s *s, ka_stage *st) {
+    const __m512i m0f = _mm512_set1_epi8(0x0f);
+    const uint8_t *q = unit + 16 * offsetof(block_q4_K, qs);
+    for (int gg = 0; gg < 4; gg++) {
+        /* the raw scales (kq_w16_scales keeps the even sub-blocks' times 16) in both halves of
+         * each 32-bit lane */
+        const __m512i sl0 = _mm512_srli_epi32(s->sc[2 * gg], 4), sl1 = s->sc[2 * gg + 1];
+        const __m512i lo16 = _mm512_set1_epi32(0x000f000f);
+        const __m512i r0 = _mm512_or_si512(sl0, _mm512_slli_epi32(sl0, 16));
+        const __m512i r1 = _mm512_or_si512(sl1, _mm512_slli_epi32(sl1, 16));
+        const __m512i l0 = _mm512_and_si512(r0, lo16), h0 = _mm512_and_si512(_mm512_srli_epi32(r0, 4), lo16);
+        const __m512i l1 = _mm512_and_si512(r1, lo16), h1 = _mm512_and_si512(_mm512_srli_epi32(r1, 4), lo16);
+        for (int k = 0; k < 8; k++) {
+            const __m512i o = _mm512_loadu_si512(q + 512 * gg + 64 * k);
+            const __m512i lo = _mm512_and_si512(o, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(o, 4), m0f);
+            _mm512_store_si512(st->wt[gg][0][k], _mm512_mullo_epi16(lo, l0));
+            _mm512_store_si512(st->wt[gg][0][8 + k], _mm512_mullo_epi16(hi, l1));
+            _mm512_store_si512(st->wt[gg][1][k], _mm512_mullo_epi16(lo, h0));
+            _mm512_store_si512(st->wt[gg][1][8 + k], _mm512_mullo_epi16(hi, h1));
+        }
+    }
+}
+
+/* The two sums tiles of each group: tiles tmm0/1 (sums) and tmm2 (activations) for a full
+ * first group, tmm6/7 and tmm3 for the last group (r1 rows); xq[q]: group q's first row's qs
+ * of the super-block. */
+KQ_INLINE void ka_q4_tiles(const int8_t *const *xq, int nq, size_t x_stride, ka_stage *st) {
+    if (nq == 2) {
+        KA_ZERO(0);
+        KA_ZERO(1);
+    }
+    KA_ZERO(6);
+    KA_ZERO(7);
+    for (int gg = 0; gg < 4; gg++) {
+        KA_LOAD(4, st->wt[gg][0], 64);
+        KA_LOAD(5, st->wt[gg][1], 64);
+        if (nq == 2) {
+            KA_LOAD(2, xq[0] + 64 * gg, x_stride);
+            KA_DPBSUD(0, 2, 4);
+            KA_DPBSUD(1, 2, 5);
+        }
+        KA_LOAD(3, xq[nq - 1] + 64 * gg, x_stride);
+        KA_DPBSUD(6, 3, 4);
+        KA_DPBSUD(7, 3, 5);
+    }
+    if (nq == 2) {
+        KA_STORE(0, st->sum[0][0], 64);
+        KA_STORE(1, st->sum[0][1], 64);
+    }
+    KA_STORE(6, st->sum[nq - 1][0], 64);
+    KA_STORE(7, st->sum[nq - 1][1], 64);
+}
+
+/* acc[j] += the super-block for rows j < g: T16 = 16 * (sum_l + 16 * sum_h), then kq_w16_fin. */
+KQ_INLINE void ka_q4_scale(const kq_w16s *s, const ka_stage *st, const kq_bpair (*bp)[KQ_WSPAN], int64_t b,
+                           const float (*xd)[KQ_WSPAN], int g, __m512 *acc) {
+    for (int j = 0; j < g; j++) {
+        const int32_t(*sm)[16][16] = st->sum[j / 16];
+        const __m512i T = _mm512_slli_epi32(
+            _mm512_add_epi32(_mm512_load_si512(sm[0][j % 16]), _mm512_slli_epi32(_mm512_load_si512(sm[1][j % 16]), 4)), 4);
+        acc[j] = kq_w16_fin(s, &bp[j][b], xd[j][b], T, 1, acc[j]);
+    }
+}
+
+void spex_dot_q4_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                           int nx, float *y, size_t ldy) {
+    if (nx < KA_MIN_ROWS) {
+        kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0, 1);
+        return;
+    }
+    const size_t bsize = sizeof(block_q4_K), unit = (size_t)KQ_WB * bsize;
+    const int64_t nb = n / QK_K;
+    kq_bpair bp[KA_BLOCK][KQ_WSPAN];
+    float xd[KA_BLOCK][KQ_WSPAN];
+    ka_stage st[2];
+    kq_w16s sc[2];
+    __m512 acc[KA_BLOCK];
+    for (int64_t b0 = 0; b0 < nb; b0 += KQ_WSPAN) {
+        const int nbs = (int)(nb - b0 < KQ_WSPAN ? nb - b0 : KQ_WSPAN);
+        for (int j0 = 0; j0 < nx; j0 += KA_BLOCK) {
+            const int g = nx - j0 < KA_BLOCK ? nx - j0 : KA_BLOCK;
+            const int nq = g > 16 ? 2 : 1;
+            const block_q8_K *xr[2]; /* group q's first row, from super-block b0 */
+            for (int q = 0; q < nq; q++)
+                xr[q] = (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + 16 * q) * x_stride) + b0;
+            for (int j = 0; j < g; j++) {
+                const block_q8_K *xj = (const block_q8_K *)((const uint8_t *)xr[0] + (size_t)j * x_stride);
+                kq_bpairs(xj, nbs, bp[j]);
+                for (int b = 0; b < nbs; b++) xd[j][b] = xj[b].d;
+            }
+            ka_configure(g > 16 ? g - 16 : g);
+            for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
+                const uint8_t *rows[KQ_WB];
+                size_t pfs;
+                const uintptr_t pf0 = kq_block_start(w, w_stride, nw, i0, b0, nbs, nb, bsize, 1, rows, &pfs);
+                const uint8_t *u0 = rows[0] + (size_t)b0 * unit;
+                for (int j = 0; j < g; j++) acc[j] = _mm512_setzero_ps();
+                /* software-pipelined: the weight tiles of super-block b + 1 and the scale step of
+                 * b - 1 around the tile products of b (a tile load waits for the vector stores
+                 * it reads, the vector loads for the tile stores) */
+                const kq_src src0 = {.rows = NULL, .off = 0, .unit = u0};
+                kq_w16_scales(&src0, &sc[0], 1, 0, 1);
+                ka_q4_unpack(u0, &sc[0], &st[0]);
+                for (int b = 0; b < nbs; b++) {
+                    if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
+                    const int8_t *xq[2] = {xr[0][b].qs, xr[nq - 1][b].qs};
+                    ka_q4_tiles(xq, nq, x_stride, &st[b & 1]);
+                    /* b - 1 first: b + 1 reuses its scales slot */
+                    if (b > 0) ka_q4_scale(&sc[(b - 1) & 1], &st[(b - 1) & 1], bp, b - 1, xd, g, acc);
+                    if (b + 1 < nbs) {
+                        const kq_src src = {.rows = NULL, .off = 0, .unit = u0 + (size_t)(b + 1) * unit};
+                        kq_w16_scales(&src, &sc[(b + 1) & 1], 1, 0, 1);
+                        ka_q4_unpack(src.unit, &sc[(b + 1) & 1], &st[(b + 1) & 1]);
+                    }
+                }
+                ka_q4_scale(&sc[(nbs - 1) & 1], &st[(nbs - 1) & 1], bp, nbs - 1, xd, g, acc);
+                kq_block_store(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, nw - i0, acc, b0 == 0);
+            }
+        }
+    }
+}
 
 /* ======================================================================== */
 /* Q6_K, weight rows in lanes                                                */
