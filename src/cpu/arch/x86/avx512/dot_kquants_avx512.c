@@ -26,6 +26,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "cpu/arch/x86/avx512/amx.h"
 #include "cpu/arch/x86/kq_prefetch.h"
 #include "cpu/kquants_internal.h"
 #include "tensor/blocks.h"
@@ -435,40 +436,19 @@ KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512_vnni, 1, 1)
  *
  * Tiles: tmm0/1 the two sums of a full first group and tmm2 its activations, tmm6/7 and
  * tmm3 the same for the last group (r1 rows, 16 or fewer), tmm4/5 the two weight tiles. The
- * configuration depends only on r1, so a thread reloads it only when that changes (ka_cfg). */
+ * configuration depends only on r1, so a thread reloads it only when that changes (spex_amx_configure). */
 
 #define KA_MIN_ROWS 9  /* fewer activation rows run on vpdpbusd                         */
 #define KA_BLOCK 32    /* activation rows (two tile groups) one weight-tile build serves  */
 
-/* the AMX instructions as inline assembly with memory clobbers: the tile loads read and the
- * tile stores write memory the compiler otherwise does not see (the compilers' own macros
- * declare neither, so a buffer store could be moved past the tile load that reads it) */
-#define KA_LOAD(t, base, stride) \
-    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #t ::"r"(base), "r"((long)(stride)) : "memory")
-#define KA_STORE(t, base, stride) \
-    __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((long)(stride)) : "memory")
-#define KA_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
-#define KA_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
-
-typedef struct {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} ka_tilecfg;
-
-static _Thread_local int ka_cfg; /* r1 of the configuration loaded on this thread (0: none) */
-
+/* Tile shape for a last group of r1 rows (1..16): tmm3, tmm6, tmm7 have r1 rows. */
 static void ka_configure(int r1) {
-    if (ka_cfg == r1) return;
-    ka_tilecfg c;
-    memset(&c, 0, sizeof c);
-    c.palette = 1;
-    for (int t = 0; t < 8; t++) { /* tmm3, tmm6, tmm7: the last group's r1 rows */
-        c.rows[t] = (uint8_t)(t == 3 || t >= 6 ? r1 : 16);
-        c.colsb[t] = 64;
+    spex_amx_shape sh;
+    for (int t = 0; t < 8; t++) {
+        sh.rows[t] = (uint8_t)(t == 3 || t >= 6 ? r1 : 16);
+        sh.colsb[t] = 64;
     }
-    __asm__ volatile("ldtilecfg %0" ::"m"(c));
-    ka_cfg = r1;
+    spex_amx_configure(&sh, 0x100 + r1);
 }
 
 /* One super-block of one 16-row unit for the activation rows of a block (see the loop). */
@@ -512,29 +492,29 @@ KQ_INLINE void ka_q4_unpack(const uint8_t *unit, const kq_w16s *s, ka_stage *st)
  * of the super-block. */
 KQ_INLINE void ka_q4_tiles(const int8_t *const *xq, int nq, size_t x_stride, ka_stage *st) {
     if (nq == 2) {
-        KA_ZERO(0);
-        KA_ZERO(1);
+        SPEX_AMX_ZERO(0);
+        SPEX_AMX_ZERO(1);
     }
-    KA_ZERO(6);
-    KA_ZERO(7);
+    SPEX_AMX_ZERO(6);
+    SPEX_AMX_ZERO(7);
     for (int gg = 0; gg < 4; gg++) {
-        KA_LOAD(4, st->wt[gg][0], 64);
-        KA_LOAD(5, st->wt[gg][1], 64);
+        SPEX_AMX_LOAD(4, st->wt[gg][0], 64);
+        SPEX_AMX_LOAD(5, st->wt[gg][1], 64);
         if (nq == 2) {
-            KA_LOAD(2, xq[0] + 64 * gg, x_stride);
-            KA_DPBSUD(0, 2, 4);
-            KA_DPBSUD(1, 2, 5);
+            SPEX_AMX_LOAD(2, xq[0] + 64 * gg, x_stride);
+            SPEX_AMX_DPBSUD(0, 2, 4);
+            SPEX_AMX_DPBSUD(1, 2, 5);
         }
-        KA_LOAD(3, xq[nq - 1] + 64 * gg, x_stride);
-        KA_DPBSUD(6, 3, 4);
-        KA_DPBSUD(7, 3, 5);
+        SPEX_AMX_LOAD(3, xq[nq - 1] + 64 * gg, x_stride);
+        SPEX_AMX_DPBSUD(6, 3, 4);
+        SPEX_AMX_DPBSUD(7, 3, 5);
     }
     if (nq == 2) {
-        KA_STORE(0, st->sum[0][0], 64);
-        KA_STORE(1, st->sum[0][1], 64);
+        SPEX_AMX_STORE(0, st->sum[0][0], 64);
+        SPEX_AMX_STORE(1, st->sum[0][1], 64);
     }
-    KA_STORE(6, st->sum[nq - 1][0], 64);
-    KA_STORE(7, st->sum[nq - 1][1], 64);
+    SPEX_AMX_STORE(6, st->sum[nq - 1][0], 64);
+    SPEX_AMX_STORE(7, st->sum[nq - 1][1], 64);
 }
 
 /* acc[j] += the super-block for rows j < g: T16 = 16 * (sum_l + 16 * sum_h), then kq_w16_fin. */
