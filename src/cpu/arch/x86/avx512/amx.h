@@ -1,7 +1,7 @@
 /*
  * amx.h — the AMX tile instructions and the per-thread tile configuration, for the AVX-512
- * kernel files that run small matmul steps on AMX-INT8 tiles where the CPU has them
- * (dot_kquants_avx512.c: R16 Q4_K; dot_avx512.c: R16 Q8_0).
+ * kernel files that run matmuls on AMX-INT8 tiles where the CPU has them (for now
+ * dot_kquants_avx512.c: R16 Q4_K from 9 activation rows).
  *
  * The instructions are inline assembly with memory clobbers: a tile load reads and a tile
  * store writes memory the compiler otherwise does not see (the compilers' own intrinsics
