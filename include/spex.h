@@ -257,7 +257,7 @@ typedef struct spex_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, neon;
     /* AMX-TILE + AMX-INT8 usable: the CPU has them, the OS granted this process the tile
      * state (Linux arch_prctl), and SPEX_AMX is not 0. Used with AVX-512 VNNI by the R16
-     * Q4_K matmul of 9+ activation rows (verify blocks, prompts). */
+     * Q4_K / Q5_K matmuls of 9+ activation rows (verify blocks, prompts). */
     bool amx_int8;
 } spex_cpu_features;
 

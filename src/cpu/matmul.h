@@ -86,7 +86,7 @@ void spex_matmul_register_kquants(spex_matmul_kernels *k, spex_isa isa);
 /* Feature bits of an AVX-512 table variant. The default table uses what the CPU has;
  * tests build the other variants with spex_matmul_kernels_build to check them too. */
 #define SPEX_MATMUL_FEAT_VNNI 1u   /* vpdpbusd (AVX512_VNNI) instead of vpmaddubsw+vpmaddwd */
-#define SPEX_MATMUL_FEAT_AMX 2u    /* with VNNI: AMX-INT8 tiles for R16 Q4_K from 9 rows    */
+#define SPEX_MATMUL_FEAT_AMX 2u    /* with VNNI: AMX-INT8 tiles, R16 Q4_K/Q5_K from 9 rows  */
 
 void spex_matmul_register_scalar(spex_matmul_kernels *k);   /* ref/dot_ref.c                 */
 void spex_matmul_register_avx2(spex_matmul_kernels *k);     /* arch/x86/avx2/dot_avx2.c      */

@@ -410,7 +410,7 @@ KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512, 0, 1)
 KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512_vnni, 1, 1)
 
 /* ======================================================================== */
-/* Q4_K on AMX tiles (R16 weights, 9+ activation rows)                       */
+/* Q4_K and Q5_K on AMX tiles (R16 weights, 9+ activation rows)             */
 /* ======================================================================== */
 
 /* Where the CPU has AMX-INT8 (Sapphire Rapids on), one tdpbsud multiplies a tile of up to 16
@@ -420,9 +420,9 @@ KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512_vnni, 1, 1)
  * is row k of a 64-element group's tile (sub-block 2gg) and, masked to its high nibbles and
  * shifted down, row 8 + k (sub-block 2gg + 1). Each sub-block has its own 6-bit scale, which
  * a tile product cannot apply per 32 codes; so the scales are folded into the weight bytes
- * (ka_q4_unpack: two tiles, codes * (sc % 16) and codes * (sc / 16)) and two products per
- * group cover the whole super-block. T16 and M are then the VNNI kernel's integers and
- * kq_w16_fin its float step, so both give the same bits and a verify or prompt pass on tiles
+ * (ka_unpack: two tiles, codes * (sc % 16) and codes * (sc / 16); Q5_K's 5-bit codes with
+ * sc % 8 and sc / 8) and two products per group cover the whole super-block. T16 and M are
+ * then the VNNI kernel's integers and kq_w16_fin its float step, so both give the same bits and a verify or prompt pass on tiles
  * still matches 1-row decoding.
  *
  * Tile instructions cost about the same whatever their rows (here: tileloadd ~8 cycles,
@@ -436,7 +436,8 @@ KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512_vnni, 1, 1)
  *
  * Tiles: tmm0/1 the two sums of a full first group and tmm2 its activations, tmm6/7 and
  * tmm3 the same for the last group (r1 rows, 16 or fewer), tmm4/5 the two weight tiles. The
- * configuration depends only on r1, so a thread reloads it only when that changes (spex_amx_configure). */
+ * configuration depends only on r1, so a thread reloads it only when that changes
+ * (spex_amx_configure). */
 
 #define KA_MIN_ROWS 9  /* fewer activation rows run on vpdpbusd                         */
 #define KA_BLOCK 32    /* activation rows (two tile groups) one weight-tile build serves  */
@@ -457,28 +458,37 @@ typedef struct {
     _Alignas(64) int32_t sum[2][2][16][16]; /* group q's sums against them                              */
 } ka_stage;
 
-/* The weight tiles of a unit's super-block with the sub-block scales folded in. A scale
- * sc < 64 is 16 sh + sl (sl < 16, sh < 4); code * sl <= 225 and code * sh <= 45 are bytes,
- * so T16 = 16 * sum_e sc q x = 16 * (sum_e (q sl) x + 16 sum_e (q sh) x): two tile products
- * over the whole super-block instead of eight sums tiles to scale one by one. Row r < 8 of
- * group gg's tile is qs word r's low nibbles (sub-block 2gg), row 8 + r its high nibbles
- * (2gg + 1); a 16-bit multiply of two code bytes by sl (or sh) gives both products, since
- * neither carries into the other byte. */
-KQ_INLINE void ka_q4_unpack(const uint8_t *unit, const kq_w16s *s, ka_stage *st) {
-    const __m512i m0f = _mm512_set1_epi8(0x0f);
-    const uint8_t *q = unit + 16 * offsetof(block_q4_K, qs);
+/* The weight tiles of a unit's super-block with the sub-block scales folded in. Q4_K: a
+ * scale sc < 64 is 16 sh + sl (sl < 16, sh < 4); code * sl <= 225 and code * sh <= 45 are
+ * bytes, so T16 = 16 * sum_e sc q x = 16 * (sum_e (q sl) x + 16 sum_e (q sh) x): two tile
+ * products over the whole super-block instead of eight sums tiles to scale one by one. Q5_K
+ * (codes < 32, T16 = T): sc = 8 sh + sl (sl, sh < 8; products <= 217), T = sum (q sl) x +
+ * 8 sum (q sh) x. Row r < 8 of group gg's tile is qs word r's low nibbles (sub-block 2gg;
+ * Q5_K: with qh bit 2gg as bit 4), row 8 + r its high nibbles (2gg + 1; qh bit 2gg + 1); a
+ * 16-bit multiply of two code bytes by sl (or sh) gives both products, since neither carries
+ * into the other byte. */
+KQ_INLINE void ka_unpack(const uint8_t *unit, const kq_w16s *s, ka_stage *st, const int q5) {
+    const __m512i m0f = _mm512_set1_epi8(0x0f), m10 = _mm512_set1_epi8(0x10);
+    const uint8_t *q = unit + 16 * (q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
+    const uint8_t *qh = unit + 16 * offsetof(block_q5_K, qh);
+    const int sbits = q5 ? 3 : 4; /* sl = sc % 2^sbits, sh = sc >> sbits */
+    const __m512i lmask = _mm512_set1_epi32(q5 ? 0x00070007 : 0x000f000f);
     for (int gg = 0; gg < 4; gg++) {
-        /* the raw scales (kq_w16_scales keeps the even sub-blocks' times 16) in both halves of
-         * each 32-bit lane */
-        const __m512i sl0 = _mm512_srli_epi32(s->sc[2 * gg], 4), sl1 = s->sc[2 * gg + 1];
-        const __m512i lo16 = _mm512_set1_epi32(0x000f000f);
-        const __m512i r0 = _mm512_or_si512(sl0, _mm512_slli_epi32(sl0, 16));
-        const __m512i r1 = _mm512_or_si512(sl1, _mm512_slli_epi32(sl1, 16));
-        const __m512i l0 = _mm512_and_si512(r0, lo16), h0 = _mm512_and_si512(_mm512_srli_epi32(r0, 4), lo16);
-        const __m512i l1 = _mm512_and_si512(r1, lo16), h1 = _mm512_and_si512(_mm512_srli_epi32(r1, 4), lo16);
+        /* the raw scales (kq_w16_scales keeps Q4_K's even sub-blocks' times 16) in both halves
+         * of each 32-bit lane */
+        const __m512i sc0 = q5 ? s->sc[2 * gg] : _mm512_srli_epi32(s->sc[2 * gg], 4), sc1 = s->sc[2 * gg + 1];
+        const __m512i r0 = _mm512_or_si512(sc0, _mm512_slli_epi32(sc0, 16));
+        const __m512i r1 = _mm512_or_si512(sc1, _mm512_slli_epi32(sc1, 16));
+        const __m512i l0 = _mm512_and_si512(r0, lmask), h0 = _mm512_and_si512(_mm512_srli_epi32(r0, sbits), lmask);
+        const __m512i l1 = _mm512_and_si512(r1, lmask), h1 = _mm512_and_si512(_mm512_srli_epi32(r1, sbits), lmask);
         for (int k = 0; k < 8; k++) {
             const __m512i o = _mm512_loadu_si512(q + 512 * gg + 64 * k);
-            const __m512i lo = _mm512_and_si512(o, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(o, 4), m0f);
+            __m512i lo = _mm512_and_si512(o, m0f), hi = _mm512_and_si512(_mm512_srli_epi16(o, 4), m0f);
+            if (q5) {
+                const __m512i hb = _mm512_srli_epi32(_mm512_loadu_si512(qh + 64 * k), 2 * gg);
+                lo = _mm512_or_si512(lo, _mm512_and_si512(_mm512_slli_epi32(hb, 4), m10));
+                hi = _mm512_or_si512(hi, _mm512_and_si512(_mm512_slli_epi32(hb, 3), m10));
+            }
             _mm512_store_si512(st->wt[gg][0][k], _mm512_mullo_epi16(lo, l0));
             _mm512_store_si512(st->wt[gg][0][8 + k], _mm512_mullo_epi16(hi, l1));
             _mm512_store_si512(st->wt[gg][1][k], _mm512_mullo_epi16(lo, h0));
@@ -490,7 +500,7 @@ KQ_INLINE void ka_q4_unpack(const uint8_t *unit, const kq_w16s *s, ka_stage *st)
 /* The two sums tiles of each group: tiles tmm0/1 (sums) and tmm2 (activations) for a full
  * first group, tmm6/7 and tmm3 for the last group (r1 rows); xq[q]: group q's first row's qs
  * of the super-block. */
-KQ_INLINE void ka_q4_tiles(const int8_t *const *xq, int nq, size_t x_stride, ka_stage *st) {
+KQ_INLINE void ka_tiles(const int8_t *const *xq, int nq, size_t x_stride, ka_stage *st) {
     if (nq == 2) {
         SPEX_AMX_ZERO(0);
         SPEX_AMX_ZERO(1);
@@ -517,24 +527,26 @@ KQ_INLINE void ka_q4_tiles(const int8_t *const *xq, int nq, size_t x_stride, ka_
     SPEX_AMX_STORE(7, st->sum[nq - 1][1], 64);
 }
 
-/* acc[j] += the super-block for rows j < g: T16 = 16 * (sum_l + 16 * sum_h), then kq_w16_fin. */
-KQ_INLINE void ka_q4_scale(const kq_w16s *s, const ka_stage *st, const kq_bpair (*bp)[KQ_WSPAN], int64_t b,
-                           const float (*xd)[KQ_WSPAN], int g, __m512 *acc) {
+/* acc[j] += the super-block for rows j < g: T16 = 16 * (sum_l + 16 * sum_h) (Q5_K: sum_l +
+ * 8 * sum_h), then kq_w16_fin. */
+KQ_INLINE void ka_scale(const kq_w16s *s, const ka_stage *st, const kq_bpair (*bp)[KQ_WSPAN], int64_t b,
+                        const float (*xd)[KQ_WSPAN], int g, __m512 *acc, const int q5) {
     for (int j = 0; j < g; j++) {
         const int32_t(*sm)[16][16] = st->sum[j / 16];
-        const __m512i T = _mm512_slli_epi32(
-            _mm512_add_epi32(_mm512_load_si512(sm[0][j % 16]), _mm512_slli_epi32(_mm512_load_si512(sm[1][j % 16]), 4)), 4);
+        const __m512i l = _mm512_load_si512(sm[0][j % 16]), h = _mm512_load_si512(sm[1][j % 16]);
+        const __m512i T = q5 ? _mm512_add_epi32(l, _mm512_slli_epi32(h, 3))
+                             : _mm512_slli_epi32(_mm512_add_epi32(l, _mm512_slli_epi32(h, 4)), 4);
         acc[j] = kq_w16_fin(s, &bp[j][b], xd[j][b], T, 1, acc[j]);
     }
 }
 
-void spex_dot_q4_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                           int nx, float *y, size_t ldy) {
+KQ_INLINE void ka_tile(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx,
+                       float *y, size_t ldy, const int q5) {
     if (nx < KA_MIN_ROWS) {
-        kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0, 1);
+        kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, q5, 1);
         return;
     }
-    const size_t bsize = sizeof(block_q4_K), unit = (size_t)KQ_WB * bsize;
+    const size_t bsize = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K), unit = (size_t)KQ_WB * bsize;
     const int64_t nb = n / QK_K;
     kq_bpair bp[KA_BLOCK][KQ_WSPAN];
     float xd[KA_BLOCK][KQ_WSPAN];
@@ -565,25 +577,35 @@ void spex_dot_q4_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, co
                  * b - 1 around the tile products of b (a tile load waits for the vector stores
                  * it reads, the vector loads for the tile stores) */
                 const kq_src src0 = {.rows = NULL, .off = 0, .unit = u0};
-                kq_w16_scales(&src0, &sc[0], 1, 0, 1);
-                ka_q4_unpack(u0, &sc[0], &st[0]);
+                kq_w16_scales(&src0, &sc[0], 1, q5, 1);
+                ka_unpack(u0, &sc[0], &st[0], q5);
                 for (int b = 0; b < nbs; b++) {
                     if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
                     const int8_t *xq[2] = {xr[0][b].qs, xr[nq - 1][b].qs};
-                    ka_q4_tiles(xq, nq, x_stride, &st[b & 1]);
+                    ka_tiles(xq, nq, x_stride, &st[b & 1]);
                     /* b - 1 first: b + 1 reuses its scales slot */
-                    if (b > 0) ka_q4_scale(&sc[(b - 1) & 1], &st[(b - 1) & 1], bp, b - 1, xd, g, acc);
+                    if (b > 0) ka_scale(&sc[(b - 1) & 1], &st[(b - 1) & 1], bp, b - 1, xd, g, acc, q5);
                     if (b + 1 < nbs) {
                         const kq_src src = {.rows = NULL, .off = 0, .unit = u0 + (size_t)(b + 1) * unit};
-                        kq_w16_scales(&src, &sc[(b + 1) & 1], 1, 0, 1);
-                        ka_q4_unpack(src.unit, &sc[(b + 1) & 1], &st[(b + 1) & 1]);
+                        kq_w16_scales(&src, &sc[(b + 1) & 1], 1, q5, 1);
+                        ka_unpack(src.unit, &sc[(b + 1) & 1], &st[(b + 1) & 1], q5);
                     }
                 }
-                ka_q4_scale(&sc[(nbs - 1) & 1], &st[(nbs - 1) & 1], bp, nbs - 1, xd, g, acc);
+                ka_scale(&sc[(nbs - 1) & 1], &st[(nbs - 1) & 1], bp, nbs - 1, xd, g, acc, q5);
                 kq_block_store(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, nw - i0, acc, b0 == 0);
             }
         }
     }
+}
+
+void spex_dot_q4_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                           int nx, float *y, size_t ldy) {
+    ka_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0);
+}
+
+void spex_dot_q5_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                           int nx, float *y, size_t ldy) {
+    ka_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1);
 }
 
 /* ======================================================================== */
