@@ -3,7 +3,7 @@
  *
  * Data-driven over every weight type whose scalar kernel exists (the K-quants join in as
  * soon as they are registered) and every kernel table this CPU can run (scalar, AVX2,
- * AVX-512 with and without VNNI):
+ * AVX-512 with and without VNNI, and with AMX-INT8 tiles):
  *  - the scalar kernel against a double-precision dot of the dequantized weights and the
  *    dequantized (converted) activations;
  *  - every SIMD kernel against the same double reference and against the scalar kernel,
@@ -635,6 +635,29 @@ TEST(tables_and_act_types) {
     CHECK(!spex_matmul_kernels_build(&v[0].k, SPEX_ISA_AVX512, SPEX_MATMUL_FEAT_AMX)); /* AMX only with VNNI */
 #endif
     printf("  tables: %d variants tested on this CPU (isa in use: %s)\n", nv, spex_isa_name(spex_cpu_isa()));
+}
+
+/* SPEX_AMX=0 turns the AMX tiles off (what `spex isa` reports), and without it the binary
+ * sees what this process sees. */
+TEST(amx_switch_follows_the_environment) {
+    const char *bin = test_spex_bin();
+    if (!bin) SKIP("no spex binary next to this test's folder");
+    const char *env = getenv("SPEX_AMX");
+    char cmd[4096], out[1024];
+    for (int off = 0; off < 2; off++) {
+        snprintf(cmd, sizeof cmd, "%s'%s' isa 2>&1", off ? "SPEX_AMX=0 " : "", bin);
+        FILE *f = popen(cmd, "r");
+        CHECK(f != NULL);
+        if (!f) return;
+        const size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = 0;
+        const int st = pclose(f);
+        CHECK_EQ_INT(st, 0);
+        const bool want = off ? false : spex_cpu_get_features()->amx_int8;
+        const char *key = strstr(out, "amx-int8=");
+        CHECK_MSG(key != NULL, "no amx-int8 in: %s", out);
+        if (key) CHECK_MSG(key[9] == (want ? '1' : '0'), "SPEX_AMX %s: %s", off ? "0" : env ? env : "unset", out);
+    }
 }
 
 /* ---- the int8 multiply-add ceiling probe (spex bench kernels --cached) ------ */
