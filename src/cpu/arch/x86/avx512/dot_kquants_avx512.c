@@ -1,12 +1,13 @@
 /*
  * dot_kquants_avx512.c — AVX-512 (F/BW/VL/DQ, optionally VNNI) K-quant matmul kernels:
- * Q4_K, Q5_K, Q6_K weights × Q8_K activations, and the Q8_K activation quantizer.
+ * Q4_K, Q5_K, Q6_K weights × Q8_K activations, the Q8_K activation quantizer, and R16 Q4_K /
+ * Q5_K on AMX-INT8 tiles for 9+ activation rows (section "Q4_K and Q5_K on AMX tiles").
  *
  * What it is: SIMD twins of ref/dot_kquants_ref.c (the specification) following the tile
  * contract of src/cpu/matmul.h; the quantizer writes exactly the bytes of
  * spex_quantize_row_q8_K_ref. What it is not: a prompt-size GEMM — weights are read in
  * their ggml layout, or in the R16 layout of cpu/matmul.h that the loader repacks them
- * into, each super-block unpacked once per tile.
+ * into, each super-block unpacked once per tile (the AMX kernel: once per 32 rows).
  *
  * One layout for all three: 16 weight rows in the 16 int32 lanes, activation dwords
  * broadcast (sections "Q4_K and Q5_K, weight rows in lanes" and "Q6_K, weight rows in
@@ -422,8 +423,8 @@ KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512_vnni, 1, 1)
  * a tile product cannot apply per 32 codes; so the scales are folded into the weight bytes
  * (ka_unpack: two tiles, codes * (sc % 16) and codes * (sc / 16); Q5_K's 5-bit codes with
  * sc % 8 and sc / 8) and two products per group cover the whole super-block. T16 and M are
- * then the VNNI kernel's integers and kq_w16_fin its float step, so both give the same bits and a verify or prompt pass on tiles
- * still matches 1-row decoding.
+ * then the VNNI kernel's integers and kq_w16_fin its float step, so both give the same bits
+ * and a verify or prompt pass on tiles still matches 1-row decoding.
  *
  * Tile instructions cost about the same whatever their rows (here: tileloadd ~8 cycles,
  * tdpbsud ~14, tilestored ~16 with 16 rows), and the weight tiles are built in memory (8 KiB
