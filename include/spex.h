@@ -341,6 +341,14 @@ void spex_pool_run_site(spex_pool *pool, spex_pool_task task, void *ctx, int sit
  * is not in them (a worker's wait for the next run is counted under that run's site when
  * it starts). Either pointer may be NULL. */
 void spex_pool_wait_site(const spex_pool *pool, int ith, int site, bool barrier, double *seconds, int64_t *count);
+/* Splits every wait in progress at now: its time so far is counted as closed (under
+ * SPEX_SITE_OTHER, at a run boundary, one count) and it goes on from now. For a benchmark that
+ * reads the counters at both ends of a window: called before each reading, the by-site
+ * counters then cover exactly what spex_pool_wait_s covers (otherwise a worker's wait that
+ * began before the window is counted by site in full when it ends inside it, and one still
+ * open at the end not at all). From the driving thread, between runs; nothing with
+ * accounting off. */
+void spex_pool_wait_split(spex_pool *pool);
 
 /* ======================================================================== */
 /* Quantization of whole files                                               */

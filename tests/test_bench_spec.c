@@ -237,9 +237,10 @@ TEST(cost_table_waits_two_threads) {
         const double ww = cJSON_GetObjectItemCaseSensitive(row, "wait_share_worker")->valuedouble;
         ok = wc > 0.0 && wc < 1.0 && ww > 0.0 && ww < 1.0;
         if (!ok) printf("  method %d: wait shares %g / %g\n", i, wc, ww);
-        /* by site: they add up to the total but for the workers' waits in progress at the decode's
-         * start and end (counted by site only once they end), the layers' phases have some, and
-         * only DFlash2 has drafter runs */
+        /* by site: they add up to the total (the bench splits the workers' waits in progress at
+         * the decode's start and end, spex_pool_wait_split; before that, a wait begun before the
+         * decode was counted by site in full, and the sum came out 35 % over the total once),
+         * the layers' phases have some, and only DFlash2 has drafter runs */
         const cJSON *bs = cJSON_GetObjectItemCaseSensitive(row, "wait_share_by_site");
         double sum = 0.0, qkv = -1.0, draft = -1.0;
         const cJSON *it;
@@ -249,7 +250,7 @@ TEST(cost_table_waits_two_threads) {
             if (!strcmp(it->string, "qkv")) qkv = v;
             if (!strcmp(it->string, "drafter")) draft = v;
         }
-        const bool site_ok = cJSON_GetArraySize(bs) == 7 && fabs(sum - (wc + ww) / 2) <= 0.3 * (wc + ww) / 2 &&
+        const bool site_ok = cJSON_GetArraySize(bs) == 7 && fabs(sum - (wc + ww) / 2) <= 0.1 * (wc + ww) / 2 &&
                              qkv > 0.0 && (i == 0 ? draft == 0.0 : draft > 0.0);
         if (!site_ok) printf("  method %d: by site sum %g (total %g), qkv %g, drafter %g\n", i, sum, (wc + ww) / 2, qkv, draft);
         ok = ok && site_ok;

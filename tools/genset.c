@@ -151,6 +151,7 @@ int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *i
     const double other0 = st->t_other;
     double w0c = 0.0, w0w = 0.0, ws0[SPEX_SITE_COUNT][2];
     if (pool) {
+        spex_pool_wait_split(pool); /* the workers' waits at the window's edges: by site as in total */
         pool_waits(pool, &w0c, &w0w);
         pool_site_waits(pool, ws0);
     }
@@ -173,6 +174,7 @@ int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *i
     row->t_decode += genset_now_s() - t0;
     if (pool) {
         double w1c, w1w;
+        spex_pool_wait_split(pool);
         pool_waits(pool, &w1c, &w1w);
         row->t_wait_caller += w1c - w0c;
         row->t_wait_workers += w1w - w0w;

@@ -478,6 +478,22 @@ void spex_pool_set_wait_accounting(spex_pool *pool, bool on) {
     atomic_store_explicit(&pool->acct_on, on ? 1 : 0, memory_order_seq_cst);
 }
 
+void spex_pool_wait_split(spex_pool *pool) {
+    if (!pool || !atomic_load_explicit(&pool->acct_on, memory_order_relaxed)) return;
+    const int64_t t = now_ns();
+    for (int i = 0; i < pool->nth; i++) {
+        pool_acct *a = &pool->acct[i];
+        int64_t o = atomic_load_explicit(&a->open_ns, memory_order_relaxed);
+        /* between runs a worker's counters are not written by the worker (its wait closes only
+         * when the next run, posted after this, starts), so the plain adds are safe; the
+         * exchange keeps a wait that a late worker is just opening from being split twice */
+        if (!o || o > t || !atomic_compare_exchange_strong(&a->open_ns, &o, t)) continue;
+        acct_add(&a->wait_ns, t - o);
+        acct_add(&a->site_ns[SPEX_SITE_OTHER][0], t - o);
+        acct_add(&a->site_n[SPEX_SITE_OTHER][0], 1);
+    }
+}
+
 double spex_pool_wait_s(const spex_pool *pool, int ith) {
     if (!pool || ith < 0 || ith >= pool->nth) return 0.0;
     int64_t w = atomic_load_explicit(&pool->acct[ith].wait_ns, memory_order_relaxed);
