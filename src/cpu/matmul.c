@@ -124,7 +124,7 @@ bool spex_matmul_kernels_build(spex_matmul_kernels *k, spex_isa isa, unsigned fe
 static void build_tables(void) {
     const spex_cpu_features *f = spex_cpu_get_features();
     unsigned feat = f->avx512vnni ? SPEX_MATMUL_FEAT_VNNI : 0u;
-    if (f->avx512vnni && f->amx_int8) feat |= SPEX_MATMUL_FEAT_AMX;
+    if (f->amx_int8) feat |= SPEX_MATMUL_FEAT_AMX; /* amx_int8 implies VNNI (isa.c) */
     for (int i = 0; i < N_ISA; i++)
         g_have[i] = spex_matmul_kernels_build(&g_tables[i], (spex_isa)i, i == SPEX_ISA_AVX512 ? feat : 0u);
 }

@@ -19,9 +19,8 @@
 #define SPEX_AMX_STORE(t, base, stride) \
     __asm__ volatile("tilestored %%tmm" #t ", (%0,%1,1)" ::"r"(base), "r"((long)(stride)) : "memory")
 #define SPEX_AMX_ZERO(t) __asm__ volatile("tilezero %%tmm" #t ::)
-/* c += a (s8) . b (u8), and the signed-signed form */
+/* c += a (s8) . b (u8) */
 #define SPEX_AMX_DPBSUD(c, a, b) __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
-#define SPEX_AMX_DPBSSD(c, a, b) __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::)
 
 /* Rows and bytes per row of tiles tmm0..7 (the rest of ldtilecfg's 64-byte operand is
  * filled in by spex_amx_configure). */
