@@ -77,6 +77,10 @@ $(OUT)/obj/%.o: %.c
 
 $(OUT)/obj/src/cpu/arch/x86/avx2/%.o: CFLAGS_ISA := $(AVX2_FLAGS)
 $(OUT)/obj/src/cpu/arch/x86/avx512/%.o: CFLAGS_ISA := $(AVX512_FLAGS)
+ifneq ($(filter x86_64 i686 i386,$(ARCH)),)
+# the AMX kernels again on a C model of the tile instructions (tests only, see the file)
+$(OUT)/obj/tests/amx_emul.o: CFLAGS_ISA := $(AVX512_FLAGS)
+endif
 
 $(LIB): $(LIB_OBJ)
 	@mkdir -p $(dir $@)

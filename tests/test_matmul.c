@@ -31,6 +31,7 @@
 #include "spex.h"
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
+#include "amx_emul.h"
 #include "test.h"
 
 #include <float.h>
@@ -729,10 +730,21 @@ TEST(dot_peak_probe_counts_and_sums) {
  * layout, at 1..16, 20, 37 and 65 activation rows, whole matrices and sub-tiles starting at a later
  * 16-row group, with rows shorter and longer than the kernels' chunks. */
 TEST(r16_kernels_bit_equal_ggml_layout) {
-    table_variant v[5];
-    const int nv = get_variants(v);
+    table_variant v[6];
+    int nv = get_variants(v);
+    /* the AMX kernels on the C model of the tile instructions (tests/amx_emul.c), on any
+     * AVX-512 VNNI CPU: a VNNI table with their R16 K-quant entries */
+    spex_amx_emul_fn emul[3];
+    if (spex_amx_emul_kernels(emul) && spex_matmul_kernels_build(&v[nv].k, SPEX_ISA_AVX512, SPEX_MATMUL_FEAT_VNNI)) {
+        v[nv].k.dot_r16[SPEX_TYPE_Q4_K] = emul[0];
+        v[nv].k.dot_r16[SPEX_TYPE_Q5_K] = emul[1];
+        v[nv].k.dot_r16[SPEX_TYPE_Q6_K] = emul[2];
+        v[nv++].name = "avx512-vnni-amx-emulated";
+    } else {
+        printf("  (no AVX-512 VNNI: the emulated AMX tiles are not tested here)\n");
+    }
     static const spex_type types[] = {SPEX_TYPE_Q8_0, SPEX_TYPE_Q4_0, SPEX_TYPE_Q4_1, SPEX_TYPE_Q5_0,
-                                      SPEX_TYPE_Q5_1, SPEX_TYPE_Q4_K, SPEX_TYPE_Q5_K};
+                                      SPEX_TYPE_Q5_1, SPEX_TYPE_Q4_K, SPEX_TYPE_Q5_K, SPEX_TYPE_Q6_K};
     /* 4352: more blocks than one chunk; 16640 (K-quants only): 65 super-blocks, more than the
      * K-quant tiles' span of 64 */
     static const int64_t ns[] = {256, 1024, 4096 + 256, 16384 + 256};

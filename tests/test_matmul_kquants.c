@@ -32,6 +32,7 @@
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
 #include "tensor/quant_ref.h"
+#include "amx_emul.h"
 #include "test.h"
 
 #include <stdint.h>
@@ -547,8 +548,8 @@ TEST(r16_pack_and_get_block_round_trip) {
 }
 
 /* The R16 kernels give the ggml-layout kernels' bits: the reference against the reference,
- * each SIMD variant against the same variant on the unpacked rows, at every activation
- * count 1..16, for whole matrices and for sub-tiles starting at a later 16-row group, at
+ * each SIMD variant against the same variant on the unpacked rows (the AMX tiles against the
+ * VNNI kernel), at every activation count 1..16, 20 and 37, for whole matrices and for sub-tiles starting at a later 16-row group, at
  * sizes with and without the kernels' spans (n = 17152: 67 super-blocks). */
 TEST(r16_kernels_bit_equal_ggml_layout) {
     kq_isa isas[4];
@@ -564,23 +565,31 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
         static const spex_dot_fn vnni[N_TYPES] = {spex_dot_q4_K_r16_avx512_vnni, spex_dot_q5_K_r16_avx512_vnni,
                                                   spex_dot_q6_K_r16_avx512_vnni};
 #endif
-        spex_dot_fn r16[4 + 1] = {0};
-        spex_dot_fn std[4 + 1] = {0};
-        const char *names[4 + 1];
+        spex_dot_fn r16[6] = {0};
+        spex_dot_fn std[6] = {0};
+        const char *names[6];
         int nk = 0;
         r16[nk] = refs[ti], std[nk] = t->ref, names[nk++] = "ref";
 #if defined(__x86_64__) || defined(__i386__)
+        static const spex_dot_fn amx[N_TYPES] = {spex_dot_q4_K_r16_amx, spex_dot_q5_K_r16_amx, spex_dot_q6_K_r16_amx};
+        spex_amx_emul_fn emul[3];
         for (int i = 0; i < n_isas; i++) {
             if (!strcmp(isas[i].name, "avx512")) r16[nk] = plain[ti];
             else if (!strcmp(isas[i].name, "avx512-vnni")) r16[nk] = vnni[ti];
             else continue;
             std[nk] = isas[i].dot[ti], names[nk++] = isas[i].name;
+            if (strcmp(isas[i].name, "avx512-vnni")) continue;
+            /* the AMX tiles (9+ rows; fewer run the VNNI kernel) against the VNNI kernel, on
+             * the CPU where it has them and on the C model of the tiles (tests/amx_emul.c) */
+            if (spex_cpu_get_features()->amx_int8) r16[nk] = amx[ti], std[nk] = isas[i].dot[ti], names[nk++] = "amx";
+            if (spex_amx_emul_kernels(emul))
+                r16[nk] = emul[ti], std[nk] = isas[i].dot[ti], names[nk++] = "amx-emulated";
         }
 #else
         (void)isas, (void)n_isas;
 #endif
         for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
-            const int64_t n = sizes[si], nb = n / QK_K, n_out = 48, NX = si == 3 ? 3 : 16;
+            const int64_t n = sizes[si], nb = n / QK_K, n_out = 48, NX = si == 3 ? 3 : 37;
             const size_t row = (size_t)nb * t->bsize, xs = (size_t)nb * sizeof(block_q8_K);
             uint8_t *w = malloc(row * n_out), *p = malloc(row * n_out), *xq = malloc(xs * (size_t)NX);
             float *x = malloc(sizeof(float) * (size_t)(n * NX));
@@ -591,7 +600,8 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
             for (int64_t j = 0; j < NX; j++) spex_quantize_row_q8_K_ref(x + j * n, (block_q8_K *)(xq + (size_t)j * xs), n);
             spex_r16_pack(t->type, w, p, n_out, n);
             for (int k = 0; k < nk; k++)
-                for (int nx = 1; nx <= NX; nx++) {
+                /* 1..16, then 20 and 37 (the AMX tiles' second 16-row group, partial) */
+                for (int nx = 1; nx <= NX; nx = nx < 16 ? nx + 1 : nx == 16 ? 20 : 37 + (nx == 37)) {
                     /* the whole matrix, then rows 16..47 as their own call */
                     for (int part = 0; part < 2; part++) {
                         const int o0 = part ? 16 : 0, nw = part ? 32 : (int)n_out;

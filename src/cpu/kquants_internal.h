@@ -67,10 +67,12 @@ SPEX_KQ_DOT_DECL(spex_dot_q4_K_r16_avx512_vnni);
 SPEX_KQ_DOT_DECL(spex_dot_q5_K_r16_avx512_vnni);
 SPEX_KQ_DOT_DECL(spex_dot_q6_K_r16_avx512);
 SPEX_KQ_DOT_DECL(spex_dot_q6_K_r16_avx512_vnni);
-/* R16 Q4_K / Q5_K on AMX-INT8 tiles from 9 activation rows (fewer: the VNNI kernel);
- * bit-identical to spex_dot_q4_K_r16_avx512_vnni / q5. Only where spex_cpu_features.amx_int8. */
+/* R16 Q4_K / Q5_K / Q6_K on AMX-INT8 tiles from 9 (Q6_K: 12) activation rows (fewer: the
+ * VNNI kernel); bit-identical to spex_dot_q4_K_r16_avx512_vnni / q5 / q6. Only where
+ * spex_cpu_features.amx_int8. */
 SPEX_KQ_DOT_DECL(spex_dot_q4_K_r16_amx);
 SPEX_KQ_DOT_DECL(spex_dot_q5_K_r16_amx);
+SPEX_KQ_DOT_DECL(spex_dot_q6_K_r16_amx);
 void spex_act_quant_q8_K_avx512(const float *x, void *dst, int64_t n);
 #endif
 
@@ -79,7 +81,7 @@ void spex_act_quant_q8_K_avx512(const float *x, void *dst, int64_t n);
  * calls it with what the CPU has; an ISA without K-quant kernels of its own (NEON) leaves
  * the table untouched. */
 void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, bool vnni);
-/* On an AVX-512 VNNI table: the AMX-INT8 R16 Q4_K and Q5_K kernels (the caller checked amx_int8). */
+/* On an AVX-512 VNNI table: the AMX-INT8 R16 K-quant kernels (the caller checked amx_int8). */
 void spex_matmul_register_kquants_amx(spex_matmul_kernels *k);
 
 #endif

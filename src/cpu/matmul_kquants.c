@@ -48,6 +48,7 @@ void spex_matmul_register_kquants_amx(spex_matmul_kernels *k) {
 #if SPEX_HAVE_X86
     k->dot_r16[SPEX_TYPE_Q4_K] = spex_dot_q4_K_r16_amx;
     k->dot_r16[SPEX_TYPE_Q5_K] = spex_dot_q5_K_r16_amx;
+    k->dot_r16[SPEX_TYPE_Q6_K] = spex_dot_q6_K_r16_amx;
 #else
     (void)k;
 #endif

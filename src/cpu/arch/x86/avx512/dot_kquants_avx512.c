@@ -1,7 +1,8 @@
 /*
  * dot_kquants_avx512.c — AVX-512 (F/BW/VL/DQ, optionally VNNI) K-quant matmul kernels:
- * Q4_K, Q5_K, Q6_K weights × Q8_K activations, the Q8_K activation quantizer, and R16 Q4_K /
- * Q5_K on AMX-INT8 tiles for 9+ activation rows (section "Q4_K and Q5_K on AMX tiles").
+ * Q4_K, Q5_K, Q6_K weights × Q8_K activations, the Q8_K activation quantizer, and the R16
+ * K-quants on AMX-INT8 tiles for 9+ (Q6_K: 12+) activation rows (sections "Q4_K and Q5_K on
+ * AMX tiles", "Q6_K on AMX tiles").
  *
  * What it is: SIMD twins of ref/dot_kquants_ref.c (the specification) following the tile
  * contract of src/cpu/matmul.h; the quantizer writes exactly the bytes of
@@ -501,7 +502,7 @@ KQ_INLINE void ka_unpack(const uint8_t *unit, const kq_w16s *s, ka_stage *st, co
 /* The two sums tiles of each group: tiles tmm0/1 (sums) and tmm2 (activations) for a full
  * first group, tmm6/7 and tmm3 for the last group (r1 rows); xq[q]: group q's first row's qs
  * of the super-block. */
-KQ_INLINE void ka_tiles(const int8_t *const *xq, int nq, size_t x_stride, ka_stage *st) {
+KQ_INLINE void ka_tiles(const int8_t *const *xq, int nq, size_t x_stride, ka_stage *st, const int sgn) {
     if (nq == 2) {
         SPEX_AMX_ZERO(0);
         SPEX_AMX_ZERO(1);
@@ -514,11 +515,13 @@ KQ_INLINE void ka_tiles(const int8_t *const *xq, int nq, size_t x_stride, ka_sta
         if (nq == 2) {
             SPEX_AMX_LOAD(2, xq[0] + 64 * gg, x_stride);
             SPEX_AMX_DPBSUD(0, 2, 4);
-            SPEX_AMX_DPBSUD(1, 2, 5);
+            if (sgn) SPEX_AMX_DPBSSD(1, 2, 5);
+            else SPEX_AMX_DPBSUD(1, 2, 5);
         }
         SPEX_AMX_LOAD(3, xq[nq - 1] + 64 * gg, x_stride);
         SPEX_AMX_DPBSUD(6, 3, 4);
-        SPEX_AMX_DPBSUD(7, 3, 5);
+        if (sgn) SPEX_AMX_DPBSSD(7, 3, 5);
+        else SPEX_AMX_DPBSUD(7, 3, 5);
     }
     if (nq == 2) {
         SPEX_AMX_STORE(0, st->sum[0][0], 64);
@@ -583,7 +586,7 @@ KQ_INLINE void ka_tile(int64_t n, const void *w, size_t w_stride, int nw, const 
                 for (int b = 0; b < nbs; b++) {
                     if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
                     const int8_t *xq[2] = {xr[0][b].qs, xr[nq - 1][b].qs};
-                    ka_tiles(xq, nq, x_stride, &st[b & 1]);
+                    ka_tiles(xq, nq, x_stride, &st[b & 1], 0);
                     /* b - 1 first: b + 1 reuses its scales slot */
                     if (b > 0) ka_scale(&sc[(b - 1) & 1], &st[(b - 1) & 1], bp, b - 1, xd, g, acc, q5);
                     if (b + 1 < nbs) {
@@ -805,6 +808,142 @@ KQ6_ENTRY(spex_dot_q6_K_avx512, 0, 0)
 KQ6_ENTRY(spex_dot_q6_K_avx512_vnni, 1, 0)
 KQ6_ENTRY(spex_dot_q6_K_r16_avx512, 0, 1)
 KQ6_ENTRY(spex_dot_q6_K_r16_avx512_vnni, 1, 1)
+
+/* ======================================================================== */
+/* Q6_K on AMX tiles (R16 weights, 9+ activation rows)                      */
+/* ======================================================================== */
+
+/* The Q4_K tiles' scheme for Q6_K. A code word of the R16 unit (16 weight rows in the
+ * dword lanes, four consecutive codes each) is already a row of the weight operand: a
+ * 64-element group's tile is the eight words of part A (rows 0-7) and of part C (rows 8-15)
+ * for the group 2h, of B and D for 2h + 1 (the parts of the section above). A signed 8-bit
+ * scale per 16 codes does not fit in a byte with its code, but the scaled code does in two:
+ *     w = sc * (q - 32)  in [-4064, 4096],  w = 64 a + b,  a = w >> 6 in [-64, 64], b = w & 63,
+ * so T = sum_e w x = 64 * sum_e a x + sum_e b x: two tile products per group over the whole
+ * super-block (tdpbssd for the signed a, tdpbsud for b), the exact T of the vpdpbusd
+ * kernel, and its float step (d * dx) * T in spans of KQ6_SPAN, so both give the same bits.
+ * The 16-bit products come from vpmaddubsw with the scale in every other byte (codes < 64:
+ * no saturation), which needs no widening of the codes. Building the two weight tiles costs
+ * ~15 vector operations a word, 64 words a unit (twice the Q4_K build's), shared by up to
+ * KA_BLOCK activation rows.
+ *
+ * Where the tiles start to pay has not been measured on an AMX host yet (the machine of
+ * session 23 had none; the bits are checked there on a C model of the tiles,
+ * tests/amx_emul.c). KA6_MIN_ROWS comes from an estimate: the build measured ~370 cycles a
+ * unit (16 rows × one super-block) on that machine's AVX-512, the tile instructions of one
+ * unit ~240 cycles at 16 rows with the Q4_K tiles' costs (session 22), against ~550 cycles
+ * for 8 rows on vpdpbusd and ~1100 for 16: the tiles should win clearly from ~12 rows and
+ * break even near 9 (docs/performance.md, session 23). */
+
+#define KA6_MIN_ROWS 12
+
+/* The two weight tiles of each 64-element group of a unit: st->wt[G][0] the b bytes,
+ * st->wt[G][1] the a bytes (see above). */
+KQ_INLINE void ka6_unpack(const uint8_t *u, ka_stage *st) {
+    const __m512i m0f = _mm512_set1_epi8(0x0f), lo8 = _mm512_set1_epi16(0x00ff);
+    const __m512i m3f = _mm512_set1_epi8(0x3f);
+    for (int h = 0; h < 2; h++)
+        for (int p = 0; p < 4; p++) {
+            const uint8_t *ql = u + 64 * (16 * h + 8 * (p & 1)), *qh = u + KQ6_QH + 64 * (8 * h);
+            const int G = 2 * h + (p >> 1);
+            for (int q = 0; q < 2; q++) {
+                const int s = 8 * h + 2 * p + q;
+                /* sub-block s's scale (byte s % 4 of scale word s / 4), sign-extended in each
+                 * 16-bit half of the lanes; vpmaddubsw multipliers for the even and the odd
+                 * codes, and 32 * sc for the codes' offset */
+                const __m512i sw = _mm512_loadu_si512(u + KQ6_SC + 64 * (s / 4));
+                const __m512i sc32 = _mm512_srai_epi32(_mm512_slli_epi32(sw, 24 - 8 * (s % 4)), 24);
+                const __m512i sc16 = _mm512_ternarylogic_epi32(sc32, _mm512_slli_epi32(sc32, 16), _mm512_set1_epi32(0xffff), 0xe4);
+                const __m512i me = _mm512_and_si512(sc16, lo8), mo = _mm512_slli_epi16(sc16, 8);
+                const __m512i k32 = _mm512_slli_epi16(sc16, 5);
+                for (int t = 0; t < 4; t++) {
+                    const int k = 4 * q + t;
+                    const __m512i L = _mm512_loadu_si512(ql + 64 * k), H = _mm512_loadu_si512(qh + 64 * k);
+                    __m512i nib, top;
+                    switch (p) {
+                    case 0: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x03)), 4); break;
+                    case 1: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x0c)), 2); break;
+                    case 2: nib = _mm512_srli_epi32(L, 4), top = _mm512_and_si512(H, _mm512_set1_epi8(0x30)); break;
+                    default:
+                        nib = _mm512_srli_epi32(L, 4);
+                        top = _mm512_srli_epi32(_mm512_and_si512(H, _mm512_set1_epi8((char)0xc0)), 2);
+                        break;
+                    }
+                    const __m512i c = _mm512_ternarylogic_epi32(nib, top, m0f, 0xe4); /* m0f ? nib : top */
+                    /* w of the even and the odd codes of each 16-bit lane */
+                    const __m512i we = _mm512_sub_epi16(_mm512_maddubs_epi16(c, me), k32);
+                    const __m512i wo = _mm512_sub_epi16(_mm512_maddubs_epi16(c, mo), k32);
+                    /* a: bits 6..13 of each w; b: bits 0..5 */
+                    const __m512i a = _mm512_ternarylogic_epi32(_mm512_srli_epi16(we, 6), _mm512_slli_epi16(wo, 2), lo8, 0xe4);
+                    const __m512i b = _mm512_and_si512(_mm512_ternarylogic_epi32(we, _mm512_slli_epi16(wo, 8), lo8, 0xe4), m3f);
+                    const int r = 8 * (p & 1) + k;
+                    _mm512_store_si512(st->wt[G][0][r], b);
+                    _mm512_store_si512(st->wt[G][1][r], a);
+                }
+            }
+        }
+}
+
+/* acc[j] += the unit u's super-block for rows j < g: T = b sums + 64 * a sums, then the
+ * vpdpbusd kernel's float step. xd[j][bi]: row j's activation scale. */
+KQ_INLINE void ka6_scale(const uint8_t *u, const ka_stage *st, const float (*xd)[KQ6_SPAN], int bi, int g,
+                         __m512 *acc) {
+    const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + KQ6_D)));
+    for (int j = 0; j < g; j++) {
+        const int32_t(*sm)[16][16] = st->sum[j / 16];
+        const __m512i T = _mm512_add_epi32(_mm512_load_si512(sm[0][j % 16]),
+                                           _mm512_slli_epi32(_mm512_load_si512(sm[1][j % 16]), 6));
+        acc[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(T), _mm512_mul_ps(d, _mm512_set1_ps(xd[j][bi])), acc[j]);
+    }
+}
+
+void spex_dot_q6_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                           int nx, float *y, size_t ldy) {
+    if (nx < KA6_MIN_ROWS) {
+        kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 1);
+        return;
+    }
+    const size_t bsize = sizeof(block_q6_K), unit = (size_t)KQ_WB * bsize;
+    const int64_t nb = n / QK_K;
+    float xd[KA_BLOCK][KQ6_SPAN];
+    ka_stage st[2];
+    __m512 acc[KA_BLOCK];
+    /* spans of KQ6_SPAN super-blocks, as the vpdpbusd kernel (its float sums restart there) */
+    for (int64_t b0 = 0; b0 < nb; b0 += KQ6_SPAN) {
+        const int nbs = (int)(nb - b0 < KQ6_SPAN ? nb - b0 : KQ6_SPAN);
+        for (int j0 = 0; j0 < nx; j0 += KA_BLOCK) {
+            const int g = nx - j0 < KA_BLOCK ? nx - j0 : KA_BLOCK;
+            const int nq = g > 16 ? 2 : 1;
+            const block_q8_K *xr[2]; /* group q's first row, from super-block b0 */
+            for (int q = 0; q < nq; q++)
+                xr[q] = (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + 16 * q) * x_stride) + b0;
+            for (int j = 0; j < g; j++) {
+                const block_q8_K *xj = (const block_q8_K *)((const uint8_t *)xr[0] + (size_t)j * x_stride);
+                for (int b = 0; b < nbs; b++) xd[j][b] = xj[b].d;
+            }
+            ka_configure(g > 16 ? g - 16 : g);
+            for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
+                const uint8_t *rows[KQ_WB];
+                size_t pfs;
+                const uintptr_t pf0 = kq_block_start(w, w_stride, nw, i0, b0, nbs, nb, bsize, 1, rows, &pfs);
+                const uint8_t *u0 = rows[0] + (size_t)b0 * unit;
+                for (int j = 0; j < g; j++) acc[j] = _mm512_setzero_ps();
+                /* software-pipelined as the Q4_K tiles: unit b + 1's weight tiles and b - 1's
+                 * scale step around b's tile products */
+                ka6_unpack(u0, &st[0]);
+                for (int b = 0; b < nbs; b++) {
+                    if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
+                    const int8_t *xq[2] = {xr[0][b].qs, xr[nq - 1][b].qs};
+                    ka_tiles(xq, nq, x_stride, &st[b & 1], 1);
+                    if (b > 0) ka6_scale(u0 + (size_t)(b - 1) * unit, &st[(b - 1) & 1], xd, b - 1, g, acc);
+                    if (b + 1 < nbs) ka6_unpack(u0 + (size_t)(b + 1) * unit, &st[(b + 1) & 1]);
+                }
+                ka6_scale(u0 + (size_t)(nbs - 1) * unit, &st[(nbs - 1) & 1], xd, nbs - 1, g, acc);
+                kq_block_store(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, nw - i0, acc, b0 == 0);
+            }
+        }
+    }
+}
 
 /* ======================================================================== */
 /* Q8_K activation quantizer                                                 */
