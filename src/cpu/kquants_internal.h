@@ -2,8 +2,9 @@
  * kquants_internal.h — the K-quant matmul kernels (Q4_K, Q5_K, Q6_K weights × Q8_K
  * activations) and the Q8_K activation quantizer, per ISA.
  *
- * What it is: the declarations behind spex_matmul_register_kquants (matmul_kquants.c), so
- * tests can reach every variant directly (AVX-512 with and without VNNI included).
+ * What it is: the declarations behind the K-quant entries of the matmul tables
+ * (matmul_kquants.c, called by matmul.c's table build), so tests can reach every variant
+ * directly (AVX-512 with and without VNNI, and the AMX tiles, included).
  * What it is not: the driver or the table (src/cpu/matmul.h).
  *
  * Every dot function follows spex_dot_fn (matmul.h): a tile of nw weight rows × nx Q8_K
@@ -77,9 +78,9 @@ void spex_act_quant_q8_K_avx512(const float *x, void *dst, int64_t n);
 #endif
 
 /* Sets dot[Q4_K/Q5_K/Q6_K] and act_quant[Q8_K] for `isa`, with (vnni true) or without the
- * VNNI kernels for SPEX_ISA_AVX512 (ignored for other ISAs). spex_matmul_register_kquants
- * calls it with what the CPU has; an ISA without K-quant kernels of its own (NEON) leaves
- * the table untouched. */
+ * VNNI kernels for SPEX_ISA_AVX512 (ignored for other ISAs); matmul.c's table build calls it
+ * with the table's features. An ISA without K-quant kernels of its own (NEON) leaves the
+ * table untouched. */
 void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, bool vnni);
 /* On an AVX-512 VNNI table: the AMX-INT8 R16 K-quant kernels (the caller checked amx_int8). */
 void spex_matmul_register_kquants_amx(spex_matmul_kernels *k);

@@ -76,10 +76,6 @@ spex_type spex_matmul_act_type(spex_type wtype);
 const spex_matmul_kernels *spex_matmul_kernels_for(spex_isa isa);
 const spex_matmul_kernels *spex_matmul_kernels_get(void);
 
-/* Filled by the kernel files: each sets the entries it implements for `isa`
- * (matmul_kquants.c: Q4_K, Q5_K, Q6_K and the Q8_K activation quantizer). */
-void spex_matmul_register_kquants(spex_matmul_kernels *k, spex_isa isa);
-
 /* ---- per-ISA registration of the 32-element-block and float kernels (matmul.c calls
  * these while building a table; each overwrites the entries it implements). ------------ */
 

@@ -53,7 +53,3 @@ void spex_matmul_register_kquants_amx(spex_matmul_kernels *k) {
     (void)k;
 #endif
 }
-
-void spex_matmul_register_kquants(spex_matmul_kernels *k, spex_isa isa) {
-    spex_matmul_register_kquants_variant(k, isa, spex_cpu_get_features()->avx512vnni);
-}
