@@ -142,6 +142,10 @@ TEST(default_pair_table_and_json) {
     const cJSON *vf = cJSON_GetObjectItemCaseSensitive(j, "verify");
     bool ok = cJSON_GetArraySize(ms) == 2 && cJSON_GetArraySize(vf) == 4 &&
               cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(j, "greedy_identical"));
+    /* whether the verify and prompt passes ran on AMX tiles: what the CPU (and SPEX_AMX) allow */
+    const cJSON *amx = cJSON_GetObjectItemCaseSensitive(j, "amx_int8");
+    CHECK(cJSON_IsBool(amx) && cJSON_IsTrue(amx) == (spex_cpu_isa() == SPEX_ISA_AVX512 &&
+                                                      spex_cpu_get_features()->amx_int8));
     const cJSON *ar = cJSON_GetArrayItem(ms, 0), *df = cJSON_GetArrayItem(ms, 1);
     ok = ok && !strcmp(cJSON_GetObjectItemCaseSensitive(ar, "method")->valuestring, "AR") &&
          !strcmp(cJSON_GetObjectItemCaseSensitive(df, "method")->valuestring, "DFlash2") &&
