@@ -544,74 +544,6 @@ KQ_INLINE void ka_scale(const kq_w16s *s, const ka_stage *st, const kq_bpair (*b
     }
 }
 
-KQ_INLINE void ka_tile(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx,
-                       float *y, size_t ldy, const int q5) {
-    if (nx < KA_MIN_ROWS) {
-        kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, q5, 1);
-        return;
-    }
-    const size_t bsize = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K), unit = (size_t)KQ_WB * bsize;
-    const int64_t nb = n / QK_K;
-    kq_bpair bp[KA_BLOCK][KQ_WSPAN];
-    float xd[KA_BLOCK][KQ_WSPAN];
-    ka_stage st[2];
-    kq_w16s sc[2];
-    __m512 acc[KA_BLOCK];
-    for (int64_t b0 = 0; b0 < nb; b0 += KQ_WSPAN) {
-        const int nbs = (int)(nb - b0 < KQ_WSPAN ? nb - b0 : KQ_WSPAN);
-        for (int j0 = 0; j0 < nx; j0 += KA_BLOCK) {
-            const int g = nx - j0 < KA_BLOCK ? nx - j0 : KA_BLOCK;
-            const int nq = g > 16 ? 2 : 1;
-            const block_q8_K *xr[2]; /* group q's first row, from super-block b0 */
-            for (int q = 0; q < nq; q++)
-                xr[q] = (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + 16 * q) * x_stride) + b0;
-            for (int j = 0; j < g; j++) {
-                const block_q8_K *xj = (const block_q8_K *)((const uint8_t *)xr[0] + (size_t)j * x_stride);
-                kq_bpairs(xj, nbs, bp[j]);
-                for (int b = 0; b < nbs; b++) xd[j][b] = xj[b].d;
-            }
-            ka_configure(g > 16 ? g - 16 : g);
-            for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
-                const uint8_t *rows[KQ_WB];
-                size_t pfs;
-                const uintptr_t pf0 = kq_block_start(w, w_stride, nw, i0, b0, nbs, nb, bsize, 1, rows, &pfs);
-                const uint8_t *u0 = rows[0] + (size_t)b0 * unit;
-                for (int j = 0; j < g; j++) acc[j] = _mm512_setzero_ps();
-                /* software-pipelined: the weight tiles of super-block b + 1 and the scale step of
-                 * b - 1 around the tile products of b (a tile load waits for the vector stores
-                 * it reads, the vector loads for the tile stores) */
-                const kq_src src0 = {.rows = NULL, .off = 0, .unit = u0};
-                kq_w16_scales(&src0, &sc[0], 1, q5, 1);
-                ka_unpack(u0, &sc[0], &st[0], q5);
-                for (int b = 0; b < nbs; b++) {
-                    if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
-                    const int8_t *xq[2] = {xr[0][b].qs, xr[nq - 1][b].qs};
-                    ka_tiles(xq, nq, x_stride, &st[b & 1], 0);
-                    /* b - 1 first: b + 1 reuses its scales slot */
-                    if (b > 0) ka_scale(&sc[(b - 1) & 1], &st[(b - 1) & 1], bp, b - 1, xd, g, acc, q5);
-                    if (b + 1 < nbs) {
-                        const kq_src src = {.rows = NULL, .off = 0, .unit = u0 + (size_t)(b + 1) * unit};
-                        kq_w16_scales(&src, &sc[(b + 1) & 1], 1, q5, 1);
-                        ka_unpack(src.unit, &sc[(b + 1) & 1], &st[(b + 1) & 1], q5);
-                    }
-                }
-                ka_scale(&sc[(nbs - 1) & 1], &st[(nbs - 1) & 1], bp, nbs - 1, xd, g, acc, q5);
-                kq_block_store(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, nw - i0, acc, b0 == 0);
-            }
-        }
-    }
-}
-
-void spex_dot_q4_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                           int nx, float *y, size_t ldy) {
-    ka_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0);
-}
-
-void spex_dot_q5_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                           int nx, float *y, size_t ldy) {
-    ka_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1);
-}
-
 /* ======================================================================== */
 /* Q6_K, weight rows in lanes                                                */
 /* ======================================================================== */
@@ -658,6 +590,23 @@ typedef struct {
     int32_t o[16]; /* -32 * bsums[s]: sub-block s's start */
 } kq_x6;
 
+/* The code word of part p (0 A, 1 C, 2 B, 3 D) from its ql word and qh word: a nibble and
+ * two top bits moved to bits 4-5, one select. */
+KQ_INLINE __m512i kq6_code(const uint8_t *ql, const uint8_t *qh, const int p) {
+    const __m512i L = _mm512_loadu_si512(ql), H = _mm512_loadu_si512(qh);
+    __m512i nib, top;
+    switch (p) {
+    case 0: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x03)), 4); break;
+    case 1: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x0c)), 2); break;
+    case 2: nib = _mm512_srli_epi32(L, 4), top = _mm512_and_si512(H, _mm512_set1_epi8(0x30)); break;
+    default:
+        nib = _mm512_srli_epi32(L, 4);
+        top = _mm512_srli_epi32(_mm512_and_si512(H, _mm512_set1_epi8((char)0xc0)), 2);
+        break;
+    }
+    return _mm512_ternarylogic_epi32(nib, top, _mm512_set1_epi8(0x0f), 0xe4); /* 0x0f ? nib : top */
+}
+
 /* The 16 rows' blocks at rows[l] + off (ggml layout) as one R16 unit. */
 KQ_INLINE void kq_unit_q6_K(const uint8_t *const *rows, size_t off, uint8_t *u) {
     const kq_src s = {.rows = rows, .off = off, .unit = NULL};
@@ -677,7 +626,6 @@ KQ_INLINE void kq_unit_q6_K(const uint8_t *const *rows, size_t off, uint8_t *u) 
  * rows. pf, pfs: weight bytes to prefetch meanwhile, an eighth per part. */
 KQ_INLINE void kq_w16_sb_q6(const uint8_t *u, const kq_x6 *xs, const float *xd, uintptr_t pf, size_t pfs,
                             const int g, const int vnni, __m512 *acc) {
-    const __m512i m0f = _mm512_set1_epi8(0x0f);
     __m512i T[KQ_G];
     _Pragma("GCC unroll 8") for (int j = 0; j < KQ_G; j++) T[j] = _mm512_setzero_si512();
     _Pragma("GCC unroll 2") for (int h = 0; h < 2; h++) {
@@ -691,18 +639,7 @@ KQ_INLINE void kq_w16_sb_q6(const uint8_t *u, const kq_x6 *xs, const float *xd, 
                 __m512i V[4];
                 _Pragma("GCC unroll 4") for (int t = 0; t < 4; t++) {
                     const int k = 4 * q + t;
-                    const __m512i L = _mm512_loadu_si512(ql + 64 * k), H = _mm512_loadu_si512(qh + 64 * k);
-                    __m512i nib, top;
-                    switch (p) {
-                    case 0: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x03)), 4); break;
-                    case 1: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x0c)), 2); break;
-                    case 2: nib = _mm512_srli_epi32(L, 4), top = _mm512_and_si512(H, _mm512_set1_epi8(0x30)); break;
-                    default:
-                        nib = _mm512_srli_epi32(L, 4);
-                        top = _mm512_srli_epi32(_mm512_and_si512(H, _mm512_set1_epi8((char)0xc0)), 2);
-                        break;
-                    }
-                    V[t] = _mm512_ternarylogic_epi32(nib, top, m0f, 0xe4); /* m0f ? nib : top */
+                    V[t] = kq6_code(ql + 64 * k, qh + 64 * k, p);
                 }
                 const int s = 8 * h + 2 * p + q, xo = 128 * h + 32 * p + 16 * q;
                 /* sub-block s's signed scale bytes (byte s % 4 of scale word s / 4) */
@@ -840,7 +777,7 @@ KQ6_ENTRY(spex_dot_q6_K_r16_avx512_vnni, 1, 1)
 /* The two weight tiles of each 64-element group of a unit: st->wt[G][0] the b bytes,
  * st->wt[G][1] the a bytes (see above). */
 KQ_INLINE void ka6_unpack(const uint8_t *u, ka_stage *st) {
-    const __m512i m0f = _mm512_set1_epi8(0x0f), lo8 = _mm512_set1_epi16(0x00ff);
+    const __m512i lo8 = _mm512_set1_epi16(0x00ff);
     const __m512i m3f = _mm512_set1_epi8(0x3f);
     for (int h = 0; h < 2; h++)
         for (int p = 0; p < 4; p++) {
@@ -858,18 +795,7 @@ KQ_INLINE void ka6_unpack(const uint8_t *u, ka_stage *st) {
                 const __m512i k32 = _mm512_slli_epi16(sc16, 5);
                 for (int t = 0; t < 4; t++) {
                     const int k = 4 * q + t;
-                    const __m512i L = _mm512_loadu_si512(ql + 64 * k), H = _mm512_loadu_si512(qh + 64 * k);
-                    __m512i nib, top;
-                    switch (p) {
-                    case 0: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x03)), 4); break;
-                    case 1: nib = L, top = _mm512_slli_epi32(_mm512_and_si512(H, _mm512_set1_epi8(0x0c)), 2); break;
-                    case 2: nib = _mm512_srli_epi32(L, 4), top = _mm512_and_si512(H, _mm512_set1_epi8(0x30)); break;
-                    default:
-                        nib = _mm512_srli_epi32(L, 4);
-                        top = _mm512_srli_epi32(_mm512_and_si512(H, _mm512_set1_epi8((char)0xc0)), 2);
-                        break;
-                    }
-                    const __m512i c = _mm512_ternarylogic_epi32(nib, top, m0f, 0xe4); /* m0f ? nib : top */
+                    const __m512i c = kq6_code(ql + 64 * k, qh + 64 * k, p);
                     /* w of the even and the odd codes of each 16-bit lane */
                     const __m512i we = _mm512_sub_epi16(_mm512_maddubs_epi16(c, me), k32);
                     const __m512i wo = _mm512_sub_epi16(_mm512_maddubs_epi16(c, mo), k32);
@@ -886,7 +812,7 @@ KQ_INLINE void ka6_unpack(const uint8_t *u, ka_stage *st) {
 
 /* acc[j] += the unit u's super-block for rows j < g: T = b sums + 64 * a sums, then the
  * vpdpbusd kernel's float step. xd[j][bi]: row j's activation scale. */
-KQ_INLINE void ka6_scale(const uint8_t *u, const ka_stage *st, const float (*xd)[KQ6_SPAN], int bi, int g,
+KQ_INLINE void ka6_scale(const uint8_t *u, const ka_stage *st, const float (*xd)[KQ_WSPAN], int bi, int g,
                          __m512 *acc) {
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(u + KQ6_D)));
     for (int j = 0; j < g; j++) {
@@ -897,20 +823,29 @@ KQ_INLINE void ka6_scale(const uint8_t *u, const ka_stage *st, const float (*xd)
     }
 }
 
-void spex_dot_q6_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                           int nx, float *y, size_t ldy) {
-    if (nx < KA6_MIN_ROWS) {
-        kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 1);
+/* The tiles' loop for all three types: spans of super-blocks (KQ_WSPAN, Q6_K: KQ6_SPAN, as
+ * in the vpdpbusd kernels, whose float sums restart there) × blocks of up to KA_BLOCK
+ * activation rows × 16-row weight units, each unit's super-blocks software-pipelined: the
+ * weight tiles of super-block b + 1 and the scale step of b - 1 around the tile products of
+ * b (a tile load waits for the vector stores it reads, the vector loads for the tile
+ * stores). Fewer than KA_MIN_ROWS (Q6_K: KA6_MIN_ROWS) rows run on vpdpbusd. */
+KQ_INLINE void ka_tile(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx,
+                       float *y, size_t ldy, const int q5, const int q6) {
+    if (nx < (q6 ? KA6_MIN_ROWS : KA_MIN_ROWS)) {
+        if (q6) kq_w16_tile_q6(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 1);
+        else kq_w16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, q5, 1);
         return;
     }
-    const size_t bsize = sizeof(block_q6_K), unit = (size_t)KQ_WB * bsize;
-    const int64_t nb = n / QK_K;
-    float xd[KA_BLOCK][KQ6_SPAN];
+    const size_t bsize = q6 ? sizeof(block_q6_K) : q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t unit = (size_t)KQ_WB * bsize;
+    const int64_t nb = n / QK_K, span = q6 ? KQ6_SPAN : KQ_WSPAN;
+    kq_bpair bp[KA_BLOCK][KQ_WSPAN]; /* Q4_K / Q5_K: the minimum pairs */
+    float xd[KA_BLOCK][KQ_WSPAN];
     ka_stage st[2];
+    kq_w16s sc[2]; /* Q4_K / Q5_K: the scales of super-blocks b and b + 1 */
     __m512 acc[KA_BLOCK];
-    /* spans of KQ6_SPAN super-blocks, as the vpdpbusd kernel (its float sums restart there) */
-    for (int64_t b0 = 0; b0 < nb; b0 += KQ6_SPAN) {
-        const int nbs = (int)(nb - b0 < KQ6_SPAN ? nb - b0 : KQ6_SPAN);
+    for (int64_t b0 = 0; b0 < nb; b0 += span) {
+        const int nbs = (int)(nb - b0 < span ? nb - b0 : span);
         for (int j0 = 0; j0 < nx; j0 += KA_BLOCK) {
             const int g = nx - j0 < KA_BLOCK ? nx - j0 : KA_BLOCK;
             const int nq = g > 16 ? 2 : 1;
@@ -919,6 +854,7 @@ void spex_dot_q6_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, co
                 xr[q] = (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + 16 * q) * x_stride) + b0;
             for (int j = 0; j < g; j++) {
                 const block_q8_K *xj = (const block_q8_K *)((const uint8_t *)xr[0] + (size_t)j * x_stride);
+                if (!q6) kq_bpairs(xj, nbs, bp[j]);
                 for (int b = 0; b < nbs; b++) xd[j][b] = xj[b].d;
             }
             ka_configure(g > 16 ? g - 16 : g);
@@ -928,23 +864,53 @@ void spex_dot_q6_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, co
                 const uintptr_t pf0 = kq_block_start(w, w_stride, nw, i0, b0, nbs, nb, bsize, 1, rows, &pfs);
                 const uint8_t *u0 = rows[0] + (size_t)b0 * unit;
                 for (int j = 0; j < g; j++) acc[j] = _mm512_setzero_ps();
-                /* software-pipelined as the Q4_K tiles: unit b + 1's weight tiles and b - 1's
-                 * scale step around b's tile products */
-                ka6_unpack(u0, &st[0]);
-                for (int b = 0; b < nbs; b++) {
-                    if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
-                    const int8_t *xq[2] = {xr[0][b].qs, xr[nq - 1][b].qs};
-                    ka_tiles(xq, nq, x_stride, &st[b & 1], 1);
-                    if (b > 0) ka6_scale(u0 + (size_t)(b - 1) * unit, &st[(b - 1) & 1], xd, b - 1, g, acc);
-                    if (b + 1 < nbs) ka6_unpack(u0 + (size_t)(b + 1) * unit, &st[(b + 1) & 1]);
+                for (int b = -1; b < nbs; b++) {
+                    if (b >= 0) {
+                        if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
+                        const int8_t *xq[2] = {xr[0][b].qs, xr[nq - 1][b].qs};
+                        ka_tiles(xq, nq, x_stride, &st[b & 1], q6);
+                    }
+                    /* b - 1 first: b + 1 reuses its slots */
+                    if (b > 0) {
+                        const int p = (b - 1) & 1;
+                        if (q6) ka6_scale(u0 + (size_t)(b - 1) * unit, &st[p], xd, b - 1, g, acc);
+                        else ka_scale(&sc[p], &st[p], bp, b - 1, xd, g, acc, q5);
+                    }
+                    if (b + 1 < nbs) {
+                        const int p = (b + 1) & 1;
+                        const uint8_t *u = u0 + (size_t)(b + 1) * unit;
+                        if (q6) {
+                            ka6_unpack(u, &st[p]);
+                        } else {
+                            const kq_src src = {.rows = NULL, .off = 0, .unit = u};
+                            kq_w16_scales(&src, &sc[p], 1, q5, 1);
+                            ka_unpack(u, &sc[p], &st[p], q5);
+                        }
+                    }
                 }
-                ka6_scale(u0 + (size_t)(nbs - 1) * unit, &st[(nbs - 1) & 1], xd, nbs - 1, g, acc);
+                const int p = (nbs - 1) & 1;
+                if (q6) ka6_scale(u0 + (size_t)(nbs - 1) * unit, &st[p], xd, nbs - 1, g, acc);
+                else ka_scale(&sc[p], &st[p], bp, nbs - 1, xd, g, acc, q5);
                 kq_block_store(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, nw - i0, acc, b0 == 0);
             }
         }
     }
 }
 
+void spex_dot_q4_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                           int nx, float *y, size_t ldy) {
+    ka_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 0);
+}
+
+void spex_dot_q5_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                           int nx, float *y, size_t ldy) {
+    ka_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0);
+}
+
+void spex_dot_q6_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                           int nx, float *y, size_t ldy) {
+    ka_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 1);
+}
 /* ======================================================================== */
 /* Q8_K activation quantizer                                                 */
 /* ======================================================================== */
