@@ -747,7 +747,7 @@ KQ6_ENTRY(spex_dot_q6_K_r16_avx512, 0, 1)
 KQ6_ENTRY(spex_dot_q6_K_r16_avx512_vnni, 1, 1)
 
 /* ======================================================================== */
-/* Q6_K on AMX tiles (R16 weights, 9+ activation rows)                      */
+/* Q6_K on AMX tiles (R16 weights, 12+ activation rows)                     */
 /* ======================================================================== */
 
 /* The Q4_K tiles' scheme for Q6_K. A code word of the R16 unit (16 weight rows in the
