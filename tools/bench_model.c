@@ -195,7 +195,7 @@ int bench_model(int argc, char **argv) {
     printf("model: %s (%s, %d layers, E %d, V %d), %.1f MiB of weights per decode step\n", path,
            spex_arch_name(hp->arch), hp->n_layer, hp->n_embd, hp->n_vocab, (double)wbytes / 1048576.0);
     printf("threads: %ld, isa: %s%s, best of %ld reps (after one warm-up)\n", threads, spex_isa_name(spex_cpu_isa()),
-           spex_cpu_isa() == SPEX_ISA_AVX512 && spex_cpu_get_features()->amx_int8 ? " + amx-int8" : "", reps);
+           cli_amx_on() ? " + amx-int8" : "", reps);
     if (depth > 0) {
         const spex_memory_usage mu = spex_context_memory(ctx);
         const double kv_tok = (double)mu.kv / (double)cp.n_ctx_per_seq; /* K and V bytes per position */

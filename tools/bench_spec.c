@@ -272,12 +272,6 @@ static void quant_label(const spex_gguf *g, char *buf, size_t cap) {
 
 /* The 1-minute load average (Linux), -1 if unknown: other processes slow every row, and on a
  * machine with as many busy threads as cores a spinning pool loses whole time slices. */
-/* Whether the K-quant matmuls of 9+ rows (verify blocks, prompts) run on AMX tiles: the
- * figures of a host with them and of one without differ (docs/performance.md, session 22). */
-static bool bench_amx(void) {
-    return spex_cpu_isa() == SPEX_ISA_AVX512 && spex_cpu_get_features()->amx_int8;
-}
-
 static double load_avg(void) {
     FILE *f = fopen("/proc/loadavg", "r");
     double l = -1;
@@ -775,7 +769,7 @@ static bool write_json(const bs_run *r) {
     cJSON_AddNumberToObject(j, "n_predict", (double)o->n_predict);
     cJSON_AddNumberToObject(j, "threads", (double)o->n_threads);
     cJSON_AddStringToObject(j, "isa", spex_isa_name(spex_cpu_isa()));
-    cJSON_AddBoolToObject(j, "amx_int8", bench_amx());
+    cJSON_AddBoolToObject(j, "amx_int8", cli_amx_on());
     cJSON_AddNumberToObject(j, "load_average_end", load_avg());
     cJSON *ms = cJSON_AddArrayToObject(j, "methods");
     for (int mi = 0; mi < r->n_meth; mi++) {
@@ -902,7 +896,7 @@ int bench_spec(int argc, char **argv) {
     printf("spex bench spec: %d prompts from %s, up to %ld new tokens each, %ld threads, isa %s%s, concurrency 1, "
            "load average %.2f\n",
            r->n_prompts, o->prompts, o->n_predict, o->n_threads, spex_isa_name(spex_cpu_isa()),
-           bench_amx() ? " + amx-int8" : "", load_avg());
+           cli_amx_on() ? " + amx-int8" : "", load_avg());
     {
         char tq[32];
         quant_label(spex_model_gguf(r->m), tq, sizeof tq);

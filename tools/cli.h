@@ -37,5 +37,9 @@ bool cli_parse_kv_type(const char *flag, const char *s, spex_type *out);
  * from whichever was given (unchanged when neither); false with an error line when they
  * differ. */
 bool cli_kv_pair(const char *what, bool has_k, spex_type k, bool has_v, spex_type v, spex_type *kv);
+/* Whether the K-quant matmuls of 9+ rows (verify blocks, prompts) run on AMX tiles here (the
+ * active ISA is AVX-512 and the CPU and SPEX_AMX allow them): the benchmarks print it, since a
+ * host with tiles and one without give different figures (docs/performance.md, session 22). */
+bool cli_amx_on(void);
 
 #endif

@@ -71,6 +71,8 @@ bool cli_kv_pair(const char *what, bool has_k, spex_type k, bool has_v, spex_typ
     return true;
 }
 
+bool cli_amx_on(void) { return spex_cpu_isa() == SPEX_ISA_AVX512 && spex_cpu_get_features()->amx_int8; }
+
 bool cli_parse_float(const char *flag, const char *s, float *out) {
     if (!s) {
         fprintf(stderr, "error: %s needs a value\n", flag);
