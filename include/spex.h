@@ -259,6 +259,11 @@ typedef struct spex_cpu_features {
      * state (Linux arch_prctl), and SPEX_AMX is not 0. Used with AVX-512 VNNI by the R16
      * Q4_K / Q5_K matmuls of 9+ activation rows (verify blocks, prompts). */
     bool amx_int8;
+    /* The x86 matmul kernels' weight read-ahead uses the non-temporal hint (prefetchnta)
+     * instead of the L2 one (prefetcht1): on AMD CPUs, where it measured faster (decode ~8-12 %,
+     * verify blocks ~2-3 % on Zen 5; docs/performance.md, session 24). SPEX_PREFETCH=l2|nta
+     * overrides the choice. Results are the same either way. */
+    bool prefetch_nta;
 } spex_cpu_features;
 
 const spex_cpu_features *spex_cpu_get_features(void);

@@ -34,6 +34,9 @@
 #include "amx_emul.h"
 #include "test.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <float.h>
 #include <stdint.h>
 
@@ -659,6 +662,39 @@ TEST(amx_switch_follows_the_environment) {
         CHECK_MSG(key != NULL, "no amx-int8 in: %s", out);
         if (key) CHECK_MSG(key[9] == (want ? '1' : '0'), "SPEX_AMX %s: %s", off ? "0" : env ? env : "unset", out);
     }
+}
+
+/* SPEX_PREFETCH=l2|nta sets the x86 kernels' weight read-ahead hint; unset (or empty), it is
+ * nta on AMD CPUs (CPUID vendor, read here on its own) and l2 elsewhere; `spex isa` says
+ * which when an x86 kernel set is in use. */
+TEST(prefetch_hint_follows_the_environment) {
+#if defined(__x86_64__)
+    const char *bin = test_spex_bin();
+    if (!bin) SKIP("no spex binary next to this test's folder");
+    if (spex_cpu_isa() != SPEX_ISA_AVX2 && spex_cpu_isa() != SPEX_ISA_AVX512) SKIP("no x86 SIMD kernel set in use");
+    unsigned a, b, c, d;
+    CHECK(__get_cpuid(0, &a, &b, &c, &d));
+    const bool amd = !memcmp(&b, "Auth", 4) && !memcmp(&d, "enti", 4) && !memcmp(&c, "cAMD", 4);
+    const char *set[3] = {"SPEX_PREFETCH= ", "SPEX_PREFETCH=l2 ", "SPEX_PREFETCH=nta "};
+    const bool want[3] = {amd, false, true};
+    char cmd[4096], out[1024];
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "%s'%s' isa 2>&1", set[i], bin);
+        FILE *f = popen(cmd, "r");
+        CHECK(f != NULL);
+        if (!f) return;
+        const size_t n = fread(out, 1, sizeof out - 1, f);
+        out[n] = 0;
+        const int st = pclose(f);
+        CHECK_EQ_INT(st, 0);
+        const char *key = strstr(out, "weight read-ahead: ");
+        CHECK_MSG(key != NULL, "no read-ahead line in: %s", out);
+        if (key) CHECK_MSG(!strncmp(key + 19, want[i] ? "nta" : "l2", want[i] ? 3 : 2), "%s: %s", set[i], out);
+    }
+    CHECK(!strstr(out, "warning"));
+#else
+    SKIP("x86 only");
+#endif
 }
 
 /* ---- the int8 multiply-add ceiling probe (spex bench kernels --cached) ------ */

@@ -121,6 +121,8 @@ static int cmd_isa(void) {
     printf("features: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d amx-int8=%d neon=%d\n",
            f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512dq,
            f->avx512vnni, f->avx512bf16, f->amx_int8, f->neon);
+    if (spex_cpu_isa() == SPEX_ISA_AVX2 || spex_cpu_isa() == SPEX_ISA_AVX512)
+        printf("weight read-ahead: %s\n", f->prefetch_nta ? "nta (prefetchnta)" : "l2 (prefetcht1)");
     return 0;
 }
 

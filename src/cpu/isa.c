@@ -40,6 +40,8 @@ static uint64_t read_xcr0(void) {
 }
 static void detect(spex_cpu_features *f) {
     unsigned a, b, c, d;
+    /* vendor "AuthenticAMD" (ebx, edx, ecx of leaf 0): see spex_cpu_features.prefetch_nta */
+    if (__get_cpuid(0, &a, &b, &c, &d)) f->prefetch_nta = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return;
     bool osxsave = (c >> 27) & 1, avx = (c >> 28) & 1;
     f->fma = (c >> 12) & 1;
@@ -75,6 +77,7 @@ static void detect(spex_cpu_features *f) {
 
 static spex_cpu_features g_features;
 static spex_isa g_isa;
+bool spex_cpu_prefetch_nta;
 static int g_ready; /* set once; the first call happens before any thread pool exists */
 
 static bool isa_available(spex_isa isa) {
@@ -110,6 +113,14 @@ static void init_once(void) {
             else fprintf(stderr, "spex: warning: SPEX_ISA=%s not available on this CPU; using %s\n", env, spex_isa_name(best));
         }
     }
+    const char *pf = getenv("SPEX_PREFETCH");
+    if (pf && *pf) {
+        if (!strcmp(pf, "nta")) g_features.prefetch_nta = true;
+        else if (!strcmp(pf, "l2")) g_features.prefetch_nta = false;
+        else fprintf(stderr, "spex: warning: SPEX_PREFETCH=%s unknown (l2|nta); using %s\n", pf, g_features.prefetch_nta ? "nta" : "l2");
+    }
+    g_features.prefetch_nta = g_features.prefetch_nta && SPEX_HAVE_X86;
+    spex_cpu_prefetch_nta = g_features.prefetch_nta;
     g_isa = best;
     g_ready = 1;
 }

@@ -31,6 +31,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu/arch/x86/kq_prefetch.h"
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
 
@@ -623,8 +624,7 @@ AI void qr_residue(const int K, const bool vnni, const int g, const uint8_t *g0,
                    size_t xst, int64_t c0, int64_t cnt, int r, const qr_xprep *xp, uintptr_t pf, int64_t it,
                    __m512 *P) {
     for (int64_t b = r; b < cnt; b += 4, it++) {
-        if (pf)
-            for (size_t o = 0; o < ubytes; o += 64) _mm_prefetch((const char *)(pf + (uintptr_t)it * ubytes + o), _MM_HINT_T1);
+        if (pf) kq_prefetch(pf + (uintptr_t)it * ubytes, ubytes);
         qr_block(K, vnni, g, g0 + (size_t)b * ubytes, x, xst, c0, b, xp, P);
     }
 }
@@ -758,7 +758,7 @@ AI void qrow(const int K, const bool vnni, int64_t nb, const uint8_t *w, size_t 
                     const uintptr_t pf = i0 + 16 < nwb ? (uintptr_t)(g0 + 16 * wst)
                                                        : qr_after(w, wst, nw, nx, nb, ubytes, wb, j0, c0, cnt);
                     if (i0 == 0) /* the call's first group: all its requests at once */
-                        for (size_t o = 0; o < (size_t)cnt * ubytes; o += 64) _mm_prefetch((const char *)(g0 + o), _MM_HINT_T1);
+                        kq_prefetch((uintptr_t)g0, (size_t)cnt * ubytes);
                     __m512 (*kp)[QR_G] = keep[i0 / 16];
                     int64_t it = 0; /* blocks visited in this group, over the four passes */
                     for (int r = 0; r < 4; r++) { /* g >= 3 here: 1-2 rows took qr_seq2 above */
