@@ -76,6 +76,8 @@ $(OUT)/obj/%.o: %.c
 	$(CC) $(CFLAGS_BASE) $(CFLAGS_ISA) -c $< -o $@
 
 $(OUT)/obj/src/cpu/arch/x86/avx2/%.o: CFLAGS_ISA := $(AVX2_FLAGS)
+# AVX-VNNI only in the files named for it (the table checks CPUID before using them)
+$(OUT)/obj/src/cpu/arch/x86/avx2/%_avxvnni.o: CFLAGS_ISA := $(AVX2_FLAGS) -mavxvnni
 $(OUT)/obj/src/cpu/arch/x86/avx512/%.o: CFLAGS_ISA := $(AVX512_FLAGS)
 ifneq ($(filter x86_64 i686 i386,$(ARCH)),)
 # the AMX kernels again on a C model of the tile instructions (tests only, see the file)
@@ -131,6 +133,7 @@ $(FUZZ_OUT)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	clang $(FUZZ_OBJ_FLAGS) $(CFLAGS_ISA) -c $< -o $@
 $(FUZZ_OUT)/obj/src/cpu/arch/x86/avx2/%.o: CFLAGS_ISA := $(AVX2_FLAGS)
+$(FUZZ_OUT)/obj/src/cpu/arch/x86/avx2/%_avxvnni.o: CFLAGS_ISA := $(AVX2_FLAGS) -mavxvnni
 $(FUZZ_OUT)/obj/src/cpu/arch/x86/avx512/%.o: CFLAGS_ISA := $(AVX512_FLAGS)
 $(FUZZ_OUT)/libspex.a: $(FUZZ_FULL_OBJ)
 	rm -f $@

@@ -635,6 +635,10 @@ TEST(tables_and_act_types) {
 #if defined(__x86_64__)
     CHECK(spex_matmul_kernels_for(SPEX_ISA_NEON) == NULL);
     if (f->avx512f && !f->avx512vnni) CHECK(!spex_matmul_kernels_build(&v[0].k, SPEX_ISA_AVX512, SPEX_MATMUL_FEAT_VNNI));
+    if (!f->avxvnni) CHECK(!spex_matmul_kernels_build(&v[0].k, SPEX_ISA_AVX2, SPEX_MATMUL_FEAT_VNNI));
+    /* the default AVX2 table repacks Q4_K to R16 exactly where it has AVX-VNNI */
+    if (spex_matmul_kernels_for(SPEX_ISA_AVX2))
+        CHECK(spex_matmul_kernels_for(SPEX_ISA_AVX2)->r16_fast[SPEX_TYPE_Q4_K] == f->avxvnni);
     if (!f->amx_int8) CHECK(!spex_matmul_kernels_build(&v[0].k, SPEX_ISA_AVX512, SPEX_MATMUL_FEAT_VNNI | SPEX_MATMUL_FEAT_AMX));
     CHECK(!spex_matmul_kernels_build(&v[0].k, SPEX_ISA_AVX512, SPEX_MATMUL_FEAT_AMX)); /* AMX only with VNNI */
 #endif
@@ -766,8 +770,10 @@ TEST(dot_peak_probe_counts_and_sums) {
  * layout, at 1..16, 20, 37 and 65 activation rows, whole matrices and sub-tiles starting at a later
  * 16-row group, with rows shorter and longer than the kernels' chunks. */
 TEST(r16_kernels_bit_equal_ggml_layout) {
-    table_variant v[6];
+    table_variant v[7];
     int nv = get_variants(v);
+    /* the AVX2 table with AVX-VNNI: its R16 Q4_K / Q5_K kernels share the AVX-512 arithmetic */
+    if (spex_matmul_kernels_build(&v[nv].k, SPEX_ISA_AVX2, SPEX_MATMUL_FEAT_VNNI)) v[nv++].name = "avx2-vnni";
     /* the AMX kernels on the C model of the tile instructions (tests/amx_emul.c), on any
      * AVX-512 VNNI CPU: a VNNI table with their R16 K-quant entries */
     spex_amx_emul_fn emul[3];
@@ -799,14 +805,17 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
             for (int vi = 0; vi < nv; vi++) {
                 const spex_matmul_kernels *k = &v[vi].k;
                 CHECK_MSG(k->dot_r16[t] != NULL, "%s: no R16 kernel for %s", v[vi].name, spex_type_get_info(t)->name);
+                /* a table without its own R16 kernel runs the scalar one: compare with the scalar dot;
+                 * AVX-VNNI's R16 Q4_K / Q5_K: with the AVX-512 table's (skipped without one) */
+                spex_dot_fn base = k->r16_fast[t] ? k->dot[t] : v[0].k.dot[t];
+                if (k->isa == SPEX_ISA_AVX2 && k->r16_fast[t])
+                    base = spex_matmul_kernels_for(SPEX_ISA_AVX512) ? spex_matmul_kernels_for(SPEX_ISA_AVX512)->dot[t] : NULL;
                 /* 1..16, then 20 and 37 (the AMX tile's partial second group) and 65 */
-                for (int64_t nr = 1; nr <= n_rows; nr = nr < 16 ? nr + 1 : nr == 16 ? 20 : nr == 20 ? 37 : nr < n_rows ? n_rows : n_rows + 1)
+                for (int64_t nr = 1; base && nr <= n_rows; nr = nr < 16 ? nr + 1 : nr == 16 ? 20 : nr == 20 ? 37 : nr < n_rows ? n_rows : n_rows + 1)
                     for (int part = 0; part < 2; part++) {
                         const int64_t o0 = part ? 16 : 0, no = n_out - o0;
                         memset(ya, 0, sizeof(float) * (size_t)(n_out * n_rows));
                         memset(yb, 0, sizeof(float) * (size_t)(n_out * n_rows));
-                        /* a table without its own R16 kernel runs the scalar one: compare with the scalar dot */
-                        const spex_dot_fn base = k->r16_fast[t] ? k->dot[t] : v[0].k.dot[t];
                         base(n, d.W + (size_t)o0 * d.wrow, d.wrow, (int)no, d.Xq, d.xrow, (int)nr, ya, (size_t)n_out);
                         k->dot_r16[t](n, P + (size_t)o0 * d.wrow, d.wrow, (int)no, d.Xq, d.xrow, (int)nr, yb, (size_t)n_out);
                         CHECK_MSG(!memcmp(ya, yb, sizeof(float) * (size_t)(n_out * n_rows)),
@@ -814,7 +823,10 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
                                   spex_type_get_info(t)->name, (long long)n, (long long)nr, part);
                         checked++;
                     }
-                if (nv > 0 && vi > 0 && k->r16_fast[t]) CHECK(k->isa == SPEX_ISA_AVX512);
+                if (nv > 0 && vi > 0 && k->r16_fast[t])
+                    CHECK(k->isa == SPEX_ISA_AVX512 ||
+                          (k->isa == SPEX_ISA_AVX2 && (t == SPEX_TYPE_Q4_K || t == SPEX_TYPE_Q5_K) &&
+                           spex_cpu_get_features()->avxvnni));
             }
             free(P), free(ya), free(yb);
             dataset_free(&d);

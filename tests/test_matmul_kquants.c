@@ -28,6 +28,7 @@
  *    with spex_dequantize_row_*_ref, so the bit orders are checked from two sides.
  */
 #include "spex.h"
+#include "cpu/isa.h"
 #include "cpu/kquants_internal.h"
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
@@ -549,7 +550,9 @@ TEST(r16_pack_and_get_block_round_trip) {
 
 /* The R16 kernels give the ggml-layout kernels' bits: the reference against the reference,
  * each SIMD variant against the same variant on the unpacked rows (the AMX tiles against the
- * VNNI kernel), at every activation count 1..16, 20 and 37, for whole matrices and for sub-tiles starting at a later 16-row group, at
+ * VNNI kernel; the AVX-VNNI Q4_K / Q5_K ones, which share the AVX-512 arithmetic, against the
+ * AVX-512 kernel where the CPU has it, and against the reference within the SIMD bound at 37
+ * rows everywhere), at every activation count 1..16, 20 and 37, for whole matrices and for sub-tiles starting at a later 16-row group, at
  * sizes with and without the kernels' spans (n = 17152: 67 super-blocks). */
 TEST(r16_kernels_bit_equal_ggml_layout) {
     kq_isa isas[4];
@@ -565,15 +568,23 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
         static const spex_dot_fn vnni[N_TYPES] = {spex_dot_q4_K_r16_avx512_vnni, spex_dot_q5_K_r16_avx512_vnni,
                                                   spex_dot_q6_K_r16_avx512_vnni};
 #endif
-        spex_dot_fn r16[6] = {0};
-        spex_dot_fn std[6] = {0};
-        const char *names[6];
+        spex_dot_fn r16[8] = {0};
+        spex_dot_fn std[8] = {0};
+        const char *names[8];
         int nk = 0;
         r16[nk] = refs[ti], std[nk] = t->ref, names[nk++] = "ref";
+        int k256 = nk, n256 = 0; /* the 256-bit R16 kernels: r16[k256 .. k256 + n256) */
 #if defined(__x86_64__) || defined(__i386__)
         static const spex_dot_fn amx[N_TYPES] = {spex_dot_q4_K_r16_amx, spex_dot_q5_K_r16_amx, spex_dot_q6_K_r16_amx};
         spex_amx_emul_fn emul[3];
+        /* the AVX-VNNI R16 kernels (Q4_K, Q5_K): std NULL until an AVX-512 kernel is found */
+        const spex_cpu_features *f = spex_cpu_get_features();
+        if (ti < 2 && f->avx2 && f->fma && f->f16c && f->avxvnni)
+            r16[nk] = ti ? spex_dot_q5_K_r16_avxvnni : spex_dot_q4_K_r16_avxvnni, names[nk++] = "avx-vnni-r16";
+        n256 = nk - k256;
         for (int i = 0; i < n_isas; i++) {
+            if (!strcmp(isas[i].name, "avx512"))
+                for (int k = k256; k < k256 + n256; k++) std[k] = isas[i].dot[ti];
             if (!strcmp(isas[i].name, "avx512")) r16[nk] = plain[ti];
             else if (!strcmp(isas[i].name, "avx512-vnni")) r16[nk] = vnni[ti];
             else continue;
@@ -599,7 +610,11 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
             gen_acts(x, n * NX, &rng);
             for (int64_t j = 0; j < NX; j++) spex_quantize_row_q8_K_ref(x + j * n, (block_q8_K *)(xq + (size_t)j * xs), n);
             spex_r16_pack(t->type, w, p, n_out, n);
-            for (int k = 0; k < nk; k++)
+            for (int k = 0; k < nk; k++) {
+                if (!std[k]) { /* a 256-bit kernel on a CPU without AVX-512: the bound only */
+                    printf("  (no AVX-512: %s %s checked against the reference's bound only)\n", t->name, names[k]);
+                    continue;
+                }
                 /* 1..16, then 20 and 37 (the AMX tiles' second 16-row group, partial) */
                 for (int nx = 1; nx <= NX; nx = nx < 16 ? nx + 1 : nx == 16 ? 20 : 37 + (nx == 37)) {
                     /* the whole matrix, then rows 16..47 as their own call */
@@ -614,6 +629,21 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
                                   (long long)n, nx, part);
                     }
                 }
+            }
+            /* the 256-bit kernels against the reference, within the SIMD bound of
+             * simd_matches_ref_all_tiles: all NX rows, the whole matrix */
+            t->ref(n, w, row, (int)n_out, xq, xs, (int)NX, ya, (size_t)n_out);
+            for (int k = k256; k < k256 + n256; k++) {
+                r16[k](n, p, row, (int)n_out, xq, xs, (int)NX, yb, (size_t)n_out);
+                for (int64_t j = 0; j < NX; j++)
+                    for (int64_t i = 0; i < n_out; i++) {
+                        const double M = pair_mag(t, w + (size_t)i * row, (const block_q8_K *)(xq + (size_t)j * xs), n);
+                        const double e = fabs((double)yb[j * n_out + i] - (double)ya[j * n_out + i]);
+                        CHECK_MSG(e <= simd_tol(M, n) + 1e-30, "%s %s n %lld row %lld out %lld: %.9g vs ref %.9g",
+                                  t->name, names[k], (long long)n, (long long)j, (long long)i,
+                                  (double)yb[j * n_out + i], (double)ya[j * n_out + i]);
+                    }
+            }
             free(w), free(p), free(xq), free(x), free(ya), free(yb);
         }
     }
@@ -674,8 +704,14 @@ TEST(register_fills_every_entry) {
 #endif
             CHECK(k.dot[SPEX_TYPE_Q8_0] == NULL); /* only its own entries */
             CHECK(k.dot_r16[SPEX_TYPE_Q4_K] && k.dot_r16[SPEX_TYPE_Q5_K] && k.dot_r16[SPEX_TYPE_Q6_K]);
-            CHECK(k.r16_fast[SPEX_TYPE_Q4_K] == (isa == SPEX_ISA_AVX512));
-            CHECK(k.r16_fast[SPEX_TYPE_Q6_K] == (isa == SPEX_ISA_AVX512));
+            /* R16 pays on AVX-512 and, for Q4_K / Q5_K, on AVX2 with AVX-VNNI */
+            const bool fast45 = SPEX_HAVE_X86 && (isa == SPEX_ISA_AVX512 || (isa == SPEX_ISA_AVX2 && vnni));
+            CHECK(k.r16_fast[SPEX_TYPE_Q4_K] == fast45 && k.r16_fast[SPEX_TYPE_Q5_K] == fast45);
+            CHECK(k.r16_fast[SPEX_TYPE_Q6_K] == (SPEX_HAVE_X86 && isa == SPEX_ISA_AVX512));
+#if defined(__x86_64__) || defined(__i386__)
+            if (isa == SPEX_ISA_AVX2)
+                CHECK(k.dot_r16[SPEX_TYPE_Q4_K] == (vnni ? spex_dot_q4_K_r16_avxvnni : spex_dot_q4_K_r16_ref));
+#endif
         }
     }
 }

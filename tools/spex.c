@@ -118,9 +118,9 @@ static void usage(FILE *f) {
 static int cmd_isa(void) {
     const spex_cpu_features *f = spex_cpu_get_features();
     printf("isa: %s\n", spex_isa_name(spex_cpu_isa()));
-    printf("features: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d amx-int8=%d neon=%d\n",
+    printf("features: avx2=%d fma=%d f16c=%d avx512f=%d bw=%d vl=%d dq=%d vnni=%d bf16=%d amx-int8=%d neon=%d avx-vnni=%d\n",
            f->avx2, f->fma, f->f16c, f->avx512f, f->avx512bw, f->avx512vl, f->avx512dq,
-           f->avx512vnni, f->avx512bf16, f->amx_int8, f->neon);
+           f->avx512vnni, f->avx512bf16, f->amx_int8, f->neon, f->avxvnni);
     if (spex_cpu_isa() == SPEX_ISA_AVX2 || spex_cpu_isa() == SPEX_ISA_AVX512)
         printf("weight read-ahead: %s\n", f->prefetch_nta ? "nta (prefetchnta)" : "l2 (prefetcht1)");
     return 0;

@@ -59,7 +59,10 @@ static void detect(spex_cpu_features *f) {
     f->avx512vl = f->avx512f && ((b >> 31) & 1);
     f->avx512vnni = f->avx512f && ((c >> 11) & 1);
     unsigned a1, b1, c1, d1;
-    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) f->avx512bf16 = f->avx512f && ((a1 >> 5) & 1);
+    if (__get_cpuid_count(7, 1, &a1, &b1, &c1, &d1)) {
+        f->avx512bf16 = f->avx512f && ((a1 >> 5) & 1);
+        f->avxvnni = f->avx2 && ((a1 >> 4) & 1);
+    }
     /* AMX-TILE (edx bit 24) and AMX-INT8 (bit 25), with XCR0's tile config and data bits */
     const bool amx = ((d >> 24) & 1) && ((d >> 25) & 1) && (xcr0 & 0x60000) == 0x60000;
     const char *env = getenv("SPEX_AMX");

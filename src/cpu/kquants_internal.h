@@ -51,6 +51,11 @@ SPEX_KQ_DOT_DECL(spex_dot_q4_K_avx2);
 SPEX_KQ_DOT_DECL(spex_dot_q5_K_avx2);
 SPEX_KQ_DOT_DECL(spex_dot_q6_K_avx2);
 void spex_act_quant_q8_K_avx2(const float *x, void *dst, int64_t n);
+/* R16 Q4_K / Q5_K at 256 bits with AVX-VNNI (arch/x86/avx2/dot_kquants_r16_avxvnni.c),
+ * only where spex_cpu_features.avxvnni: the AVX-512 R16 kernels' arithmetic lane for lane,
+ * so bit-identical to spex_dot_q4_K_r16_avx512 / q5. */
+SPEX_KQ_DOT_DECL(spex_dot_q4_K_r16_avxvnni);
+SPEX_KQ_DOT_DECL(spex_dot_q5_K_r16_avxvnni);
 
 /* ---- AVX-512 F/BW/VL/DQ (arch/x86/avx512/dot_kquants_avx512.c) ----------- */
 /* _vnni: vpdpbusd (AVX512_VNNI); the others use vpmaddubsw + vpmaddwd only. */
@@ -78,7 +83,7 @@ void spex_act_quant_q8_K_avx512(const float *x, void *dst, int64_t n);
 #endif
 
 /* Sets dot[Q4_K/Q5_K/Q6_K] and act_quant[Q8_K] for `isa`, with (vnni true) or without the
- * VNNI kernels for SPEX_ISA_AVX512 (ignored for other ISAs); matmul.c's table build calls it
+ * VNNI kernels for SPEX_ISA_AVX512 and SPEX_ISA_AVX2 (AVX-VNNI; ignored for other ISAs); matmul.c's table build calls it
  * with the table's features. An ISA without K-quant kernels of its own (NEON) leaves the
  * table untouched. */
 void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, bool vnni);

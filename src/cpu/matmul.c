@@ -91,7 +91,10 @@ static bool isa_usable(spex_isa isa) {
 
 bool spex_matmul_kernels_build(spex_matmul_kernels *k, spex_isa isa, unsigned feat) {
     if ((unsigned)isa >= N_ISA || !isa_usable(isa)) return false;
-    if ((feat & SPEX_MATMUL_FEAT_VNNI) && !spex_cpu_get_features()->avx512vnni) return false;
+    /* VNNI: AVX512_VNNI for the AVX-512 table, AVX-VNNI for the AVX2 one */
+    if ((feat & SPEX_MATMUL_FEAT_VNNI) &&
+        !(isa == SPEX_ISA_AVX2 ? spex_cpu_get_features()->avxvnni : spex_cpu_get_features()->avx512vnni))
+        return false;
     if ((feat & SPEX_MATMUL_FEAT_AMX) && !((feat & SPEX_MATMUL_FEAT_VNNI) && spex_cpu_get_features()->amx_int8))
         return false;
     spex_matmul_kernels t;
@@ -103,7 +106,7 @@ bool spex_matmul_kernels_build(spex_matmul_kernels *k, spex_isa isa, unsigned fe
 #if SPEX_HAVE_X86
     case SPEX_ISA_AVX2:
         spex_matmul_register_avx2(&t);
-        spex_matmul_register_kquants_variant(&t, isa, false);
+        spex_matmul_register_kquants_variant(&t, isa, (feat & SPEX_MATMUL_FEAT_VNNI) != 0);
         break;
     case SPEX_ISA_AVX512:
         /* AVX-512 without its own kernel for a type inherits the AVX2 one. */
@@ -126,7 +129,10 @@ static void build_tables(void) {
     unsigned feat = f->avx512vnni ? SPEX_MATMUL_FEAT_VNNI : 0u;
     if (f->amx_int8) feat |= SPEX_MATMUL_FEAT_AMX; /* amx_int8 implies VNNI (isa.c) */
     for (int i = 0; i < N_ISA; i++)
-        g_have[i] = spex_matmul_kernels_build(&g_tables[i], (spex_isa)i, i == SPEX_ISA_AVX512 ? feat : 0u);
+        g_have[i] = spex_matmul_kernels_build(&g_tables[i], (spex_isa)i,
+                                              i == SPEX_ISA_AVX512 ? feat
+                                              : i == SPEX_ISA_AVX2 && f->avxvnni ? SPEX_MATMUL_FEAT_VNNI
+                                                                                  : 0u);
 }
 
 const spex_matmul_kernels *spex_matmul_kernels_for(spex_isa isa) {

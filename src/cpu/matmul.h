@@ -79,9 +79,9 @@ const spex_matmul_kernels *spex_matmul_kernels_get(void);
 /* ---- per-ISA registration of the 32-element-block and float kernels (matmul.c calls
  * these while building a table; each overwrites the entries it implements). ------------ */
 
-/* Feature bits of an AVX-512 table variant. The default table uses what the CPU has;
+/* Feature bits of a table variant (AVX-512; VNNI also AVX2, as AVX-VNNI). The default table uses what the CPU has;
  * tests build the other variants with spex_matmul_kernels_build to check them too. */
-#define SPEX_MATMUL_FEAT_VNNI 1u   /* vpdpbusd (AVX512_VNNI) instead of vpmaddubsw+vpmaddwd */
+#define SPEX_MATMUL_FEAT_VNNI 1u   /* vpdpbusd (AVX512_VNNI; AVX2: AVX-VNNI) instead of vpmaddubsw+vpmaddwd */
 #define SPEX_MATMUL_FEAT_AMX 2u    /* with VNNI: AMX-INT8 tiles, R16 Q4_K/Q5_K from 9 rows  */
 
 void spex_matmul_register_scalar(spex_matmul_kernels *k);   /* ref/dot_ref.c                 */

@@ -1,0 +1,257 @@
+/*
+ * dot_kquants_r16_avxvnni.c — R16 Q4_K and Q5_K weights × Q8_K activations at 256 bits with
+ * AVX-VNNI (the VEX vpdpbusd: Intel Alder Lake and later client cores, AMD Zen 5): the
+ * AVX-512 file's "weight rows in lanes" kernel for CPUs whose widest vectors are AVX2.
+ * The Makefile builds this file alone with -mavxvnni; the AVX2 table uses it only where
+ * CPUID reports AVX-VNNI (spex_cpu_features.avxvnni).
+ *
+ * Why: the sub-block kernel of dot_kquants_avx2.c transposes each super-block of each
+ * weight row before use, once per tile: one activation row cannot amortize that, and 8 rows
+ * spend about three vector instructions per 32 multiply-adds. In the R16 layout
+ * (cpu/matmul.h) the transpose is a plain load: a 16-row group is two halves of 8 int32
+ * lanes (bytes 32h..32h+31 of each 64-byte word), one weight row per lane, each activation
+ * dword broadcast, one vpdpbusd per 32 multiply-adds. Measured in docs/performance.md
+ * (session 25). Without VNNI the same layout (vpmaddubsw pairs summed in int16, one
+ * vpmaddwd with the scale) ran 8 rows ~20 % slower than the sub-block kernel, so plain
+ * AVX2 keeps that kernel and the ggml layout.
+ *
+ * The arithmetic is the AVX-512 kernel's, lane for lane (dot_kquants_avx512.c, "Q4_K and
+ * Q5_K, weight rows in lanes"): the exact integers T16 = 16 * sum_s sc[s] * sum_{e in s}
+ * q[e] x[e] (vpdpbusd per sub-block, the high nibbles used in place as code * 16 and the
+ * low sub-blocks' scales times 16, then vpmulld by the scale) and
+ * M = sum_s m[s] (bsums[2s] + bsums[2s+1]), then
+ *     y += dx * ((d / 16) * T16 - dmin * M)
+ * in the same three roundings, super-blocks in order, spans of KQ_WSPAN added to y in order.
+ * So these kernels give the AVX-512 R16 kernels' bits (tests/test_matmul_kquants.c checks
+ * it), and an output never depends on the tile. Q5_K: bits 2gg and 2gg + 1 of qh dword k
+ * become bit 4 of the low and high codes (both shifted down, at most 31; no 16 anywhere).
+ *
+ * Register plan (16 ymm): per dword k the two unpacked code vectors, two broadcasts, and
+ * up to 8 accumulators: two for each of up to KQ_GS activation rows (one row: four chains
+ * each side, two rows: two); a group of up to KQ_G rows takes ceil(G / KQ_GS) passes over
+ * a 64-element group's 8 code words, each unpacking them again (L1 loads, 3 operations).
+ */
+#include <immintrin.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "cpu/arch/x86/kq_prefetch.h"
+#include "cpu/kquants_internal.h"
+#include "tensor/blocks.h"
+
+#define KQ_WB 16    /* weight rows per R16 group                                  */
+#define KQ_G 8      /* activation rows per group (minimum pairs prepared per row)  */
+#define KQ_GS 4     /* activation rows per register pass                          */
+#define KQ_WSPAN 64 /* super-blocks per span, as in the AVX-512 kernel            */
+
+/* One activation row's minimum pairs for one super-block: dword t = int16 pair
+ * (bsums[4t] + bsums[4t+1], bsums[4t+2] + bsums[4t+3]), t < 4. */
+typedef struct {
+    int32_t p[4];
+} kq_bpair;
+
+KQ_INLINE __m256i kq_bcast32(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* The scales of one half (8 weight rows) of a group's super-block, lanes = rows. */
+typedef struct {
+    __m256i sc[8]; /* sub-block s's multiplier (int32)  */
+    __m256i m[4]; /* int16 pairs (m[2t], m[2t+1]) */
+    __m256 d16, ndmin;
+} kq_h8s;
+
+/* hdr: word c of the 8 rows' block headers at hdr + 64c (d|dmin, then the 12 scale bytes). */
+KQ_INLINE void kq_h8_scales(const uint8_t *hdr, kq_h8s *s, const int q5) {
+    const __m256i h0 = _mm256_loadu_si256((const __m256i *)hdr);
+    const __m256i u0 = _mm256_loadu_si256((const __m256i *)(hdr + 64));
+    const __m256i u1 = _mm256_loadu_si256((const __m256i *)(hdr + 128));
+    const __m256i u2 = _mm256_loadu_si256((const __m256i *)(hdr + 192));
+    const __m256i m3f = _mm256_set1_epi8(0x3f), m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    /* bytewise: sc[0..3] = u0 & 63, m[0..3] = u1 & 63,
+     * sc[4..7] = (u2 & 15) | (u0 >> 6) << 4, m[4..7] = (u2 >> 4) | (u1 >> 6) << 4 */
+    const __m256i s03 = _mm256_and_si256(u0, m3f), m03 = _mm256_and_si256(u1, m3f);
+    const __m256i s47 = _mm256_or_si256(_mm256_and_si256(u2, m0f), _mm256_and_si256(_mm256_srli_epi32(u0, 2), m30));
+    const __m256i m47 = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(u2, 4), m0f),
+                                        _mm256_and_si256(_mm256_srli_epi32(u1, 2), m30));
+    const __m256i ff = _mm256_set1_epi32(0xff);
+    for (int j = 0; j < 4; j++) {
+        __m256i v[2] = {_mm256_and_si256(_mm256_srli_epi32(s03, 8 * j), ff),
+                        _mm256_and_si256(_mm256_srli_epi32(s47, 8 * j), ff)};
+        for (int i = 0; i < 2; i++) {
+            /* even sub-blocks (low nibbles) carry the 16; Q5_K none */
+            s->sc[4 * i + j] = !q5 && !(j & 1) ? _mm256_slli_epi32(v[i], 4) : v[i];
+        }
+    }
+    /* (m[2t], m[2t+1]) as int16 pairs: bytes [m2t, m2t+1, m2t+1, m2t+2] then keep bytes 0, 2 */
+    const __m256i ffw = _mm256_set1_epi32(0x00ff00ff);
+    s->m[0] = _mm256_and_si256(_mm256_blend_epi16(m03, _mm256_slli_epi32(m03, 8), 0xaa), ffw);
+    s->m[1] = _mm256_and_si256(_mm256_blend_epi16(_mm256_srli_epi32(m03, 16), _mm256_srli_epi32(m03, 8), 0xaa), ffw);
+    s->m[2] = _mm256_and_si256(_mm256_blend_epi16(m47, _mm256_slli_epi32(m47, 8), 0xaa), ffw);
+    s->m[3] = _mm256_and_si256(_mm256_blend_epi16(_mm256_srli_epi32(m47, 16), _mm256_srli_epi32(m47, 8), 0xaa), ffw);
+    /* the fp16 d (low half of word 0) and dmin (high half), packed to 8 halves for vcvtph2ps */
+    const __m256i dl = _mm256_and_si256(h0, _mm256_set1_epi32(0xffff)), dh = _mm256_srli_epi32(h0, 16);
+    const __m256 d = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(dl), _mm256_extracti128_si256(dl, 1)));
+    const __m256 dmin = _mm256_cvtph_ps(_mm_packus_epi32(_mm256_castsi256_si128(dh), _mm256_extracti128_si256(dh, 1)));
+    s->d16 = q5 ? d : _mm256_mul_ps(d, _mm256_set1_ps(1.0f / 16.0f));
+    s->ndmin = _mm256_sub_ps(_mm256_setzero_ps(), dmin);
+}
+
+/* acc + dx * ((d / 16) * T16 - dmin * M): the AVX-512 kernel's kq_w16_fin, lane for lane. */
+KQ_INLINE __m256 kq_h8_fin(const kq_h8s *s, const kq_bpair *p, float dx, __m256i T, __m256 acc) {
+    __m256i M = _mm256_madd_epi16(s->m[0], _mm256_set1_epi32(p->p[0]));
+    M = _mm256_add_epi32(M, _mm256_madd_epi16(s->m[1], _mm256_set1_epi32(p->p[1])));
+    M = _mm256_add_epi32(M, _mm256_madd_epi16(s->m[2], _mm256_set1_epi32(p->p[2])));
+    M = _mm256_add_epi32(M, _mm256_madd_epi16(s->m[3], _mm256_set1_epi32(p->p[3])));
+    const __m256 t = _mm256_fmadd_ps(_mm256_cvtepi32_ps(M), s->ndmin, _mm256_mul_ps(_mm256_cvtepi32_ps(T), s->d16));
+    return _mm256_fmadd_ps(t, _mm256_set1_ps(dx), acc);
+}
+
+/* Code word k of the half at qs (64 bytes a word) as low / high codes of 64-element group gg;
+ * qh: Q5_K's fifth-bit words (NULL for Q4_K). */
+KQ_INLINE void kq_h8_codes(const uint8_t *qs, const uint8_t *qh, int gg, int k, __m256i *lo, __m256i *hi) {
+    const __m256i o = _mm256_loadu_si256((const __m256i *)(qs + 64 * k));
+    const __m256i m0f = _mm256_set1_epi8(0x0f);
+    if (qh) {
+        const __m256i hb = _mm256_srli_epi32(_mm256_loadu_si256((const __m256i *)(qh + 64 * k)), 2 * gg);
+        const __m256i m10 = _mm256_set1_epi8(0x10);
+        *lo = _mm256_or_si256(_mm256_and_si256(o, m0f), _mm256_and_si256(_mm256_slli_epi32(hb, 4), m10));
+        *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(o, 4), m0f), _mm256_and_si256(_mm256_slli_epi32(hb, 3), m10));
+    } else {
+        *lo = _mm256_and_si256(o, m0f);
+        *hi = _mm256_and_si256(o, _mm256_set1_epi8((char)0xf0)); /* code * 16, still a u8 */
+    }
+}
+
+/* T[j] += the scaled code sums of group gg for activation rows q[j] (64 codes from the
+ * group's start), j < gs <= KQ_GS. */
+KQ_INLINE void kq_h8_group(const uint8_t *qs, const uint8_t *qh, int gg, const int8_t *const *q, const kq_h8s *s,
+                           const int gs, __m256i *T) {
+    /* The k loop is unrolled so the accumulators stay in registers. With 1-2 rows each
+     * row's sums run in 4 / gs chains (k modulo nc) that add up to the same integers: one
+     * chain of 8 dependent vpdpbusd per group would bound the 1-row kernel by latency. */
+    const int nc = gs == 1 ? 4 : gs == 2 ? 2 : 1;
+    __m256i al[KQ_GS], ah[KQ_GS]; /* row j, chain c at j * nc + c */
+    for (int j = 0; j < gs * nc; j++) al[j] = ah[j] = _mm256_setzero_si256();
+    _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+        __m256i lo, hi;
+        kq_h8_codes(qs, qh, gg, k, &lo, &hi);
+        const int c = k % nc;
+        for (int j = 0; j < gs; j++) {
+            al[j * nc + c] = _mm256_dpbusd_avx_epi32(al[j * nc + c], lo, kq_bcast32(q[j] + 4 * k));
+            ah[j * nc + c] = _mm256_dpbusd_avx_epi32(ah[j * nc + c], hi, kq_bcast32(q[j] + 32 + 4 * k));
+        }
+    }
+    for (int j = 0; j < gs; j++) {
+        __m256i sl = al[j * nc], sh = ah[j * nc];
+        for (int c = 1; c < nc; c++) sl = _mm256_add_epi32(sl, al[j * nc + c]), sh = _mm256_add_epi32(sh, ah[j * nc + c]);
+        T[j] = _mm256_add_epi32(T[j], _mm256_add_epi32(_mm256_mullo_epi32(sl, s->sc[2 * gg]),
+                                                       _mm256_mullo_epi32(sh, s->sc[2 * gg + 1])));
+    }
+}
+
+/* acc[j] (lanes = the half's 8 rows) += super-block b of the half at u (the unit's bytes
+ * 32h.., so word k of field f at u + 16 f + 64 k) against activation rows xr[j], j < g. */
+KQ_INLINE void kq_h8_sb(const uint8_t *u, const block_q8_K *const *xr, const kq_bpair *const *bp, int b, int g,
+                        const int q5, __m256 *acc) {
+    kq_h8s s;
+    kq_h8_scales(u, &s, q5);
+    const uint8_t *qs = u + 16 * (q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
+    const uint8_t *qh = q5 ? u + 16 * offsetof(block_q5_K, qh) : NULL;
+    __m256i T[KQ_G];
+    for (int j = 0; j < g; j++) T[j] = _mm256_setzero_si256();
+    for (int gg = 0; gg < 4; gg++) {
+        const int8_t *q[KQ_G];
+        for (int j = 0; j < g; j++) q[j] = xr[j][b].qs + 64 * gg;
+        const uint8_t *qsg = qs + 16 * 32 * gg; /* the group's 8 code words */
+        /* two passes written out, so each pass's row count is a constant (g is one here):
+         * a variable count left the accumulators in memory, 5-7 rows ran 4x slower */
+        kq_h8_group(qsg, qh, gg, q, &s, g < KQ_GS ? g : KQ_GS, T);
+        if (g > KQ_GS) kq_h8_group(qsg, qh, gg, q + KQ_GS, &s, g - KQ_GS, T + KQ_GS);
+    }
+    for (int j = 0; j < g; j++) acc[j] = kq_h8_fin(&s, &bp[j][b], xr[j][b].d, T[j], acc[j]);
+}
+
+/* The minimum pairs of nbs super-blocks of one activation row (the AVX-512 file's kq_bpairs). */
+KQ_INLINE void kq_bpairs(const block_q8_K *xr, int nbs, kq_bpair *bp) {
+    for (int b = 0; b < nbs; b++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)xr[b].bsums);
+        const __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi16(v, v), _MM_SHUFFLE(3, 1, 2, 0));
+        _mm_storeu_si128((__m128i *)bp[b].p, _mm256_castsi256_si128(h));
+    }
+}
+
+/* y[j*ldy + i] for the 16-row groups of W (R16, nw a multiple of 16) × activation rows in
+ * groups of <= KQ_G, spans of KQ_WSPAN super-blocks. Each group's super-block is read as
+ * one unit, both halves while its lines are in L1. The read-ahead is the AVX-512 kernel's
+ * (kq_block_start there): the next group's unit of the same super-block, and from the last
+ * group the next span's first units or the rows just past the call (the thread's next
+ * claim in a ranged matmul run). */
+KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx,
+                           float *y, size_t ldy, const int q5) {
+    const size_t bsize = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
+    const size_t unit = (size_t)KQ_WB * bsize;
+    const int64_t nb = n / QK_K;
+    kq_bpair bpbuf[KQ_G][KQ_WSPAN];
+    for (int64_t b0 = 0; b0 < nb; b0 += KQ_WSPAN) {
+        const int nbs = (int)(nb - b0 < KQ_WSPAN ? nb - b0 : KQ_WSPAN);
+        for (int j0 = 0; j0 < nx; j0 += KQ_G) {
+            const int g = nx - j0 < KQ_G ? nx - j0 : KQ_G;
+            const block_q8_K *xr[KQ_G];
+            const kq_bpair *bp[KQ_G];
+            for (int j = 0; j < g; j++) {
+                xr[j] = (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + j) * x_stride) + b0;
+                bp[j] = bpbuf[j];
+                kq_bpairs(xr[j], nbs, bpbuf[j]);
+            }
+            for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
+                const uint8_t *grp = (const uint8_t *)w + (size_t)i0 * w_stride;
+                const uintptr_t next = (uintptr_t)(grp + KQ_WB * w_stride);
+                if (i0 == 0) kq_prefetch((uintptr_t)grp + (uintptr_t)b0 * unit, (size_t)nbs * unit);
+                const uintptr_t pf0 = i0 + KQ_WB < nw ? next + (uintptr_t)b0 * unit
+                                      : b0 + nbs < nb ? (uintptr_t)w + (uintptr_t)(b0 + nbs) * unit
+                                                      : next;
+                __m256 acc[2][KQ_G];
+                for (int j = 0; j < KQ_G; j++) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+                /* one loop per row count, so g is a constant inside (registers, unrolling) */
+#define KQ_SB_LOOP(G)                                                                      \
+    for (int b = 0; b < nbs; b++) {                                                        \
+        kq_prefetch(pf0 + (uintptr_t)b * unit, unit);                                      \
+        const uint8_t *u = grp + (size_t)(b0 + b) * unit;                                  \
+        for (int h = 0; h < 2; h++) kq_h8_sb(u + 32 * h, xr, bp, b, G, q5, acc[h]);         \
+    }                                                                                      \
+    break;
+                switch (g) {
+                case 1: KQ_SB_LOOP(1)
+                case 2: KQ_SB_LOOP(2)
+                case 3: KQ_SB_LOOP(3)
+                case 4: KQ_SB_LOOP(4)
+                case 5: KQ_SB_LOOP(5)
+                case 6: KQ_SB_LOOP(6)
+                case 7: KQ_SB_LOOP(7)
+                default: KQ_SB_LOOP(8)
+                }
+#undef KQ_SB_LOOP
+                for (int j = 0; j < g; j++) {
+                    float *yo = y + (size_t)(j0 + j) * ldy + (size_t)i0;
+                    for (int h = 0; h < 2; h++) {
+                        if (b0 == 0) _mm256_storeu_ps(yo + 8 * h, acc[h][j]);
+                        else _mm256_storeu_ps(yo + 8 * h, _mm256_add_ps(_mm256_loadu_ps(yo + 8 * h), acc[h][j]));
+                    }
+                }
+            }
+        }
+    }
+}
+
+void spex_dot_q4_K_r16_avxvnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                               int nx, float *y, size_t ldy) {
+    kq_r16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0);
+}
+
+void spex_dot_q5_K_r16_avxvnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                               int nx, float *y, size_t ldy) {
+    kq_r16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1);
+}
