@@ -174,6 +174,53 @@ KQ_INLINE void kq_h8_sb(const uint8_t *u, const block_q8_K *const *xr, const kq_
     for (int j = 0; j < g; j++) acc[j] = kq_h8_fin(&s, &bp[j][b], xr[j][b].d, T[j], acc[j]);
 }
 
+/* kq_h8_sb for both halves at once with g <= 2 activation rows: each broadcast feeds four
+ * vpdpbusd (two halves, low and high codes) instead of two, and one row's sums run in 8
+ * chains (k modulo 2). The same integers and float steps per lane as kq_h8_sb. */
+KQ_INLINE void kq_h16_sb(const uint8_t *u, const block_q8_K *const *xr, const kq_bpair *const *bp, int b, const int g,
+                         const int q5, __m256 *acc0, __m256 *acc1) {
+    kq_h8s s[2];
+    kq_h8_scales(u, &s[0], q5);
+    kq_h8_scales(u + 32, &s[1], q5);
+    const uint8_t *qs = u + 16 * (q5 ? offsetof(block_q5_K, qs) : offsetof(block_q4_K, qs));
+    const uint8_t *qh = q5 ? u + 16 * offsetof(block_q5_K, qh) : NULL;
+    const int nc = g == 1 ? 2 : 1;
+    __m256i T[2][2]; /* [half][row] */
+    for (int j = 0; j < g; j++) T[0][j] = T[1][j] = _mm256_setzero_si256();
+    for (int gg = 0; gg < 4; gg++) {
+        const uint8_t *qsg = qs + 16 * 32 * gg;
+        __m256i a[8]; /* (row j, chain c) at 4 (j * nc + c) + {low h0, high h0, low h1, high h1} */
+        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_si256();
+        _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
+            __m256i lo0, hi0, lo1, hi1;
+            kq_h8_codes(qsg, qh ? qh : NULL, gg, k, &lo0, &hi0);
+            kq_h8_codes(qsg + 32, qh ? qh + 32 : NULL, gg, k, &lo1, &hi1);
+            const int c = k % nc;
+            for (int j = 0; j < g; j++) {
+                const int8_t *q = xr[j][b].qs + 64 * gg;
+                const __m256i xl = kq_bcast32(q + 4 * k), xh = kq_bcast32(q + 32 + 4 * k);
+                __m256i *r = a + 4 * (j * nc + c);
+                r[0] = _mm256_dpbusd_avx_epi32(r[0], lo0, xl);
+                r[1] = _mm256_dpbusd_avx_epi32(r[1], hi0, xh);
+                r[2] = _mm256_dpbusd_avx_epi32(r[2], lo1, xl);
+                r[3] = _mm256_dpbusd_avx_epi32(r[3], hi1, xh);
+            }
+        }
+        for (int j = 0; j < g; j++) {
+            __m256i *r = a + 4 * j * nc;
+            if (nc == 2)
+                for (int i = 0; i < 4; i++) r[i] = _mm256_add_epi32(r[i], r[4 + i]);
+            for (int h = 0; h < 2; h++)
+                T[h][j] = _mm256_add_epi32(T[h][j], _mm256_add_epi32(_mm256_mullo_epi32(r[2 * h], s[h].sc[2 * gg]),
+                                                                     _mm256_mullo_epi32(r[2 * h + 1], s[h].sc[2 * gg + 1])));
+        }
+    }
+    for (int j = 0; j < g; j++) {
+        acc0[j] = kq_h8_fin(&s[0], &bp[j][b], xr[j][b].d, T[0][j], acc0[j]);
+        acc1[j] = kq_h8_fin(&s[1], &bp[j][b], xr[j][b].d, T[1][j], acc1[j]);
+    }
+}
+
 /* The minimum pairs of nbs super-blocks of one activation row (the AVX-512 file's kq_bpairs). */
 KQ_INLINE void kq_bpairs(const block_q8_K *xr, int nbs, kq_bpair *bp) {
     for (int b = 0; b < nbs; b++) {
@@ -223,9 +270,15 @@ KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
         for (int h = 0; h < 2; h++) kq_h8_sb(u + 32 * h, xr, bp, b, G, q5, acc[h]);         \
     }                                                                                      \
     break;
+#define KQ_SB_LOOP16(G)                                                                    \
+    for (int b = 0; b < nbs; b++) {                                                        \
+        kq_prefetch(pf0 + (uintptr_t)b * unit, unit);                                      \
+        kq_h16_sb(grp + (size_t)(b0 + b) * unit, xr, bp, b, G, q5, acc[0], acc[1]);        \
+    }                                                                                      \
+    break;
                 switch (g) {
-                case 1: KQ_SB_LOOP(1)
-                case 2: KQ_SB_LOOP(2)
+                case 1: KQ_SB_LOOP16(1)
+                case 2: KQ_SB_LOOP16(2)
                 case 3: KQ_SB_LOOP(3)
                 case 4: KQ_SB_LOOP(4)
                 case 5: KQ_SB_LOOP(5)
@@ -234,6 +287,7 @@ KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
                 default: KQ_SB_LOOP(8)
                 }
 #undef KQ_SB_LOOP
+#undef KQ_SB_LOOP16
                 for (int j = 0; j < g; j++) {
                     float *yo = y + (size_t)(j0 + j) * ldy + (size_t)i0;
                     for (int h = 0; h < 2; h++) {
