@@ -647,20 +647,24 @@ TEST(tables_and_act_types) {
 
 /* SPEX_AMX=0 turns the AMX tiles off (what `spex isa` reports), and without it the binary
  * sees what this process sees. */
+/* Runs `env_prefix spex isa` (stderr too) into out; its exit status, or -1 if it could not start. */
+static int run_spex_isa(const char *bin, const char *env_prefix, char *out, size_t cap) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "%s'%s' isa 2>&1", env_prefix, bin);
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    const size_t n = fread(out, 1, cap - 1, f);
+    out[n] = 0;
+    return pclose(f);
+}
+
 TEST(amx_switch_follows_the_environment) {
     const char *bin = test_spex_bin();
     if (!bin) SKIP("no spex binary next to this test's folder");
     const char *env = getenv("SPEX_AMX");
-    char cmd[4096], out[1024];
+    char out[1024];
     for (int off = 0; off < 2; off++) {
-        snprintf(cmd, sizeof cmd, "%s'%s' isa 2>&1", off ? "SPEX_AMX=0 " : "", bin);
-        FILE *f = popen(cmd, "r");
-        CHECK(f != NULL);
-        if (!f) return;
-        const size_t n = fread(out, 1, sizeof out - 1, f);
-        out[n] = 0;
-        const int st = pclose(f);
-        CHECK_EQ_INT(st, 0);
+        CHECK_EQ_INT(run_spex_isa(bin, off ? "SPEX_AMX=0 " : "", out, sizeof out), 0);
         const bool want = off ? false : spex_cpu_get_features()->amx_int8;
         const char *key = strstr(out, "amx-int8=");
         CHECK_MSG(key != NULL, "no amx-int8 in: %s", out);
@@ -681,16 +685,9 @@ TEST(prefetch_hint_follows_the_environment) {
     const bool amd = !memcmp(&b, "Auth", 4) && !memcmp(&d, "enti", 4) && !memcmp(&c, "cAMD", 4);
     const char *set[3] = {"SPEX_PREFETCH= ", "SPEX_PREFETCH=l2 ", "SPEX_PREFETCH=nta "};
     const bool want[3] = {amd, false, true};
-    char cmd[4096], out[1024];
+    char out[1024];
     for (int i = 0; i < 3; i++) {
-        snprintf(cmd, sizeof cmd, "%s'%s' isa 2>&1", set[i], bin);
-        FILE *f = popen(cmd, "r");
-        CHECK(f != NULL);
-        if (!f) return;
-        const size_t n = fread(out, 1, sizeof out - 1, f);
-        out[n] = 0;
-        const int st = pclose(f);
-        CHECK_EQ_INT(st, 0);
+        CHECK_EQ_INT(run_spex_isa(bin, set[i], out, sizeof out), 0);
         const char *key = strstr(out, "weight read-ahead: ");
         CHECK_MSG(key != NULL, "no read-ahead line in: %s", out);
         if (key) CHECK_MSG(!strncmp(key + 19, want[i] ? "nta" : "l2", want[i] ? 3 : 2), "%s: %s", set[i], out);
