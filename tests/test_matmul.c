@@ -769,7 +769,7 @@ TEST(dot_peak_probe_counts_and_sums) {
 TEST(r16_kernels_bit_equal_ggml_layout) {
     table_variant v[7];
     int nv = get_variants(v);
-    /* the AVX2 table with AVX-VNNI: its R16 Q4_K / Q5_K kernels share the AVX-512 arithmetic */
+    /* the AVX2 table with AVX-VNNI: its R16 K-quant kernels share the AVX-512 arithmetic */
     if (spex_matmul_kernels_build(&v[nv].k, SPEX_ISA_AVX2, SPEX_MATMUL_FEAT_VNNI)) v[nv++].name = "avx2-vnni";
     /* the AMX kernels on the C model of the tile instructions (tests/amx_emul.c), on any
      * AVX-512 VNNI CPU: a VNNI table with their R16 K-quant entries */
@@ -803,7 +803,7 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
                 const spex_matmul_kernels *k = &v[vi].k;
                 CHECK_MSG(k->dot_r16[t] != NULL, "%s: no R16 kernel for %s", v[vi].name, spex_type_get_info(t)->name);
                 /* a table without its own R16 kernel runs the scalar one: compare with the scalar dot;
-                 * AVX-VNNI's R16 Q4_K / Q5_K: with the AVX-512 table's (skipped without one) */
+                 * AVX-VNNI's R16 kernels: with the AVX-512 table's (skipped without one) */
                 spex_dot_fn base = k->r16_fast[t] ? k->dot[t] : v[0].k.dot[t];
                 if (k->isa == SPEX_ISA_AVX2 && k->r16_fast[t])
                     base = spex_matmul_kernels_for(SPEX_ISA_AVX512) ? spex_matmul_kernels_for(SPEX_ISA_AVX512)->dot[t] : NULL;
@@ -822,8 +822,7 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
                     }
                 if (nv > 0 && vi > 0 && k->r16_fast[t])
                     CHECK(k->isa == SPEX_ISA_AVX512 ||
-                          (k->isa == SPEX_ISA_AVX2 && (t == SPEX_TYPE_Q4_K || t == SPEX_TYPE_Q5_K) &&
-                           spex_cpu_get_features()->avxvnni));
+                          (k->isa == SPEX_ISA_AVX2 && is_kquant(t) && spex_cpu_get_features()->avxvnni));
             }
             free(P), free(ya), free(yb);
             dataset_free(&d);

@@ -550,7 +550,7 @@ TEST(r16_pack_and_get_block_round_trip) {
 
 /* The R16 kernels give the ggml-layout kernels' bits: the reference against the reference,
  * each SIMD variant against the same variant on the unpacked rows (the AMX tiles against the
- * VNNI kernel; the AVX-VNNI Q4_K / Q5_K ones, which share the AVX-512 arithmetic, against the
+ * VNNI kernel; the AVX-VNNI ones, which share the AVX-512 arithmetic, against the
  * AVX-512 kernel where the CPU has it, and against the reference within the SIMD bound at 37
  * rows everywhere), at every activation count 1..16, 20 and 37, for whole matrices and for sub-tiles starting at a later 16-row group, at
  * sizes with and without the kernels' spans (n = 17152: 67 super-blocks). */
@@ -577,10 +577,11 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
 #if defined(__x86_64__) || defined(__i386__)
         static const spex_dot_fn amx[N_TYPES] = {spex_dot_q4_K_r16_amx, spex_dot_q5_K_r16_amx, spex_dot_q6_K_r16_amx};
         spex_amx_emul_fn emul[3];
-        /* the AVX-VNNI R16 kernels (Q4_K, Q5_K): std NULL until an AVX-512 kernel is found */
+        /* the AVX-VNNI R16 kernels: std NULL until an AVX-512 kernel is found */
         const spex_cpu_features *f = spex_cpu_get_features();
-        if (ti < 2 && f->avx2 && f->fma && f->f16c && f->avxvnni)
-            r16[nk] = ti ? spex_dot_q5_K_r16_avxvnni : spex_dot_q4_K_r16_avxvnni, names[nk++] = "avx-vnni-r16";
+        static const spex_dot_fn r256[N_TYPES] = {spex_dot_q4_K_r16_avxvnni, spex_dot_q5_K_r16_avxvnni,
+                                                  spex_dot_q6_K_r16_avxvnni};
+        if (f->avx2 && f->fma && f->f16c && f->avxvnni) r16[nk] = r256[ti], names[nk++] = "avx-vnni-r16";
         n256 = nk - k256;
         for (int i = 0; i < n_isas; i++) {
             if (!strcmp(isas[i].name, "avx512"))
@@ -704,10 +705,10 @@ TEST(register_fills_every_entry) {
 #endif
             CHECK(k.dot[SPEX_TYPE_Q8_0] == NULL); /* only its own entries */
             CHECK(k.dot_r16[SPEX_TYPE_Q4_K] && k.dot_r16[SPEX_TYPE_Q5_K] && k.dot_r16[SPEX_TYPE_Q6_K]);
-            /* R16 pays on AVX-512 and, for Q4_K / Q5_K, on AVX2 with AVX-VNNI */
-            const bool fast45 = SPEX_HAVE_X86 && (isa == SPEX_ISA_AVX512 || (isa == SPEX_ISA_AVX2 && vnni));
-            CHECK(k.r16_fast[SPEX_TYPE_Q4_K] == fast45 && k.r16_fast[SPEX_TYPE_Q5_K] == fast45);
-            CHECK(k.r16_fast[SPEX_TYPE_Q6_K] == (SPEX_HAVE_X86 && isa == SPEX_ISA_AVX512));
+            /* R16 pays on AVX-512 and on AVX2 with AVX-VNNI */
+            const bool fast = SPEX_HAVE_X86 && (isa == SPEX_ISA_AVX512 || (isa == SPEX_ISA_AVX2 && vnni));
+            CHECK(k.r16_fast[SPEX_TYPE_Q4_K] == fast && k.r16_fast[SPEX_TYPE_Q5_K] == fast);
+            CHECK(k.r16_fast[SPEX_TYPE_Q6_K] == fast);
 #if defined(__x86_64__) || defined(__i386__)
             if (isa == SPEX_ISA_AVX2)
                 CHECK(k.dot_r16[SPEX_TYPE_Q4_K] == (vnni ? spex_dot_q4_K_r16_avxvnni : spex_dot_q4_K_r16_ref));

@@ -16,8 +16,8 @@ void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, 
         k->dot[SPEX_TYPE_Q5_K] = spex_dot_q5_K_ref;
         k->dot[SPEX_TYPE_Q6_K] = spex_dot_q6_K_ref;
         k->act_quant[SPEX_TYPE_Q8_K] = spex_act_quant_q8_K_ref;
-        /* the R16 reference: every table can run R16 weights; AVX-512 (and AVX2 with
-         * AVX-VNNI for Q4_K / Q5_K) replace it with kernels that gain from them */
+        /* the R16 reference: every table can run R16 weights; AVX-512 and AVX2 with
+         * AVX-VNNI replace it with kernels that gain from them */
         k->dot_r16[SPEX_TYPE_Q4_K] = spex_dot_q4_K_r16_ref;
         k->dot_r16[SPEX_TYPE_Q5_K] = spex_dot_q5_K_r16_ref;
         k->dot_r16[SPEX_TYPE_Q6_K] = spex_dot_q6_K_r16_ref;
@@ -29,13 +29,14 @@ void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, 
         k->dot[SPEX_TYPE_Q5_K] = spex_dot_q5_K_avx2;
         k->dot[SPEX_TYPE_Q6_K] = spex_dot_q6_K_avx2;
         k->act_quant[SPEX_TYPE_Q8_K] = spex_act_quant_q8_K_avx2;
-        /* With AVX-VNNI, R16 Q4_K / Q5_K: no transpose per super-block and one vpdpbusd
-         * per 32 multiply-adds (Q6_K stays in the ggml layout: no 256-bit R16 kernel yet;
-         * plain AVX2 too: its R16 form was slower at 8 rows, docs/performance.md session 25) */
+        /* With AVX-VNNI, R16: no transpose per super-block and one vpdpbusd per 32
+         * multiply-adds (plain AVX2 keeps the ggml layout: its R16 form was slower at 8 rows,
+         * docs/performance.md session 25) */
         if (vnni) {
             k->dot_r16[SPEX_TYPE_Q4_K] = spex_dot_q4_K_r16_avxvnni;
             k->dot_r16[SPEX_TYPE_Q5_K] = spex_dot_q5_K_r16_avxvnni;
-            k->r16_fast[SPEX_TYPE_Q4_K] = k->r16_fast[SPEX_TYPE_Q5_K] = true;
+            k->dot_r16[SPEX_TYPE_Q6_K] = spex_dot_q6_K_r16_avxvnni;
+            k->r16_fast[SPEX_TYPE_Q4_K] = k->r16_fast[SPEX_TYPE_Q5_K] = k->r16_fast[SPEX_TYPE_Q6_K] = true;
         }
         break;
     case SPEX_ISA_AVX512:

@@ -1,11 +1,11 @@
 /*
- * dot_kquants_r16_avxvnni.c — R16 Q4_K and Q5_K weights × Q8_K activations at 256 bits with
- * AVX-VNNI (the VEX vpdpbusd: Intel Alder Lake and later client cores, AMD Zen 5): the
- * AVX-512 file's "weight rows in lanes" kernel for CPUs whose widest vectors are AVX2.
+ * dot_kquants_r16_avxvnni.c — R16 Q4_K, Q5_K and Q6_K weights × Q8_K activations at 256 bits
+ * with AVX-VNNI (the VEX vpdpbusd: Intel Alder Lake and later client cores, AMD Zen 5): the
+ * AVX-512 file's "weight rows in lanes" kernels for CPUs whose widest vectors are AVX2.
  * The Makefile builds this file alone with -mavxvnni; the AVX2 table uses it only where
  * CPUID reports AVX-VNNI (spex_cpu_features.avxvnni).
  *
- * Why: the sub-block kernel of dot_kquants_avx2.c transposes each super-block of each
+ * Why: the sub-block kernels of dot_kquants_avx2.c transpose each super-block of each
  * weight row before use, once per tile: one activation row cannot amortize that, and 8 rows
  * spend about three vector instructions per 32 multiply-adds. In the R16 layout
  * (cpu/matmul.h) the transpose is a plain load: a 16-row group is two halves of 8 int32
@@ -15,21 +15,23 @@
  * vpmaddwd with the scale) ran 8 rows ~20 % slower than the sub-block kernel, so plain
  * AVX2 keeps that kernel and the ggml layout.
  *
- * The arithmetic is the AVX-512 kernel's, lane for lane (dot_kquants_avx512.c, "Q4_K and
- * Q5_K, weight rows in lanes"): the exact integers T16 = 16 * sum_s sc[s] * sum_{e in s}
- * q[e] x[e] (vpdpbusd per sub-block, the high nibbles used in place as code * 16 and the
- * low sub-blocks' scales times 16, then vpmulld by the scale) and
+ * The arithmetic is the AVX-512 kernels', lane for lane, so these kernels give the
+ * AVX-512 R16 kernels' bits (tests/test_matmul_kquants.c and test_matmul.c check it) and an
+ * output never depends on the tile. Q4_K / Q5_K (dot_kquants_avx512.c, "Q4_K and Q5_K,
+ * weight rows in lanes"): the exact integers T16 = 16 * sum_s sc[s] * sum_{e in s} q[e] x[e]
+ * (vpdpbusd per sub-block, the high nibbles used in place as code * 16 and the low
+ * sub-blocks' scales times 16, then vpmulld by the scale) and
  * M = sum_s m[s] (bsums[2s] + bsums[2s+1]), then
  *     y += dx * ((d / 16) * T16 - dmin * M)
  * in the same three roundings, super-blocks in order, spans of KQ_WSPAN added to y in order.
- * So these kernels give the AVX-512 R16 kernels' bits (tests/test_matmul_kquants.c checks
- * it), and an output never depends on the tile. Q5_K: bits 2gg and 2gg + 1 of qh dword k
- * become bit 4 of the low and high codes (both shifted down, at most 31; no 16 anywhere).
+ * Q5_K: bits 2gg and 2gg + 1 of qh dword k become bit 4 of the low and high codes (both
+ * shifted down, at most 31; no 16 anywhere). Q6_K: its own section below.
  *
- * Register plan (16 ymm): per dword k the two unpacked code vectors, two broadcasts, and
- * up to 8 accumulators: two for each of up to KQ_GS activation rows (one row: four chains
- * each side, two rows: two); a group of up to KQ_G rows takes ceil(G / KQ_GS) passes over
- * a 64-element group's 8 code words, each unpacking them again (L1 loads, 3 operations).
+ * Register plan (16 ymm), Q4_K / Q5_K: per dword k the two unpacked code vectors, two
+ * broadcasts, and up to 8 accumulators: two for each of up to KQ_GS activation rows; a group
+ * of up to KQ_G rows takes ceil(G / KQ_GS) passes over a 64-element group's 8 code words,
+ * each unpacking them again (L1 loads, 3 operations). 1-2 rows take both halves at once
+ * (kq_h16_sb).
  */
 #include <immintrin.h>
 #include <stddef.h>
@@ -230,6 +232,33 @@ KQ_INLINE void kq_bpairs(const block_q8_K *xr, int nbs, kq_bpair *bp) {
     }
 }
 
+/* The read-ahead of the 16-row group at row i0 for a span of nbs super-blocks from b0 (the
+ * AVX-512 kernels' kq_block_start, R16 case): returns where the unit of super-block b0 + b
+ * of the next group lies, minus b units (so b * unit is added per step): the next group's
+ * units, or from the last group the next span's first group, or after the last span the
+ * rows just past this call's (a ranged matmul run's next claim). The call's first group is
+ * requested at once. */
+KQ_INLINE uintptr_t kq_readahead(const void *w, size_t w_stride, int nw, int i0, int64_t b0, int nbs, int64_t nb,
+                                 size_t unit) {
+    const uint8_t *grp = (const uint8_t *)w + (size_t)i0 * w_stride;
+    const uintptr_t next = (uintptr_t)(grp + KQ_WB * w_stride);
+    if (i0 == 0) kq_prefetch((uintptr_t)grp + (uintptr_t)b0 * unit, (size_t)nbs * unit);
+    return i0 + KQ_WB < nw ? next + (uintptr_t)b0 * unit
+           : b0 + nbs < nb ? (uintptr_t)w + (uintptr_t)(b0 + nbs) * unit
+                           : next;
+}
+
+/* y[j*ldy + 8h + l] = (first) or += acc[h][j] lane l: a 16-row group's outputs, j < g. */
+KQ_INLINE void kq_store16(float *y, size_t ldy, int g, __m256 acc[2][KQ_G], int first) {
+    for (int j = 0; j < g; j++) {
+        float *yo = y + (size_t)j * ldy;
+        for (int h = 0; h < 2; h++) {
+            if (first) _mm256_storeu_ps(yo + 8 * h, acc[h][j]);
+            else _mm256_storeu_ps(yo + 8 * h, _mm256_add_ps(_mm256_loadu_ps(yo + 8 * h), acc[h][j]));
+        }
+    }
+}
+
 /* y[j*ldy + i] for the 16-row groups of W (R16, nw a multiple of 16) × activation rows in
  * groups of <= KQ_G, spans of KQ_WSPAN super-blocks. Each group's super-block is read as
  * one unit, both halves while its lines are in L1. The read-ahead is the AVX-512 kernel's
@@ -255,11 +284,7 @@ KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
             }
             for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
                 const uint8_t *grp = (const uint8_t *)w + (size_t)i0 * w_stride;
-                const uintptr_t next = (uintptr_t)(grp + KQ_WB * w_stride);
-                if (i0 == 0) kq_prefetch((uintptr_t)grp + (uintptr_t)b0 * unit, (size_t)nbs * unit);
-                const uintptr_t pf0 = i0 + KQ_WB < nw ? next + (uintptr_t)b0 * unit
-                                      : b0 + nbs < nb ? (uintptr_t)w + (uintptr_t)(b0 + nbs) * unit
-                                                      : next;
+                const uintptr_t pf0 = kq_readahead(w, w_stride, nw, i0, b0, nbs, nb, unit);
                 __m256 acc[2][KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
                 /* one loop per row count, so g is a constant inside (registers, unrolling) */
@@ -288,13 +313,146 @@ KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
                 }
 #undef KQ_SB_LOOP
 #undef KQ_SB_LOOP16
-                for (int j = 0; j < g; j++) {
-                    float *yo = y + (size_t)(j0 + j) * ldy + (size_t)i0;
-                    for (int h = 0; h < 2; h++) {
-                        if (b0 == 0) _mm256_storeu_ps(yo + 8 * h, acc[h][j]);
-                        else _mm256_storeu_ps(yo + 8 * h, _mm256_add_ps(_mm256_loadu_ps(yo + 8 * h), acc[h][j]));
-                    }
+                kq_store16(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, acc, b0 == 0);
+            }
+        }
+    }
+}
+
+/* ======================================================================== */
+/* Q6_K, weight rows in lanes                                                */
+/* ======================================================================== */
+
+/* The AVX-512 file's R16 Q6_K kernel ("Q6_K, weight rows in lanes" there: the unit's ql,
+ * qh and scale words, the four parts A, C, B, D of each code word, the sums) at 256 bits,
+ * lane for lane: a sub-block's sum starts at -32 * bsums[s], takes 4 vpdpbusd, then one
+ * vpmulld by its signed scale into T, and y += (d * dx) * T per super-block, spans of
+ * KQ6_SPAN added to y in order; so the bits of spex_dot_q6_K_r16_avx512. As for Q4_K, 1-2
+ * activation rows take both 8-row halves in one pass (each broadcast feeds two vpdpbusd);
+ * more rows run half by half. */
+
+#define KQ6_SPAN 8          /* super-blocks prepared per span                    */
+#define KQ6_QH (32 * 64)    /* byte offset of qh word 0 in a unit                */
+#define KQ6_SC (48 * 64)    /* of the scale words                                */
+#define KQ6_D (52 * 64)     /* of the 16 fp16 d                                  */
+
+/* One activation super-block prepared for the kernel. */
+typedef struct {
+    _Alignas(32) int8_t q[QK_K];
+    int32_t o[16]; /* -32 * bsums[s]: sub-block s's start */
+} kq_x6;
+
+/* The code word of part p (0 A, 1 C, 2 B, 3 D): a nibble of the ql word and two bits of the
+ * qh word moved to bits 4-5. */
+KQ_INLINE __m256i kq6_code(const uint8_t *ql, const uint8_t *qh, const int p) {
+    const __m256i L = _mm256_loadu_si256((const __m256i *)ql), H = _mm256_loadu_si256((const __m256i *)qh);
+    const __m256i m0f = _mm256_set1_epi8(0x0f);
+    __m256i nib, top;
+    switch (p) {
+    case 0: nib = L, top = _mm256_slli_epi32(_mm256_and_si256(H, _mm256_set1_epi8(0x03)), 4); break;
+    case 1: nib = L, top = _mm256_slli_epi32(_mm256_and_si256(H, _mm256_set1_epi8(0x0c)), 2); break;
+    case 2: nib = _mm256_srli_epi32(L, 4), top = _mm256_and_si256(H, _mm256_set1_epi8(0x30)); break;
+    default:
+        nib = _mm256_srli_epi32(L, 4);
+        top = _mm256_srli_epi32(_mm256_and_si256(H, _mm256_set1_epi8((char)0xc0)), 2);
+        break;
+    }
+    return _mm256_or_si256(_mm256_and_si256(nib, m0f), top);
+}
+
+/* acc[hh][j] (lanes = rows 8 (h0 + hh) ..) += the unit u's halves h0 .. h0 + nh - 1 against
+ * the prepared activation super-blocks xs[j] (scales xd[j]), j < g. pf, pfs: weight bytes
+ * to prefetch meanwhile, an eighth per part (0: none). */
+KQ_INLINE void kq6_sb(const uint8_t *u, int h0, const int nh, const kq_x6 *xs, const float *xd, uintptr_t pf,
+                      size_t pfs, const int g, __m256 acc[2][KQ_G]) {
+    __m256i T[2][KQ_G];
+    for (int hh = 0; hh < nh; hh++)
+        for (int j = 0; j < g; j++) T[hh][j] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; h++) {
+        for (int p = 0; p < 4; p++) {
+            if (pf) kq_prefetch(pf + (uintptr_t)((4 * h + p) * pfs / 8), pfs / 8 + (4 * h + p == 7 ? pfs % 8 : 0));
+            /* ql word 16h + 8(p & 1) + k, nibble p >> 1; qh word 8h + k */
+            const uint8_t *ql = u + 64 * (16 * h + 8 * (p & 1)), *qh = u + KQ6_QH + 64 * (8 * h);
+            for (int q = 0; q < 2; q++) {
+                const int s = 8 * h + 2 * p + q, xo = 128 * h + 32 * p + 16 * q;
+                __m256i V[2][4], scv[2];
+                for (int hh = 0; hh < nh; hh++) {
+                    const int o = 32 * (h0 + hh);
+                    for (int t = 0; t < 4; t++) V[hh][t] = kq6_code(ql + o + 64 * (4 * q + t), qh + o + 64 * (4 * q + t), p);
+                    /* sub-block s's signed scale bytes (byte s % 4 of scale word s / 4) */
+                    const __m256i sw = _mm256_loadu_si256((const __m256i *)(u + KQ6_SC + 64 * (s / 4) + o));
+                    scv[hh] = _mm256_srai_epi32(_mm256_slli_epi32(sw, 24 - 8 * (s % 4)), 24);
                 }
+                for (int j = 0; j < g; j++) {
+                    __m256i a[2];
+                    for (int hh = 0; hh < nh; hh++) a[hh] = _mm256_set1_epi32(xs[j].o[s]);
+                    for (int t = 0; t < 4; t++) {
+                        const __m256i xv = kq_bcast32(xs[j].q + xo + 4 * t);
+                        for (int hh = 0; hh < nh; hh++) a[hh] = _mm256_dpbusd_avx_epi32(a[hh], V[hh][t], xv);
+                    }
+                    for (int hh = 0; hh < nh; hh++) T[hh][j] = _mm256_add_epi32(T[hh][j], _mm256_mullo_epi32(a[hh], scv[hh]));
+                }
+            }
+        }
+    }
+    for (int hh = 0; hh < nh; hh++) {
+        const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(u + KQ6_D + 16 * (h0 + hh))));
+        for (int j = 0; j < g; j++)
+            acc[h0 + hh][j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(T[hh][j]), _mm256_mul_ps(d, _mm256_set1_ps(xd[j])),
+                                              acc[h0 + hh][j]);
+    }
+}
+
+void spex_dot_q6_K_r16_avxvnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
+                               int nx, float *y, size_t ldy) {
+    const size_t unit = (size_t)KQ_WB * sizeof(block_q6_K);
+    const int64_t nb = n / QK_K;
+    kq_x6 xb[KQ6_SPAN][KQ_G];
+    float xd[KQ6_SPAN][KQ_G];
+    for (int64_t b0 = 0; b0 < nb; b0 += KQ6_SPAN) {
+        const int nbs = (int)(nb - b0 < KQ6_SPAN ? nb - b0 : KQ6_SPAN);
+        for (int j0 = 0; j0 < nx; j0 += KQ_G) {
+            const int g = nx - j0 < KQ_G ? nx - j0 : KQ_G;
+            for (int j = 0; j < g; j++) {
+                const block_q8_K *xr = (const block_q8_K *)((const uint8_t *)x + (size_t)(j0 + j) * x_stride) + b0;
+                for (int b = 0; b < nbs; b++) {
+                    memcpy(xb[b][j].q, xr[b].qs, QK_K);
+                    for (int s = 0; s < 16; s++) xb[b][j].o[s] = -32 * (int32_t)xr[b].bsums[s];
+                    xd[b][j] = xr[b].d;
+                }
+            }
+            for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
+                const uint8_t *grp = (const uint8_t *)w + (size_t)i0 * w_stride;
+                const uintptr_t pf0 = kq_readahead(w, w_stride, nw, i0, b0, nbs, nb, unit);
+                __m256 acc[2][KQ_G];
+                for (int j = 0; j < KQ_G; j++) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+                /* 1-2 rows: also the unit two visits ahead, line by line (the AVX-512 kernel's
+                 * kq6_prefetch_ahead: the order within a unit jumps, and every other unit is
+                 * 32 bytes off a line, which the hardware prefetchers follow poorly) */
+#define KQ6_LOOP(G, NH)                                                                             \
+    for (int b = 0; b < nbs; b++) {                                                                 \
+        const uint8_t *u = grp + (size_t)(b0 + b) * unit;                                           \
+        const uintptr_t pfb = pf0 + (uintptr_t)b * unit;                                            \
+        if ((G) < 3) {                                                                              \
+            const int k = b + 2, gk = k / nbs;                                                      \
+            if (i0 + KQ_WB * gk < nw)                                                               \
+                kq_prefetch((uintptr_t)(grp + (size_t)gk * KQ_WB * w_stride + (size_t)(b0 + k % nbs) * unit), unit); \
+        }                                                                                           \
+        for (int h0 = 0; h0 < 2; h0 += (NH)) kq6_sb(u, h0, NH, xb[b], xd[b], h0 ? 0 : pfb, unit, G, acc); \
+    }                                                                                               \
+    break;
+                switch (g) {
+                case 1: KQ6_LOOP(1, 2)
+                case 2: KQ6_LOOP(2, 2)
+                case 3: KQ6_LOOP(3, 1)
+                case 4: KQ6_LOOP(4, 1)
+                case 5: KQ6_LOOP(5, 1)
+                case 6: KQ6_LOOP(6, 1)
+                case 7: KQ6_LOOP(7, 1)
+                default: KQ6_LOOP(8, 1)
+                }
+#undef KQ6_LOOP
+                kq_store16(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, acc, b0 == 0);
             }
         }
     }
