@@ -283,7 +283,8 @@ static int bench_kernels(int argc, char **argv) {
     const spex_isa isa = spex_cpu_isa();
     /* the AMX tiles serve only calls of 9+ (Q6_K: 12+) rows, so neither column here runs them */
     printf("spex bench kernels: isa %s%s%s, LLC %zu MiB, %zu KiB of weights per type (n = %d)%s, best of %ld x %ld runs\n",
-           spex_isa_name(isa), isa == SPEX_ISA_AVX512 && f->avx512vnni ? " (vnni)" : "",
+           spex_isa_name(isa),
+           isa == SPEX_ISA_AVX512 && f->avx512vnni ? " (vnni)" : isa == SPEX_ISA_AVX2 && f->avxvnni ? " (avx-vnni)" : "",
            cli_amx_on() ? " (amx-int8 tiles for 9+ rows)" : "", llc >> 20, bytes >> 10,
            BENCH_N, cached ? ", cache-resident" : "", passes, reps);
     printf("GB/s = weight bytes / time; probe = streaming read of the same buffer, same threads, just before\n");
