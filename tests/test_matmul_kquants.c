@@ -78,6 +78,9 @@ static int simd_isas(kq_isa *out) {
     const spex_cpu_features *f = spex_cpu_get_features();
     if (f->avx2 && f->fma && f->f16c)
         out[k++] = (kq_isa){"avx2", {spex_dot_q4_K_avx2, spex_dot_q5_K_avx2, spex_dot_q6_K_avx2}, spex_act_quant_q8_K_avx2};
+    if (f->avx2 && f->fma && f->f16c && f->avxvnni)
+        out[k++] = (kq_isa){"avx2-vnni", {spex_dot_q4_K_avxvnni, spex_dot_q5_K_avxvnni, spex_dot_q6_K_avxvnni},
+                            spex_act_quant_q8_K_avx2};
     if (f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq) {
         out[k++] = (kq_isa){"avx512", {spex_dot_q4_K_avx512, spex_dot_q5_K_avx512, spex_dot_q6_K_avx512}, spex_act_quant_q8_K_avx512};
         if (f->avx512vnni)
@@ -551,11 +554,11 @@ TEST(r16_pack_and_get_block_round_trip) {
 /* The R16 kernels give the ggml-layout kernels' bits: the reference against the reference,
  * each SIMD variant against the same variant on the unpacked rows (the AMX tiles against the
  * VNNI kernel; the AVX-VNNI ones, which share the AVX-512 arithmetic, against the
- * AVX-512 kernel where the CPU has it, and against the reference within the SIMD bound at 37
- * rows everywhere), at every activation count 1..16, 20 and 37, for whole matrices and for sub-tiles starting at a later 16-row group, at
+ * AVX-512 kernel where the CPU has it, else their own ggml-layout form, and against the
+ * reference within the SIMD bound at 37 rows), at every activation count 1..16, 20 and 37, for whole matrices and for sub-tiles starting at a later 16-row group, at
  * sizes with and without the kernels' spans (n = 17152: 67 super-blocks). */
 TEST(r16_kernels_bit_equal_ggml_layout) {
-    kq_isa isas[4];
+    kq_isa isas[5];
     memset(isas, 0, sizeof isas);
     const int n_isas = simd_isas(isas);
     const int64_t sizes[] = {256, 1024, 2816, 17152};
@@ -577,11 +580,13 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
 #if defined(__x86_64__) || defined(__i386__)
         static const spex_dot_fn amx[N_TYPES] = {spex_dot_q4_K_r16_amx, spex_dot_q5_K_r16_amx, spex_dot_q6_K_r16_amx};
         spex_amx_emul_fn emul[3];
-        /* the AVX-VNNI R16 kernels: std NULL until an AVX-512 kernel is found */
+        /* the AVX-VNNI R16 kernels against the AVX-512 ggml-layout kernel where the CPU has
+         * one (the same arithmetic across ISAs), else their own ggml-layout entries */
         const spex_cpu_features *f = spex_cpu_get_features();
         static const spex_dot_fn r256[N_TYPES] = {spex_dot_q4_K_r16_avxvnni, spex_dot_q5_K_r16_avxvnni,
                                                   spex_dot_q6_K_r16_avxvnni};
-        if (f->avx2 && f->fma && f->f16c && f->avxvnni) r16[nk] = r256[ti], names[nk++] = "avx-vnni-r16";
+        static const spex_dot_fn g256[N_TYPES] = {spex_dot_q4_K_avxvnni, spex_dot_q5_K_avxvnni, spex_dot_q6_K_avxvnni};
+        if (f->avx2 && f->fma && f->f16c && f->avxvnni) r16[nk] = r256[ti], std[nk] = g256[ti], names[nk++] = "avx-vnni-r16";
         n256 = nk - k256;
         for (int i = 0; i < n_isas; i++) {
             if (!strcmp(isas[i].name, "avx512"))
@@ -612,10 +617,6 @@ TEST(r16_kernels_bit_equal_ggml_layout) {
             for (int64_t j = 0; j < NX; j++) spex_quantize_row_q8_K_ref(x + j * n, (block_q8_K *)(xq + (size_t)j * xs), n);
             spex_r16_pack(t->type, w, p, n_out, n);
             for (int k = 0; k < nk; k++) {
-                if (!std[k]) { /* a 256-bit kernel on a CPU without AVX-512: the bound only */
-                    printf("  (no AVX-512: %s %s checked against the reference's bound only)\n", t->name, names[k]);
-                    continue;
-                }
                 /* 1..16, then 20 and 37 (the AMX tiles' second 16-row group, partial) */
                 for (int nx = 1; nx <= NX; nx = nx < 16 ? nx + 1 : nx == 16 ? 20 : 37 + (nx == 37)) {
                     /* the whole matrix, then rows 16..47 as their own call */

@@ -51,9 +51,13 @@ SPEX_KQ_DOT_DECL(spex_dot_q4_K_avx2);
 SPEX_KQ_DOT_DECL(spex_dot_q5_K_avx2);
 SPEX_KQ_DOT_DECL(spex_dot_q6_K_avx2);
 void spex_act_quant_q8_K_avx2(const float *x, void *dst, int64_t n);
-/* R16 Q4_K / Q5_K / Q6_K at 256 bits with AVX-VNNI (arch/x86/avx2/dot_kquants_r16_avxvnni.c),
- * only where spex_cpu_features.avxvnni: the AVX-512 R16 kernels' arithmetic lane for lane,
- * so bit-identical to spex_dot_q4_K_r16_avx512 / q5 / q6. */
+/* Q4_K / Q5_K / Q6_K at 256 bits with AVX-VNNI (arch/x86/avx2/dot_kquants_r16_avxvnni.c),
+ * only where spex_cpu_features.avxvnni: the AVX-512 kernels' arithmetic lane for lane, so
+ * bit-identical to spex_dot_q4_K_avx512 / q5 / q6 and their R16 forms; the ggml-layout
+ * entries pack each unit on the fly. */
+SPEX_KQ_DOT_DECL(spex_dot_q4_K_avxvnni);
+SPEX_KQ_DOT_DECL(spex_dot_q5_K_avxvnni);
+SPEX_KQ_DOT_DECL(spex_dot_q6_K_avxvnni);
 SPEX_KQ_DOT_DECL(spex_dot_q4_K_r16_avxvnni);
 SPEX_KQ_DOT_DECL(spex_dot_q5_K_r16_avxvnni);
 SPEX_KQ_DOT_DECL(spex_dot_q6_K_r16_avxvnni);

@@ -32,7 +32,10 @@ void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, 
         /* With AVX-VNNI, R16: no transpose per super-block and one vpdpbusd per 32
          * multiply-adds (plain AVX2 keeps the ggml layout: its R16 form was slower at 8 rows,
          * docs/performance.md session 25) */
-        if (vnni) {
+        if (vnni) { /* the ggml layout runs the same arithmetic, so both layouts give the same bits */
+            k->dot[SPEX_TYPE_Q4_K] = spex_dot_q4_K_avxvnni;
+            k->dot[SPEX_TYPE_Q5_K] = spex_dot_q5_K_avxvnni;
+            k->dot[SPEX_TYPE_Q6_K] = spex_dot_q6_K_avxvnni;
             k->dot_r16[SPEX_TYPE_Q4_K] = spex_dot_q4_K_r16_avxvnni;
             k->dot_r16[SPEX_TYPE_Q5_K] = spex_dot_q5_K_r16_avxvnni;
             k->dot_r16[SPEX_TYPE_Q6_K] = spex_dot_q6_K_r16_avxvnni;

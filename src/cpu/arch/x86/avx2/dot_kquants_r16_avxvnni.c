@@ -3,7 +3,9 @@
  * with AVX-VNNI (the VEX vpdpbusd: Intel Alder Lake and later client cores, AMD Zen 5): the
  * AVX-512 file's "weight rows in lanes" kernels for CPUs whose widest vectors are AVX2.
  * The Makefile builds this file alone with -mavxvnni; the AVX2 table uses it only where
- * CPUID reports AVX-VNNI (spex_cpu_features.avxvnni).
+ * CPUID reports AVX-VNNI (spex_cpu_features.avxvnni), for both layouts: the ggml-layout
+ * entries (spex_dot_q4_K_avxvnni, ...) lay each 16-row super-block out as an R16 unit on the
+ * stack first (kq_unit_from_rows), so repacking never changes a result.
  *
  * Why: the sub-block kernels of dot_kquants_avx2.c transpose each super-block of each
  * weight row before use, once per tile: one activation row cannot amortize that, and 8 rows
@@ -45,6 +47,11 @@
 #define KQ_G 8      /* activation rows per group (minimum pairs prepared per row)  */
 #define KQ_GS 4     /* activation rows per register pass                          */
 #define KQ_WSPAN 64 /* super-blocks per span, as in the AVX-512 kernel            */
+/* Q6_K (section "Q6_K, weight rows in lanes")                                   */
+#define KQ6_SPAN 8          /* super-blocks prepared per span                    */
+#define KQ6_QH (32 * 64)    /* byte offset of qh word 0 in a unit                */
+#define KQ6_SC (48 * 64)    /* of the scale words                                */
+#define KQ6_D (52 * 64)     /* of the 16 fp16 d                                  */
 
 /* One activation row's minimum pairs for one super-block: dword t = int16 pair
  * (bsums[4t] + bsums[4t+1], bsums[4t+2] + bsums[4t+3]), t < 4. */
@@ -248,15 +255,61 @@ KQ_INLINE uintptr_t kq_readahead(const void *w, size_t w_stride, int nw, int i0,
                            : next;
 }
 
-/* y[j*ldy + 8h + l] = (first) or += acc[h][j] lane l: a 16-row group's outputs, j < g. */
-KQ_INLINE void kq_store16(float *y, size_t ldy, int g, __m256 acc[2][KQ_G], int first) {
+/* y[j*ldy + 8h + l] = (first) or += acc[h][j] lane l for the nv (<= 16) outputs of a group, j < g. */
+KQ_INLINE void kq_store16(float *y, size_t ldy, int g, int nv, __m256 acc[2][KQ_G], int first) {
     for (int j = 0; j < g; j++) {
         float *yo = y + (size_t)j * ldy;
-        for (int h = 0; h < 2; h++) {
-            if (first) _mm256_storeu_ps(yo + 8 * h, acc[h][j]);
-            else _mm256_storeu_ps(yo + 8 * h, _mm256_add_ps(_mm256_loadu_ps(yo + 8 * h), acc[h][j]));
+        if (nv >= KQ_WB) {
+            for (int h = 0; h < 2; h++) {
+                if (first) _mm256_storeu_ps(yo + 8 * h, acc[h][j]);
+                else _mm256_storeu_ps(yo + 8 * h, _mm256_add_ps(_mm256_loadu_ps(yo + 8 * h), acc[h][j]));
+            }
+            continue;
         }
+        float t[KQ_WB];
+        _mm256_storeu_ps(t, acc[0][j]);
+        _mm256_storeu_ps(t + 8, acc[1][j]);
+        for (int l = 0; l < nv; l++) yo[l] = first ? t[l] : yo[l] + t[l];
     }
+}
+
+/* The ggml layout (the table's plain dot entries): super-block b of the 16 rows from row i0
+ * (rows past nw repeat the last one; their outputs are dropped) laid out as one R16 unit
+ * (cpu/matmul.h: word k of the 16 rows at unit + 64k; Q6_K's 52 words, then its 16 fp16 d),
+ * so the kernels read the very bytes a repacked matrix holds and both layouts give the same
+ * bits (tests check it against spex_r16_pack). Eight words of 8 rows at a time through an
+ * 8x8 dword transpose; the loader repacks every K-quant matrix of 16k rows, so this serves
+ * the rest and --no-repack. */
+KQ_INLINE void kq_transpose8(__m256i r[8]) {
+    __m256i t[8], u[8];
+    for (int i = 0; i < 8; i += 2) t[i] = _mm256_unpacklo_epi32(r[i], r[i + 1]), t[i + 1] = _mm256_unpackhi_epi32(r[i], r[i + 1]);
+    for (int i = 0; i < 8; i += 4) {
+        u[i] = _mm256_unpacklo_epi64(t[i], t[i + 2]), u[i + 1] = _mm256_unpackhi_epi64(t[i], t[i + 2]);
+        u[i + 2] = _mm256_unpacklo_epi64(t[i + 1], t[i + 3]), u[i + 3] = _mm256_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+    for (int k = 0; k < 4; k++) /* u[k]: dwords k (low lane) and 4 + k (high) of rows 0..3; u[4 + k] of rows 4..7 */
+        r[k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x20), r[4 + k] = _mm256_permute2x128_si256(u[k], u[4 + k], 0x31);
+}
+
+KQ_INLINE const uint8_t *kq_unit_from_rows(spex_type t, const void *w, size_t w_stride, int nw, int i0, int64_t b,
+                                           size_t bsize, uint8_t *unit) {
+    const uint8_t *rows[KQ_WB];
+    for (int l = 0; l < KQ_WB; l++)
+        rows[l] = (const uint8_t *)w + (size_t)(i0 + l < nw ? i0 + l : nw - 1) * w_stride + (size_t)b * bsize;
+    const int nwords = t == SPEX_TYPE_Q6_K ? 52 : (int)(bsize / 4);
+    int k0 = 0;
+    for (; k0 + 8 <= nwords; k0 += 8)
+        for (int h = 0; h < 2; h++) {
+            __m256i r[8];
+            for (int l = 0; l < 8; l++) r[l] = _mm256_loadu_si256((const __m256i *)(rows[8 * h + l] + 4 * k0));
+            kq_transpose8(r);
+            for (int k = 0; k < 8; k++) _mm256_storeu_si256((__m256i *)(unit + 64 * (k0 + k) + 32 * h), r[k]);
+        }
+    for (; k0 < nwords; k0++)
+        for (int l = 0; l < KQ_WB; l++) memcpy(unit + 64 * k0 + 4 * l, rows[l] + 4 * k0, 4);
+    if (t == SPEX_TYPE_Q6_K)
+        for (int l = 0; l < KQ_WB; l++) memcpy(unit + KQ6_D + 2 * l, rows[l] + offsetof(block_q6_K, d), 2);
+    return unit;
 }
 
 /* y[j*ldy + i] for the 16-row groups of W (R16, nw a multiple of 16) × activation rows in
@@ -266,7 +319,9 @@ KQ_INLINE void kq_store16(float *y, size_t ldy, int g, __m256 acc[2][KQ_G], int 
  * group the next span's first units or the rows just past the call (the thread's next
  * claim in a ranged matmul run). */
 KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx,
-                           float *y, size_t ldy, const int q5) {
+                           float *y, size_t ldy, const int q5, const int packed) {
+    const spex_type type = q5 ? SPEX_TYPE_Q5_K : SPEX_TYPE_Q4_K;
+    _Alignas(32) uint8_t ubuf[KQ_WB * sizeof(block_q5_K)];
     const size_t bsize = q5 ? sizeof(block_q5_K) : sizeof(block_q4_K);
     const size_t unit = (size_t)KQ_WB * bsize;
     const int64_t nb = n / QK_K;
@@ -284,21 +339,23 @@ KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
             }
             for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
                 const uint8_t *grp = (const uint8_t *)w + (size_t)i0 * w_stride;
-                const uintptr_t pf0 = kq_readahead(w, w_stride, nw, i0, b0, nbs, nb, unit);
+                const uintptr_t pf0 = packed ? kq_readahead(w, w_stride, nw, i0, b0, nbs, nb, unit) : 0;
                 __m256 acc[2][KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
+#define KQ_UNIT(b) (packed ? grp + (size_t)(b0 + (b)) * unit                                     \
+                           : kq_unit_from_rows(type, w, w_stride, nw, i0, b0 + (b), bsize, ubuf))
                 /* one loop per row count, so g is a constant inside (registers, unrolling) */
 #define KQ_SB_LOOP(G)                                                                      \
     for (int b = 0; b < nbs; b++) {                                                        \
-        kq_prefetch(pf0 + (uintptr_t)b * unit, unit);                                      \
-        const uint8_t *u = grp + (size_t)(b0 + b) * unit;                                  \
+        if (pf0) kq_prefetch(pf0 + (uintptr_t)b * unit, unit);                             \
+        const uint8_t *u = KQ_UNIT(b);                                                     \
         for (int h = 0; h < 2; h++) kq_h8_sb(u + 32 * h, xr, bp, b, G, q5, acc[h]);         \
     }                                                                                      \
     break;
 #define KQ_SB_LOOP16(G)                                                                    \
     for (int b = 0; b < nbs; b++) {                                                        \
-        kq_prefetch(pf0 + (uintptr_t)b * unit, unit);                                      \
-        kq_h16_sb(grp + (size_t)(b0 + b) * unit, xr, bp, b, G, q5, acc[0], acc[1]);        \
+        if (pf0) kq_prefetch(pf0 + (uintptr_t)b * unit, unit);                             \
+        kq_h16_sb(KQ_UNIT(b), xr, bp, b, G, q5, acc[0], acc[1]);                           \
     }                                                                                      \
     break;
                 switch (g) {
@@ -313,7 +370,8 @@ KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
                 }
 #undef KQ_SB_LOOP
 #undef KQ_SB_LOOP16
-                kq_store16(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, acc, b0 == 0);
+#undef KQ_UNIT
+                kq_store16(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, nw - i0, acc, b0 == 0);
             }
         }
     }
@@ -331,10 +389,6 @@ KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
  * activation rows take both 8-row halves in one pass (each broadcast feeds two vpdpbusd);
  * more rows run half by half. */
 
-#define KQ6_SPAN 8          /* super-blocks prepared per span                    */
-#define KQ6_QH (32 * 64)    /* byte offset of qh word 0 in a unit                */
-#define KQ6_SC (48 * 64)    /* of the scale words                                */
-#define KQ6_D (52 * 64)     /* of the 16 fp16 d                                  */
 
 /* One activation super-block prepared for the kernel. */
 typedef struct {
@@ -403,8 +457,10 @@ KQ_INLINE void kq6_sb(const uint8_t *u, int h0, const int nh, const kq_x6 *xs, c
     }
 }
 
-void spex_dot_q6_K_r16_avxvnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                               int nx, float *y, size_t ldy) {
+KQ_INLINE void kq6_tile(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx,
+                        float *y, size_t ldy, const int packed) {
+    const size_t bsize = sizeof(block_q6_K);
+    _Alignas(32) uint8_t ubuf[KQ_WB * sizeof(block_q6_K)];
     const size_t unit = (size_t)KQ_WB * sizeof(block_q6_K);
     const int64_t nb = n / QK_K;
     kq_x6 xb[KQ6_SPAN][KQ_G];
@@ -423,7 +479,7 @@ void spex_dot_q6_K_r16_avxvnni(int64_t n, const void *w, size_t w_stride, int nw
             }
             for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
                 const uint8_t *grp = (const uint8_t *)w + (size_t)i0 * w_stride;
-                const uintptr_t pf0 = kq_readahead(w, w_stride, nw, i0, b0, nbs, nb, unit);
+                const uintptr_t pf0 = packed ? kq_readahead(w, w_stride, nw, i0, b0, nbs, nb, unit) : 0;
                 __m256 acc[2][KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
                 /* 1-2 rows: also the unit two visits ahead, line by line (the AVX-512 kernel's
@@ -431,9 +487,10 @@ void spex_dot_q6_K_r16_avxvnni(int64_t n, const void *w, size_t w_stride, int nw
                  * 32 bytes off a line, which the hardware prefetchers follow poorly) */
 #define KQ6_LOOP(G, NH)                                                                             \
     for (int b = 0; b < nbs; b++) {                                                                 \
-        const uint8_t *u = grp + (size_t)(b0 + b) * unit;                                           \
-        const uintptr_t pfb = pf0 + (uintptr_t)b * unit;                                            \
-        if ((G) < 3) {                                                                              \
+        const uint8_t *u = packed ? grp + (size_t)(b0 + b) * unit                                   \
+                                  : kq_unit_from_rows(SPEX_TYPE_Q6_K, w, w_stride, nw, i0, b0 + b, bsize, ubuf); \
+        const uintptr_t pfb = pf0 ? pf0 + (uintptr_t)b * unit : 0;                                  \
+        if (packed && (G) < 3) {                                                                    \
             const int k = b + 2, gk = k / nbs;                                                      \
             if (i0 + KQ_WB * gk < nw)                                                               \
                 kq_prefetch((uintptr_t)(grp + (size_t)gk * KQ_WB * w_stride + (size_t)(b0 + k % nbs) * unit), unit); \
@@ -452,18 +509,21 @@ void spex_dot_q6_K_r16_avxvnni(int64_t n, const void *w, size_t w_stride, int nw
                 default: KQ6_LOOP(8, 1)
                 }
 #undef KQ6_LOOP
-                kq_store16(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, acc, b0 == 0);
+                kq_store16(y + (size_t)j0 * ldy + (size_t)i0, ldy, g, nw - i0, acc, b0 == 0);
             }
         }
     }
 }
 
-void spex_dot_q4_K_r16_avxvnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                               int nx, float *y, size_t ldy) {
-    kq_r16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0);
-}
-
-void spex_dot_q5_K_r16_avxvnni(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride,
-                               int nx, float *y, size_t ldy) {
-    kq_r16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1);
-}
+/* The entry points: R16 (weights repacked at load) or the ggml layout (kq_unit_from_rows). */
+#define KQ_ENTRY(name, call)                                                                      \
+    void name(int64_t n, const void *w, size_t w_stride, int nw, const void *x, size_t x_stride, int nx, \
+              float *y, size_t ldy) {                                                            \
+        call;                                                                                    \
+    }
+KQ_ENTRY(spex_dot_q4_K_r16_avxvnni, kq_r16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 1))
+KQ_ENTRY(spex_dot_q5_K_r16_avxvnni, kq_r16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 1))
+KQ_ENTRY(spex_dot_q6_K_r16_avxvnni, kq6_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1))
+KQ_ENTRY(spex_dot_q4_K_avxvnni, kq_r16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0, 0))
+KQ_ENTRY(spex_dot_q5_K_avxvnni, kq_r16_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 1, 0))
+KQ_ENTRY(spex_dot_q6_K_avxvnni, kq6_tile(n, w, w_stride, nw, x, x_stride, nx, y, ldy, 0))
