@@ -240,15 +240,26 @@ KQ_INLINE void kq_bpairs(const block_q8_K *xr, int nbs, kq_bpair *bp) {
 }
 
 /* The read-ahead of the 16-row group at row i0 for a span of nbs super-blocks from b0 (the
- * AVX-512 kernels' kq_block_start, R16 case): returns where the unit of super-block b0 + b
- * of the next group lies, minus b units (so b * unit is added per step): the next group's
- * units, or from the last group the next span's first group, or after the last span the
- * rows just past this call's (a ranged matmul run's next claim). The call's first group is
- * requested at once. */
+ * AVX-512 kernels' kq_block_start): returns an address, *pfs bytes of it prefetched at each
+ * step b at address + b * *pfs (0: none). R16: the next group's unit of the same
+ * super-block, or from the last group the next span's first group, or after the last span
+ * the rows just past this call's (a ranged matmul run's next claim). ggml layout: the next
+ * 16 rows front to back, a slice per step (16 rows read side by side are 16 streams, too
+ * many for the hardware prefetchers: without it --no-repack decode ran 1.5x slower). The
+ * call's first group is requested at once. */
 KQ_INLINE uintptr_t kq_readahead(const void *w, size_t w_stride, int nw, int i0, int64_t b0, int nbs, int64_t nb,
-                                 size_t unit) {
+                                 size_t bsize, const int packed, size_t *pfs) {
+    const size_t unit = (size_t)KQ_WB * bsize;
     const uint8_t *grp = (const uint8_t *)w + (size_t)i0 * w_stride;
     const uintptr_t next = (uintptr_t)(grp + KQ_WB * w_stride);
+    if (!packed) {
+        if (i0 == 0) kq_prefetch((uintptr_t)grp + (uintptr_t)b0 * bsize, (size_t)(nw < KQ_WB ? nw : KQ_WB) * w_stride);
+        if (i0 + KQ_WB >= nw) return 0;
+        const size_t pfn = (size_t)(nw - i0 - KQ_WB < KQ_WB ? nw - i0 - KQ_WB : KQ_WB) * w_stride;
+        *pfs = (pfn / (size_t)nbs + 63) & ~(size_t)63;
+        return next + (uintptr_t)b0 * bsize;
+    }
+    *pfs = unit;
     if (i0 == 0) kq_prefetch((uintptr_t)grp + (uintptr_t)b0 * unit, (size_t)nbs * unit);
     return i0 + KQ_WB < nw ? next + (uintptr_t)b0 * unit
            : b0 + nbs < nb ? (uintptr_t)w + (uintptr_t)(b0 + nbs) * unit
@@ -339,7 +350,8 @@ KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
             }
             for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
                 const uint8_t *grp = (const uint8_t *)w + (size_t)i0 * w_stride;
-                const uintptr_t pf0 = packed ? kq_readahead(w, w_stride, nw, i0, b0, nbs, nb, unit) : 0;
+                size_t pfs = 0;
+                const uintptr_t pf0 = kq_readahead(w, w_stride, nw, i0, b0, nbs, nb, bsize, packed, &pfs);
                 __m256 acc[2][KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
 #define KQ_UNIT(b) (packed ? grp + (size_t)(b0 + (b)) * unit                                     \
@@ -347,14 +359,14 @@ KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
                 /* one loop per row count, so g is a constant inside (registers, unrolling) */
 #define KQ_SB_LOOP(G)                                                                      \
     for (int b = 0; b < nbs; b++) {                                                        \
-        if (pf0) kq_prefetch(pf0 + (uintptr_t)b * unit, unit);                             \
+        if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);                               \
         const uint8_t *u = KQ_UNIT(b);                                                     \
         for (int h = 0; h < 2; h++) kq_h8_sb(u + 32 * h, xr, bp, b, G, q5, acc[h]);         \
     }                                                                                      \
     break;
 #define KQ_SB_LOOP16(G)                                                                    \
     for (int b = 0; b < nbs; b++) {                                                        \
-        if (pf0) kq_prefetch(pf0 + (uintptr_t)b * unit, unit);                             \
+        if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);                               \
         kq_h16_sb(KQ_UNIT(b), xr, bp, b, G, q5, acc[0], acc[1]);                           \
     }                                                                                      \
     break;
@@ -479,7 +491,8 @@ KQ_INLINE void kq6_tile(int64_t n, const void *w, size_t w_stride, int nw, const
             }
             for (int i0 = 0; i0 < nw; i0 += KQ_WB) {
                 const uint8_t *grp = (const uint8_t *)w + (size_t)i0 * w_stride;
-                const uintptr_t pf0 = packed ? kq_readahead(w, w_stride, nw, i0, b0, nbs, nb, unit) : 0;
+                size_t pfs = 0;
+                const uintptr_t pf0 = kq_readahead(w, w_stride, nw, i0, b0, nbs, nb, bsize, packed, &pfs);
                 __m256 acc[2][KQ_G];
                 for (int j = 0; j < KQ_G; j++) acc[0][j] = acc[1][j] = _mm256_setzero_ps();
                 /* 1-2 rows: also the unit two visits ahead, line by line (the AVX-512 kernel's
@@ -489,13 +502,13 @@ KQ_INLINE void kq6_tile(int64_t n, const void *w, size_t w_stride, int nw, const
     for (int b = 0; b < nbs; b++) {                                                                 \
         const uint8_t *u = packed ? grp + (size_t)(b0 + b) * unit                                   \
                                   : kq_unit_from_rows(SPEX_TYPE_Q6_K, w, w_stride, nw, i0, b0 + b, bsize, ubuf); \
-        const uintptr_t pfb = pf0 ? pf0 + (uintptr_t)b * unit : 0;                                  \
+        const uintptr_t pfb = pf0 ? pf0 + (uintptr_t)b * pfs : 0;                                   \
         if (packed && (G) < 3) {                                                                    \
             const int k = b + 2, gk = k / nbs;                                                      \
             if (i0 + KQ_WB * gk < nw)                                                               \
                 kq_prefetch((uintptr_t)(grp + (size_t)gk * KQ_WB * w_stride + (size_t)(b0 + k % nbs) * unit), unit); \
         }                                                                                           \
-        for (int h0 = 0; h0 < 2; h0 += (NH)) kq6_sb(u, h0, NH, xb[b], xd[b], h0 ? 0 : pfb, unit, G, acc); \
+        for (int h0 = 0; h0 < 2; h0 += (NH)) kq6_sb(u, h0, NH, xb[b], xd[b], h0 ? 0 : pfb, pfs, G, acc); \
     }                                                                                               \
     break;
                 switch (g) {
