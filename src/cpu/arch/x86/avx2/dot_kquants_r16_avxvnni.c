@@ -401,7 +401,6 @@ KQ_INLINE void kq_r16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
  * activation rows take both 8-row halves in one pass (each broadcast feeds two vpdpbusd);
  * more rows run half by half. */
 
-
 /* One activation super-block prepared for the kernel. */
 typedef struct {
     _Alignas(32) int8_t q[QK_K];
