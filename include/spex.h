@@ -256,7 +256,8 @@ typedef enum spex_isa {
 typedef struct spex_cpu_features {
     bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, neon;
     /* AVX-VNNI: the 256-bit VEX vpdpbusd (Alder Lake and later client cores, Zen 5). The
-     * AVX2 table's R16 Q4_K / Q5_K kernels use it when present. */
+     * AVX2 table's Q4_K / Q5_K / Q6_K kernels use it when present (and the loader then
+     * repacks those types to R16). */
     bool avxvnni;
     /* AMX-TILE + AMX-INT8 usable: the CPU has them, the OS granted this process the tile
      * state (Linux arch_prctl), and SPEX_AMX is not 0. Used with AVX-512 VNNI by the R16

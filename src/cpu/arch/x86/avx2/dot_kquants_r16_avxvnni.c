@@ -138,8 +138,8 @@ KQ_INLINE void kq_h8_codes(const uint8_t *qs, const uint8_t *qh, int gg, int k, 
  * group's start), j < gs <= KQ_GS. */
 KQ_INLINE void kq_h8_group(const uint8_t *qs, const uint8_t *qh, int gg, const int8_t *const *q, const kq_h8s *s,
                            const int gs, __m256i *T) {
-    /* The k loop is unrolled so the accumulators stay in registers. With 1-2 rows each
-     * row's sums run in 4 / gs chains (k modulo nc) that add up to the same integers: one
+    /* The k loop is unrolled so the accumulators stay in registers. With 1-2 rows (the
+     * second pass of 5-6; kq_h16_sb takes calls of 1-2) each row's sums run in 4 / gs chains (k modulo nc) that add up to the same integers: one
      * chain of 8 dependent vpdpbusd per group would bound the 1-row kernel by latency. */
     const int nc = gs == 1 ? 4 : gs == 2 ? 2 : 1;
     __m256i al[KQ_GS], ah[KQ_GS]; /* row j, chain c at j * nc + c */
@@ -202,7 +202,7 @@ KQ_INLINE void kq_h16_sb(const uint8_t *u, const block_q8_K *const *xr, const kq
         for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_si256();
         _Pragma("GCC unroll 8") for (int k = 0; k < 8; k++) {
             __m256i lo0, hi0, lo1, hi1;
-            kq_h8_codes(qsg, qh ? qh : NULL, gg, k, &lo0, &hi0);
+            kq_h8_codes(qsg, qh, gg, k, &lo0, &hi0);
             kq_h8_codes(qsg + 32, qh ? qh + 32 : NULL, gg, k, &lo1, &hi1);
             const int c = k % nc;
             for (int j = 0; j < g; j++) {
