@@ -9,14 +9,16 @@
  * n_kv of --nkv, best of --reps calls. It prints µs per call, GFLOP/s (2 flops per
  * multiply-add of the scores and of the value sums) and GB/s of K and V rows read once per
  * kv head. The cache is laid out as a context's (head-major: each kv head's rows one stream;
- * --layout rows: the heads side by side in each row), in F16, F32 or Q8_0 (--kv). It (a few
- * MiB) stays in the last-level cache between calls, as one layer's does not in a model;
- * `spex bench model` (--depth) and `spex bench spec` time the real thing.
+ * --layout rows: the heads side by side in each row), in F16, F32 or Q8_0 (--kv). A cache of
+ * a few MiB stays in the last-level cache between calls, as one layer's does not in a model
+ * (a large --nkv reads from DRAM); `spex bench model` (--depth) and `spex bench spec` time the
+ * real thing.
  */
 #include "spex.h"
 #include "cli.h"
 #include "genset.h"
 #include "cpu/ops.h"
+#include "core/mem.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -70,7 +72,9 @@ int bench_attn(int argc, char **argv) {
      * (head-major) or [max_kv][HKV] (rows) */
     const size_t hrow = spex_type_row_size(kvt, D), kvrow = (size_t)HKV * hrow;
     float *q = malloc(sizeof(float) * (size_t)max_q * H * D), *out = malloc(sizeof(float) * (size_t)max_q * H * D);
-    uint8_t *k = malloc(kvrow * (size_t)max_kv), *v = malloc(kvrow * (size_t)max_kv);
+    /* on huge pages where granted, as a context's cache is (core/mem.h), so that a cache
+     * past the TLB's reach costs what it costs in a model */
+    uint8_t *k = spex_alloc_large(kvrow * (size_t)max_kv), *v = spex_alloc_large(kvrow * (size_t)max_kv);
     int32_t *qpos = malloc(sizeof(int32_t) * (size_t)max_q);
     spex_attn_args big = {.n_q = max_q, .n_head = H, .n_head_kv = HKV, .head_dim = D};
     float *scratch = malloc(sizeof(float) * spex_attn_scratch_floats(&big));
