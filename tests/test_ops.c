@@ -616,8 +616,9 @@ TEST(ops_attn_blocks) {
             fill(kk, NK * DMAX, -1.0f, 1.0f);
             for (int nq = 1; nq <= NQ; nq += 3)
                 for (int nk = 1; nk <= NK; nk += 9) {
-                    k->attn_scores(nq, q, DMAX, nk, kk, DMAX, d, s, NK);
-                    sc->attn_scores(nq, q, DMAX, nk, kk, DMAX, d, s_ref, NK);
+                    /* read ahead as over a cache (past the arrays' ends too: prefetches) */
+                    k->attn_scores(nq, q, DMAX, nk, kk, DMAX, d, s, NK, SPEX_ATTN_AHEAD);
+                    sc->attn_scores(nq, q, DMAX, nk, kk, DMAX, d, s_ref, NK, 0);
                     for (int r = 0; r < nq; r++)
                         for (int t = 0; t < nk; t++) {
                             double want = 0, mag = 0;
@@ -631,13 +632,13 @@ TEST(ops_attn_blocks) {
                     /* a score never depends on how many rows / keys share the call */
                     if (nq > 1 && nk > 1) {
                         float one;
-                        k->attn_scores(1, q + (nq - 1) * DMAX, DMAX, 1, kk + (nk - 1) * DMAX, DMAX, d, &one, 1);
+                        k->attn_scores(1, q + (nq - 1) * DMAX, DMAX, 1, kk + (nk - 1) * DMAX, DMAX, d, &one, 1, 0);
                         CHECK_MSG(same_bits(one, s[(nq - 1) * NK + nk - 1]), "%s score depends on blocking", ISA(k));
                     }
                     fill(acc, NQ * DMAX, -1.0f, 1.0f);
                     memcpy(acc_ref, acc, sizeof acc);
                     fill(s, NQ * NK, 0.0f, 1.0f);
-                    k->attn_accum(nq, acc, DMAX, s, NK, nk, kk, DMAX, d);
+                    k->attn_accum(nq, acc, DMAX, s, NK, nk, kk, DMAX, d, SPEX_ATTN_AHEAD);
                     for (int r = 0; r < nq; r++)
                         for (int i = 0; i < d; i++) {
                             double want = acc_ref[r * DMAX + i], mag = fabs(want);
@@ -669,8 +670,9 @@ TEST(ops_attn_blocks_f16_equal_converted) {
             for (int i = 0; i < NK * LD; i++) kf[i] = spex_fp16_to_f32(kh[i]); /* the converted rows */
             for (int nq = 1; nq <= NQ; nq += 2)
                 for (int nk = 1; nk <= NK; nk += 6) {
-                    k->attn_scores_f16(nq, q, DMAX, nk, kh, LD, d, s, NK);
-                    k->attn_scores(nq, q, DMAX, nk, kf, LD, d, s_ref, NK);
+                    /* with and without read-ahead: a prefetch changes no bit */
+                    k->attn_scores_f16(nq, q, DMAX, nk, kh, LD, d, s, NK, SPEX_ATTN_AHEAD);
+                    k->attn_scores(nq, q, DMAX, nk, kf, LD, d, s_ref, NK, 0);
                     bool same = true;
                     for (int r = 0; r < nq; r++)
                         for (int t = 0; t < nk; t++) same &= same_bits(s[r * NK + t], s_ref[r * NK + t]);
@@ -678,8 +680,8 @@ TEST(ops_attn_blocks_f16_equal_converted) {
                     fill(acc, NQ * DMAX, -1.0f, 1.0f);
                     memcpy(acc_ref, acc, sizeof acc);
                     fill(s, NQ * NK, 0.0f, 1.0f);
-                    k->attn_accum_f16(nq, acc, DMAX, s, NK, nk, kh, LD, d);
-                    k->attn_accum(nq, acc_ref, DMAX, s, NK, nk, kf, LD, d);
+                    k->attn_accum_f16(nq, acc, DMAX, s, NK, nk, kh, LD, d, SPEX_ATTN_AHEAD);
+                    k->attn_accum(nq, acc_ref, DMAX, s, NK, nk, kf, LD, d, 0);
                     CHECK_MSG(memcmp(acc, acc_ref, sizeof acc) == 0, "%s accum_f16 d=%d nq=%d nk=%d", ISA(k), d, nq,
                               nk);
                 }

@@ -89,20 +89,23 @@ typedef struct spex_ops_kernels {
      * d * q, the bits of spex_dequantize_row_q8_0_ref (the product is exact: 11 x 8 bits):
      * a Q8_0 KV cache's rows, a tile at a time (ops.c, attn_unit). */
     void (*cvt_q8_0_f32)(const void *src, float *dst, int64_t n);
-    /* s[r*lds + t] = dot(q[r*ldq .. +d], k[t*ldk .. +d]) for r < n_q, t < n_k. */
+    /* s[r*lds + t] = dot(q[r*ldq .. +d], k[t*ldk .. +d]) for r < n_q, t < n_k. ahead > 0:
+     * while reading row t, also request row t + ahead (a prefetch: it never faults and changes
+     * no result; past the call's rows, for the rows of the next call); 0 when k is scratch
+     * already in cache. The scalar and NEON kernels ignore it. */
     void (*attn_scores)(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
-                        int d, float *s, int64_t lds);
-    /* acc[r*ldacc + i] += sum_t p[r*ldp + t] * v[t*ldv + i] for r < n_q, i < d. */
+                        int d, float *s, int64_t lds, int ahead);
+    /* acc[r*ldacc + i] += sum_t p[r*ldp + t] * v[t*ldv + i] for r < n_q, i < d; ahead as above. */
     void (*attn_accum)(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
-                       const float *v, int64_t ldv, int d);
+                       const float *v, int64_t ldv, int d, int ahead);
     /* The same two with F16 K / V rows (ldk, ldv in elements): the bits of cvt_f16_f32 on
      * the rows followed by attn_scores / attn_accum of the same table (the conversion is
      * exact; each element is converted in a register where it is used). Attention reads
      * an F16 cache with these, in place (ops.c, attn_unit). */
     void (*attn_scores_f16)(int n_q, const float *q, int64_t ldq, int n_k, const uint16_t *k, int64_t ldk,
-                            int d, float *s, int64_t lds);
+                            int d, float *s, int64_t lds, int ahead);
     void (*attn_accum_f16)(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
-                           const uint16_t *v, int64_t ldv, int d);
+                           const uint16_t *v, int64_t ldv, int d, int ahead);
 } spex_ops_kernels;
 
 #define SPEX_TOPK_MAX 1024
@@ -166,6 +169,14 @@ void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, in
 
 #define SPEX_ATTN_TILE 32      /* T: kv rows scored together                            */
 #define SPEX_ATTN_QBLOCK 16    /* most query rows per work unit                          */
+/* Attention reads the cache ahead: the SIMD attn_scores / attn_accum kernels, while they
+ * read K or V row t, request row t + SPEX_ATTN_AHEAD (one tile later: rows past the call's
+ * are the next tile's, or past the cache, which a prefetch never faults on), a line or two
+ * at a time, and so does a Q8_0 tile's conversion, so a cache in DRAM streams during the
+ * arithmetic. With the hardware prefetchers alone a 16K-row cache ran 1.3x (one query row)
+ * to 1.6x (two) slower; requesting a whole tile at once, 32 rows of K and V in a burst,
+ * changed nothing (docs/performance.md, session 26). */
+#define SPEX_ATTN_AHEAD SPEX_ATTN_TILE
 
 typedef struct spex_attn_args {
     int n_q, n_head, n_head_kv, head_dim;

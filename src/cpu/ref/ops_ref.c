@@ -252,22 +252,22 @@ static void attn_accum_any(int n_q, float *acc, int64_t ldacc, const float *p, i
 }
 
 static void attn_scores_ref(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
-                            int d, float *s, int64_t lds) {
+                            int d, float *s, int64_t lds, int ahead) {
     attn_scores_any(n_q, q, ldq, n_k, k, ldk, d, s, lds, 0);
 }
 
 static void attn_accum_ref(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
-                           const float *v, int64_t ldv, int d) {
+                           const float *v, int64_t ldv, int d, int ahead) {
     attn_accum_any(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 0);
 }
 
 static void attn_scores_f16_ref(int n_q, const float *q, int64_t ldq, int n_k, const uint16_t *k, int64_t ldk,
-                                int d, float *s, int64_t lds) {
+                                int d, float *s, int64_t lds, int ahead) {
     attn_scores_any(n_q, q, ldq, n_k, k, ldk, d, s, lds, 1);
 }
 
 static void attn_accum_f16_ref(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
-                               const uint16_t *v, int64_t ldv, int d) {
+                               const uint16_t *v, int64_t ldv, int d, int ahead) {
     attn_accum_any(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 1);
 }
 

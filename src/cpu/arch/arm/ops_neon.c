@@ -81,7 +81,7 @@ static void cvt_f16_f32_neon(const uint16_t *src, float *dst, int64_t n) {
 }
 
 static void attn_scores_neon(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
-                             int d, float *s, int64_t lds) {
+                             int d, float *s, int64_t lds, int ahead) {
     for (int r = 0; r < n_q; r++)
         for (int t = 0; t < n_k; t++) {
             const float *qr = q + r * ldq, *kt = k + t * ldk;
@@ -97,7 +97,7 @@ static void attn_scores_neon(int n_q, const float *q, int64_t ldq, int n_k, cons
 /* The F16 twins: 4 elements converted in a register per load (exact), the same fma
  * sequence as the f32 versions, so the bits of converting the rows first. */
 static void attn_scores_f16_neon(int n_q, const float *q, int64_t ldq, int n_k, const uint16_t *k, int64_t ldk,
-                                 int d, float *s, int64_t lds) {
+                                 int d, float *s, int64_t lds, int ahead) {
     for (int r = 0; r < n_q; r++)
         for (int t = 0; t < n_k; t++) {
             const float *qr = q + r * ldq;
@@ -116,13 +116,13 @@ static void attn_scores_f16_neon(int n_q, const float *q, int64_t ldq, int n_k, 
 }
 
 static void attn_accum_neon(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
-                            const float *v, int64_t ldv, int d) {
+                            const float *v, int64_t ldv, int d, int ahead) {
     for (int r = 0; r < n_q; r++)
         for (int t = 0; t < n_k; t++) axpy_neon(acc + r * ldacc, p[r * ldp + t], v + t * ldv, d);
 }
 
 static void attn_accum_f16_neon(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
-                                const uint16_t *v, int64_t ldv, int d) {
+                                const uint16_t *v, int64_t ldv, int d, int ahead) {
     for (int r = 0; r < n_q; r++)
         for (int t = 0; t < n_k; t++) {
             float *ar = acc + r * ldacc;

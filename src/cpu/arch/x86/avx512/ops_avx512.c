@@ -342,6 +342,15 @@ static inline __m512 ld16m(const void *row, int i, __mmask16 mk, const int f16) 
     return _mm512_maskz_loadu_ps(mk, (const float *)row + i);
 }
 
+/* Requests bytes [0, n) of row (n > 0; lines of 64 bytes) for L1: the read-ahead of
+ * ahead rows (ops.h, SPEX_ATTN_AHEAD). always_inline: as a plain static inline function GCC 12
+ * dropped every call (one whose only effect is a prefetch passes for const). */
+static inline __attribute__((always_inline)) void att_ahead(const void *row, size_t n) {
+    const char *p = (const char *)row;
+    for (size_t o = 0; o < n; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
+    if (((uintptr_t)p & 63) + n > ((n + 63) & ~(size_t)63)) _mm_prefetch(p + n - 1, _MM_HINT_T0);
+}
+
 /* Every score goes through the same sequence (fma over 16-lane chunks of d, masked last
  * chunk, reduce4_512) whether computed in a block or alone. Blocks are RB query rows × 4
  * keys: each key chunk is loaded (and, F16, converted) once for the RB rows, 16
@@ -383,8 +392,8 @@ static inline __attribute__((always_inline)) void attn_scores_blk(const float *q
 
 static inline __attribute__((always_inline)) void attn_scores_impl(int n_q, const float *q, int64_t ldq, int n_k,
                                                                   const void *k, int64_t ldk, int d, float *s,
-                                                                  int64_t lds, const int f16) {
-    const size_t kst = (size_t)ldk * (f16 ? 2 : 4);
+                                                                  int64_t lds, const int f16, const int ahead) {
+    const size_t kst = (size_t)ldk * (f16 ? 2 : 4), rowb = (size_t)d * (f16 ? 2 : 4);
     for (int r0 = 0; r0 < n_q; r0 += ATT_RB) {
         const int rb = n_q - r0 < ATT_RB ? n_q - r0 : ATT_RB;
         const float *qr = q + r0 * ldq;
@@ -392,6 +401,8 @@ static inline __attribute__((always_inline)) void attn_scores_impl(int n_q, cons
         for (int t = 0; t < n_k;) {
             const int nk4 = n_k - t >= 4 ? 4 : 1;
             const void *kt = (const char *)k + (size_t)t * kst;
+            if (ahead && r0 == 0) /* the first row block reads the keys from memory; the others from L1 */
+                for (int j = 0; j < nk4; j++) att_ahead((const char *)kt + (size_t)(j + ahead) * kst, rowb);
 #define ATT_S(RB_, NK_) attn_scores_blk(qr, ldq, kt, kst, NK_, d, sr + t, lds, RB_, f16)
             if (nk4 == 4) {
                 switch (rb) {
@@ -415,13 +426,13 @@ static inline __attribute__((always_inline)) void attn_scores_impl(int n_q, cons
 }
 
 static void attn_scores_avx512(int n_q, const float *q, int64_t ldq, int n_k, const float *k, int64_t ldk,
-                               int d, float *s, int64_t lds) {
-    attn_scores_impl(n_q, q, ldq, n_k, k, ldk, d, s, lds, 0);
+                               int d, float *s, int64_t lds, int ahead) {
+    attn_scores_impl(n_q, q, ldq, n_k, k, ldk, d, s, lds, 0, ahead);
 }
 
 static void attn_scores_f16_avx512(int n_q, const float *q, int64_t ldq, int n_k, const uint16_t *k, int64_t ldk,
-                                   int d, float *s, int64_t lds) {
-    attn_scores_impl(n_q, q, ldq, n_k, k, ldk, d, s, lds, 1);
+                                   int d, float *s, int64_t lds, int ahead) {
+    attn_scores_impl(n_q, q, ldq, n_k, k, ldk, d, s, lds, 1, ahead);
 }
 
 /* acc[r] += sum_t p[r][t] v[t]: 64 columns of RB rows' acc in registers while t runs, each
@@ -430,14 +441,17 @@ static void attn_scores_f16_avx512(int n_q, const float *q, int64_t ldq, int n_k
 static inline __attribute__((always_inline)) void attn_accum_blk(float *acc, int64_t ldacc, const float *p,
                                                                 int64_t ldp, int n_k, const void *v, size_t vst,
                                                                 int i, int nc, __mmask16 mk, const int rb,
-                                                                const int f16) {
-    /* nc: 4 full chunks of 16 columns, or 1 chunk of the mk columns */
+                                                                const int f16, const int ahead) {
+    /* nc: 4 full chunks of 16 columns, or 1 chunk of the mk columns; ahead: read ahead (the
+     * first row block, which reads V from memory) */
+    const size_t es = f16 ? 2 : 4, cb = (size_t)(nc == 4 ? 64 : __builtin_popcount(mk)) * es;
     __m512 c[ATT_RB][4];
     for (int r = 0; r < rb; r++)
         for (int j = 0; j < nc; j++)
             c[r][j] = nc == 4 ? _mm512_loadu_ps(acc + r * ldacc + i + 16 * j) : _mm512_maskz_loadu_ps(mk, acc + r * ldacc + i);
     for (int t = 0; t < n_k; t++) {
         const void *vt = (const char *)v + (size_t)t * vst;
+        if (ahead) att_ahead((const char *)vt + (size_t)ahead * vst + (size_t)i * es, cb);
         __m512 vv[4];
         for (int j = 0; j < nc; j++) vv[j] = nc == 4 ? ld16(vt, i + 16 * j, f16) : ld16m(vt, i, mk, f16);
         for (int r = 0; r < rb; r++) {
@@ -454,7 +468,7 @@ static inline __attribute__((always_inline)) void attn_accum_blk(float *acc, int
 
 static inline __attribute__((always_inline)) void attn_accum_impl(int n_q, float *acc, int64_t ldacc, const float *p,
                                                                  int64_t ldp, int n_k, const void *v, int64_t ldv,
-                                                                 int d, const int f16) {
+                                                                 int d, const int f16, const int ahead) {
     const size_t vst = (size_t)ldv * (f16 ? 2 : 4);
     for (int r0 = 0; r0 < n_q; r0 += ATT_RB) {
         const int rb = n_q - r0 < ATT_RB ? n_q - r0 : ATT_RB;
@@ -463,7 +477,7 @@ static inline __attribute__((always_inline)) void attn_accum_impl(int n_q, float
         for (int i = 0; i < d;) {
             const int nc = d - i >= 64 ? 4 : 1;
             const __mmask16 mk = nc == 4 || d - i >= 16 ? (__mmask16)0xffff : tail16(d - i);
-#define ATT_A(RB_, NC_) attn_accum_blk(ar, ldacc, pr, ldp, n_k, v, vst, i, NC_, mk, RB_, f16)
+#define ATT_A(RB_, NC_) attn_accum_blk(ar, ldacc, pr, ldp, n_k, v, vst, i, NC_, mk, RB_, f16, r0 == 0 ? ahead : 0)
             if (nc == 4) {
                 switch (rb) {
                 case 1: ATT_A(1, 4); break;
@@ -486,13 +500,13 @@ static inline __attribute__((always_inline)) void attn_accum_impl(int n_q, float
 }
 
 static void attn_accum_avx512(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
-                              const float *v, int64_t ldv, int d) {
-    attn_accum_impl(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 0);
+                              const float *v, int64_t ldv, int d, int ahead) {
+    attn_accum_impl(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 0, ahead);
 }
 
 static void attn_accum_f16_avx512(int n_q, float *acc, int64_t ldacc, const float *p, int64_t ldp, int n_k,
-                                  const uint16_t *v, int64_t ldv, int d) {
-    attn_accum_impl(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 1);
+                                  const uint16_t *v, int64_t ldv, int d, int ahead) {
+    attn_accum_impl(n_q, acc, ldacc, p, ldp, n_k, v, ldv, d, 1, ahead);
 }
 
 void spex_ops_register_avx512(spex_ops_kernels *k) {
