@@ -1100,6 +1100,14 @@ typedef struct spex_spec_params {
                                * (acceptance by the drafts' conf, verify price learned online;
                                * docs/speculative.md). DFlash and MTP drafts, draft functions
                                * (which should fill conf). Lossless; default false              */
+    bool guard;               /* realized-rate guard for steps of one sequence: decayed tokens
+                               * per second of the steps that drafted and of plain steps; while
+                               * drafting measures slower every step is plain but one in 64;
+                               * while the plain rate is unknown one step in 3 is plain, none
+                               * where the draft cut's price shows drafting well ahead
+                               * (docs/speculative.md). Lossless, but clock-driven: with a fixed
+                               * seed at T > 0 on the rejection path the sampled tokens then vary
+                               * run to run (as with draft_cut). Default false; spex run sets it */
     spex_log_fn log;          /* warnings (clamps); NULL: stderr                               */
     void *log_user;
 } spex_spec_params;
@@ -1125,6 +1133,7 @@ typedef struct spex_spec_stats {
     uint64_t n_draft_batches;  /* total only: drafter forwards (DFlash or MTP) of the steps;
                                 * each spex_spec_step makes at most one of each, for all its
                                 * sequences together                                        */
+    uint64_t n_guard_plain;    /* total only: steps the realized-rate guard kept plain      */
 } spex_spec_stats;
 
 /* Acceptance rate n_accepted / n_drafted (0 if none) and mean acceptance length
@@ -1155,6 +1164,9 @@ void spex_spec_set_draft_fn(spex_spec *s, spex_spec_draft_fn fn, void *user);
 /* Turns spex_spec_params.draft_cut on or off for the steps after this call (what the cut has
  * learned is kept), e.g. once spex_spec_seq_path shows a sequence on the rejection path. */
 void spex_spec_set_draft_cut(spex_spec *s, bool on);
+/* Turns spex_spec_params.guard on or off for the steps after this call (its measurements are
+ * kept). */
+void spex_spec_set_guard(spex_spec *s, bool on);
 
 /* Starts sequence seq: clears both caches of seq, runs the prompt through the target in
  * batches of n_batch_max (its features injected into the draft cache), samples the first

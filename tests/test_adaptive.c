@@ -161,44 +161,44 @@ TEST(greedy_against_brute_force) {
 /* The realized-rate guard: silent until both kinds of step have weight, then it vetoes exactly
  * when drafting steps delivered fewer tokens per second; the decay lets a change show. */
 TEST(realized_rate_guard) {
-    srv_realized r;
+    spex_realized r;
     memset(&r, 0, sizeof r);
     for (int i = 0; i < 5; i++) {
-        srv_realized_add(&r, false, 8, 1e-3);   /* 8000 tokens/s */
-        srv_realized_add(&r, true, 10, 2e-3);   /* 5000 tokens/s */
+        spex_realized_add(&r, false, 8, 1e-3);   /* 8000 tokens/s */
+        spex_realized_add(&r, true, 10, 2e-3);   /* 5000 tokens/s */
     }
-    CHECK(!srv_realized_veto(&r, 8.0));         /* not enough steps yet */
+    CHECK(!spex_realized_veto(&r, 8.0));         /* not enough steps yet */
     for (int i = 0; i < 10; i++) {
-        srv_realized_add(&r, false, 8, 1e-3);
-        srv_realized_add(&r, true, 10, 2e-3);
+        spex_realized_add(&r, false, 8, 1e-3);
+        spex_realized_add(&r, true, 10, 2e-3);
     }
-    CHECK(srv_realized_veto(&r, 8.0));
+    CHECK(spex_realized_veto(&r, 8.0));
     /* drafting gets better (20 tokens in 2 ms = 10000/s): after enough steps the veto lifts */
     int steps = 0;
-    while (srv_realized_veto(&r, 8.0) && steps < 1000) {
-        srv_realized_add(&r, true, 20, 2e-3);
-        srv_realized_add(&r, false, 8, 1e-3);
+    while (spex_realized_veto(&r, 8.0) && steps < 1000) {
+        spex_realized_add(&r, true, 20, 2e-3);
+        spex_realized_add(&r, false, 8, 1e-3);
         steps++;
     }
-    CHECK(!srv_realized_veto(&r, 8.0));
+    CHECK(!spex_realized_veto(&r, 8.0));
     CHECK_MSG(steps > 1 && steps < 100, "veto lifted after %d steps", steps);
     /* a single kind of step never vetoes */
-    srv_realized q;
+    spex_realized q;
     memset(&q, 0, sizeof q);
-    for (int i = 0; i < 50; i++) srv_realized_add(&q, true, 1, 1.0);
-    CHECK(!srv_realized_veto(&q, 8.0));
+    for (int i = 0; i < 50; i++) spex_realized_add(&q, true, 1, 1.0);
+    CHECK(!spex_realized_veto(&q, 8.0));
 }
 
 /* A load without its own measurements inherits a lighter load's veto, never its permission. */
 TEST(guard_inherits_lighter_veto) {
-    srv_realized real[9];
+    spex_realized real[9];
     memset(real, 0, sizeof real);
     CHECK(!srv_guard_veto(real, 8, 8.0));   /* nothing measured anywhere */
     for (int i = 0; i < 20; i++) {
-        srv_realized_add(&real[2], false, 2, 1e-3);   /* 2 slots: drafting pays */
-        srv_realized_add(&real[2], true, 6, 1.5e-3);
-        srv_realized_add(&real[4], false, 4, 1e-3);   /* 4 slots: drafting loses */
-        srv_realized_add(&real[4], true, 5, 2e-3);
+        spex_realized_add(&real[2], false, 2, 1e-3);   /* 2 slots: drafting pays */
+        spex_realized_add(&real[2], true, 6, 1.5e-3);
+        spex_realized_add(&real[4], false, 4, 1e-3);   /* 4 slots: drafting loses */
+        spex_realized_add(&real[4], true, 5, 2e-3);
     }
     CHECK(!srv_guard_veto(real, 2, 8.0));
     CHECK(!srv_guard_veto(real, 3, 8.0));   /* nearest measured load below is 2: no veto */
@@ -206,30 +206,30 @@ TEST(guard_inherits_lighter_veto) {
     CHECK(srv_guard_veto(real, 6, 8.0));    /* inherited from 4 */
     CHECK(!srv_guard_veto(real, 1, 8.0));   /* verdicts pass to heavier loads only */
     for (int i = 0; i < 20; i++) {          /* 6 slots measured itself: drafting pays there */
-        srv_realized_add(&real[6], false, 6, 1e-3);
-        srv_realized_add(&real[6], true, 18, 1.5e-3);
+        spex_realized_add(&real[6], false, 6, 1e-3);
+        spex_realized_add(&real[6], true, 18, 1.5e-3);
     }
     CHECK(!srv_guard_veto(real, 6, 8.0));   /* its own verdict wins */
     CHECK(!srv_guard_veto(real, 8, 8.0));   /* and is the nearest for 8 */
-    for (int i = 0; i < 3; i++) srv_realized_add(&real[5], true, 1, 1.0);   /* too few steps at 5 */
+    for (int i = 0; i < 3; i++) spex_realized_add(&real[5], true, 1, 1.0);   /* too few steps at 5 */
     CHECK(srv_guard_veto(real, 5, 8.0));    /* so 4's veto holds there */
 }
 
 /* A load that drafts but has too few plain steps gets a plain step in every `every`, until the
  * guard can compare there; a load that never drafted, or one measured both ways, gets none. */
 TEST(guard_explores_unmeasured_plain_side) {
-    srv_realized real[5];
+    spex_realized real[5];
     memset(real, 0, sizeof real);
     CHECK(!srv_guard_explore(real, 4, 8.0, 0, 16));   /* nothing drafted at 4 yet */
-    srv_realized_add(&real[4], true, 20, 3e-3);
+    spex_realized_add(&real[4], true, 20, 3e-3);
     int plain = 0;
     for (uint64_t step = 1; step <= 1000; step++) {
         if (srv_guard_explore(real, 4, 8.0, step, 16)) {
             CHECK(step % 16 == 0);
-            srv_realized_add(&real[4], false, 4, 1e-3);
+            spex_realized_add(&real[4], false, 4, 1e-3);
             plain++;
         } else {
-            srv_realized_add(&real[4], true, 20, 3e-3);
+            spex_realized_add(&real[4], true, 20, 3e-3);
         }
     }
     int need = 0;                   /* plain steps until the decayed weight reaches 8 */
@@ -237,12 +237,12 @@ TEST(guard_explores_unmeasured_plain_side) {
     CHECK(real[4].w[0] >= 8.0);     /* explored until measured ... */
     CHECK_EQ_INT(plain, need);      /* ... and not one step more */
     CHECK(!srv_guard_veto(real, 4, 8.0));   /* 6667 tokens/s drafting against 4000 plain */
-    srv_realized slow[5];           /* the same with drafting slower: the exploration finds it */
+    spex_realized slow[5];           /* the same with drafting slower: the exploration finds it */
     memset(slow, 0, sizeof slow);
-    srv_realized_add(&slow[4], true, 5, 3e-3);
+    spex_realized_add(&slow[4], true, 5, 3e-3);
     for (uint64_t step = 1; step <= 1000; step++) {
         const bool plain_step = srv_guard_explore(slow, 4, 8.0, step, 16);
-        srv_realized_add(&slow[4], !plain_step, plain_step ? 4 : 5, plain_step ? 1e-3 : 2e-3);
+        spex_realized_add(&slow[4], !plain_step, plain_step ? 4 : 5, plain_step ? 1e-3 : 2e-3);
     }
     CHECK(srv_guard_veto(slow, 4, 8.0));    /* 2500 tokens/s drafting against 4000 plain */
     CHECK(!srv_guard_explore(real, 3, 8.0, 16, 16));  /* another load, never drafted: no */

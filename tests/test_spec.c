@@ -24,6 +24,7 @@
 #include "test.h"
 
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TGT_F32 "tests/data/models/tiny-qwen3.gguf"
@@ -392,6 +393,80 @@ TEST(sample_and_match_is_seed_exact) {
                       d >= 0 ? ref[s][d] : 0);
         }
         if (use_oracle) CHECK_MSG(acc > 100, "only %llu oracle tokens accepted", (unsigned long long)acc);
+    }
+}
+
+/* The realized-rate guard (spex_spec_params.guard, spec/guard.h): a draft function that is
+ * always wrong and slow (1 ms a call, against well under 1 ms for the tiny target's step)
+ * makes drafting steps deliver fewer tokens per second, so after learning both rates the
+ * guard keeps the steps plain but for its re-checks; a perfect, instant one keeps drafting
+ * but for the plain steps that learn the plain rate, and with the draft cut on (whose price
+ * of a one-row verify estimates the plain rate) without any. Output equals the target's alone. */
+typedef struct {
+    const int32_t *ref;
+    int n_prompt, n_vocab;
+    bool wrong;
+} guard_oracle;
+
+static spex_status guard_draft(void *user, int32_t seq, int32_t anchor, int32_t pos, int32_t n_max, spex_draft *out,
+                               spex_error *err) {
+    guard_oracle *o = user;
+    (void)seq, (void)anchor, (void)err;
+    const int g = pos - o->n_prompt + 1; /* the anchor is ref[g - 1] */
+    out->n = 0;
+    out->has_q = false;
+    for (int j = 0; j < n_max && g + j < N_GEN; j++) {
+        out->ids[out->n] = o->wrong ? (o->ref[g + j] + 1) % o->n_vocab : o->ref[g + j];
+        out->conf[out->n++] = 1.0f;
+    }
+    if (o->wrong) nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+    return SPEX_OK;
+}
+
+TEST(guard_stops_drafting_that_loses) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    static int32_t ref[N_GEN];
+    CHECK(target_only(TGT_F32, PROMPTS[1], PROMPT_LEN[1], greedy_params(), N_GEN, ref));
+    for (int c = 0; c < 3; c++) {
+        const bool wrong = c == 1;
+        g_draft_cut = c == 2;
+        pair p;
+        const bool opened = pair_open(&p, TGT_F32, NULL, 1, 5, SPEX_TYPE_F32);
+        g_draft_cut = false;
+        CHECK(opened);
+        guard_oracle o = {.ref = ref, .n_prompt = PROMPT_LEN[1], .n_vocab = 256, .wrong = wrong};
+        spex_spec_set_draft_fn(p.s, guard_draft, &o);
+        spex_spec_set_guard(p.s, true);
+        CHECK(spex_spec_get_params(p.s)->guard);
+        spex_sampler *smp = make_sampler(greedy_params(), 256);
+        spex_error e = {0};
+        int32_t got[N_GEN], n = 0, seq = 0;
+        CHECK_OK(spex_spec_seq_begin(p.s, 0, PROMPTS[1], PROMPT_LEN[1], smp, &got[n++], &e));
+        while (n < N_GEN) {
+            int32_t max_emit = N_GEN - n;
+            spex_spec_out so;
+            CHECK_OK(spex_spec_step(p.s, &seq, 1, &max_emit, &so, &e));
+            for (int k = 0; k < so.n && n < N_GEN; k++) got[n++] = so.tokens[k];
+        }
+        const spex_spec_stats *st = spex_spec_total_stats(p.s);
+        const uint64_t steps = st->n_steps, plain = st->n_guard_plain;
+        spex_sampler_free(smp);
+        pair_close(&p);
+        int d = first_diff(got, ref, N_GEN);
+        CHECK_MSG(d < 0, "case %d: token %d differs", c, d);
+        printf("  %s drafts%s: %llu of %llu steps kept plain\n", wrong ? "slow, wrong" : "perfect",
+               c == 2 ? ", draft cut on" : "", (unsigned long long)plain, (unsigned long long)steps);
+        if (wrong) /* ~15 steps learning both rates, then one drafting step in 64 */
+            CHECK_MSG(plain >= steps * 6 / 10, "guard kept %llu of %llu steps plain", (unsigned long long)plain,
+                      (unsigned long long)steps);
+        else if (c == 2) /* the estimate shows drafting far ahead: usually 0 (a hiccup of the
+                          * machine in the first drafting steps can still start one learning
+                          * phase; test_spec_cut.c guard_plan checks the rule itself) */
+            CHECK_MSG(plain <= 5, "guard kept %llu of %llu steps plain", (unsigned long long)plain,
+                      (unsigned long long)steps);
+        else /* only the learning steps: ~5 plain steps in the first ~20 */
+            CHECK_MSG(plain >= 3 && plain <= 10, "guard kept %llu of %llu steps plain", (unsigned long long)plain,
+                      (unsigned long long)steps);
     }
 }
 

@@ -2,9 +2,11 @@
  * test_spec_cut.c — the cost-aware draft cut's model and rule (src/spec/cut.c) on synthetic
  * numbers: the price fit, the acceptance bins, the warm-up and exploration pattern, the rule
  * against a brute-force search of the best length, and that a decision never reads a later
- * slot. End-to-end losslessness with the cut on is in test_spec.c.
+ * slot; the realized-rate guard's plan of steps (src/spec/guard.c). End-to-end losslessness with
+ * the cut and the guard on is in test_spec.c.
  */
 #include "spec/cut.h"
+#include "spec/guard.h"
 #include "spex.h"
 #include "test.h"
 
@@ -152,6 +154,40 @@ TEST(cut_regimes) {
      * for 4/3 of the time), the second (0.25 more for 1/3 more) does not */
     cut_with_price(&c, 0.0, 0.002, 0.001);
     CHECK_EQ_INT(spec_cut_choose(&c, conf, 7), 1);
+}
+
+/* The realized-rate guard's plan of one sequence's steps (spec/guard.h), on recorded rates. */
+TEST(guard_plan) {
+    spec_guard g;
+    memset(&g, 0, sizeof g);
+    /* nothing measured: the steps draft until drafting has weight W (5 decayed steps) */
+    for (int i = 0; i < 5; i++) {
+        CHECK(!spec_guard_plain(&g, 0));
+        spex_realized_add(&g.r, true, 10, 1.0); /* drafting: 10 tokens/s */
+    }
+    /* drafting known, plain not: with an estimate far below, no learning steps */
+    int plain = 0;
+    for (int i = 0; i < 12; i++) plain += spec_guard_plain(&g, 2.0);
+    CHECK_EQ_INT(plain, 0);
+    /* ... with none, or one within the margin (10 < 1.25 x 9), one step in 3 is plain */
+    plain = 0;
+    for (int i = 0; i < 12; i++) plain += spec_guard_plain(&g, 0);
+    CHECK_EQ_INT(plain, 4);
+    plain = 0;
+    for (int i = 0; i < 12; i++) plain += spec_guard_plain(&g, 9.0);
+    CHECK_EQ_INT(plain, 4);
+    /* plain steps at 20 tokens/s: the veto keeps every step plain but one in 64 */
+    for (int i = 0; i < 6; i++) spex_realized_add(&g.r, false, 1, 0.05);
+    CHECK(spex_realized_veto(&g.r, SPEC_GUARD_W));
+    plain = 0;
+    for (int i = 0; i < 128; i++) plain += spec_guard_plain(&g, 2.0);
+    CHECK_EQ_INT(plain, 126);
+    /* drafting recovers (40 tokens/s in its re-checks): the veto lifts, the steps draft */
+    for (int i = 0; i < 40 && spex_realized_veto(&g.r, SPEC_GUARD_W); i++) spex_realized_add(&g.r, true, 40, 1.0);
+    CHECK(!spex_realized_veto(&g.r, SPEC_GUARD_W));
+    plain = 0;
+    for (int i = 0; i < 20; i++) plain += spec_guard_plain(&g, 0);
+    CHECK_EQ_INT(plain, 0);
 }
 
 TEST_MAIN()

@@ -84,6 +84,9 @@ static void usage(FILE *f) {
             "                             per second (confidence and verify price learned online; lossless);\n"
             "                             auto: on, but off for a fixed --seed at T > 0 with probabilistic draft\n"
             "                             sampling, so those runs repeat token for token (auto)\n"
+            "      --spec-guard on|off|auto  draft only while drafting steps measure more tokens per second\n"
+            "                             than plain ones (one drafting step in 64 re-checks; lossless);\n"
+            "                             auto: as --spec-draft-cut auto (auto)\n"
             "      --spec-draft-sampling M  probabilistic (sampled walk + rejection sampling at T > 0) or\n"
             "                             greedy (greedy walk + sample-and-match) (probabilistic)\n"
             "      --spec-draft-override-kv KEY=TYPE:VALUE  draft-only metadata override (repeatable),\n"
@@ -240,6 +243,13 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
                 return 2;
             }
             o->draft_cut = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1, i++;
+        } else if (flag_is(a, "--spec-guard", NULL)) {
+            if (!need_value(a, v)) return 2;
+            if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
+                fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", a, v);
+                return 2;
+            }
+            o->guard = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1, i++;
         } else if (flag_is(a, "--spec-draft-sampling", NULL)) {
             if (!need_value(a, v)) return 2;
             if (strcmp(v, "probabilistic") && strcmp(v, "greedy")) {
@@ -641,7 +651,7 @@ done:
 
 int cmd_run(int argc, char **argv) {
     run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16,
-                  .kv_type = SPEX_TYPE_F16, .draft_cut = -1};
+                  .kv_type = SPEX_TYPE_F16, .draft_cut = -1, .guard = -1};
     long repeat_last_n = o.sp.repeat_last_n;
     int prc = parse_args(argc, argv, &o, &repeat_last_n);
     if (prc < 0) return 0;

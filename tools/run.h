@@ -34,6 +34,7 @@ typedef struct run_opts {
     float p_draft_min;
     bool draft_greedy;         /* --spec-draft-sampling greedy           */
     int draft_cut;             /* --spec-draft-cut on|off|auto: 1, 0, -1 (auto) */
+    int guard;                 /* --spec-guard on|off|auto: 1, 0, -1 (auto) */
     const char *overrides[RUN_MAX_OVERRIDES];
     int n_overrides;
     spex_type ctk_draft;       /* -ctkd / -ctvd: the draft KV cache type (f16) */

@@ -117,6 +117,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     spp.p_min = o->p_draft_min;
     spp.sampled_walk = !o->draft_greedy;
     spp.draft_cut = o->draft_cut != 0; /* auto: on, unless the path below keeps it off */
+    spp.guard = o->guard != 0;         /* the same */
     spp.log = run_log_stderr;
     if ((mtp ? spex_spec_init_mtp(ctx, mc, &spp, &spec, &err) : spex_spec_init(ctx, dc, &spp, &spec, &err)) !=
         SPEX_OK) {
@@ -148,11 +149,18 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
      * choice for this sampler). The cut prices rows by the clock, so there the verified
      * lengths, and with them the sampled tokens, would change from run to run; greedy and
      * sample-and-match outputs equal the target alone's whatever is verified. */
-    if (o->draft_cut < 0 && o->sp.seed != SPEX_SEED_RANDOM &&
-        spex_spec_seq_path(spec, 0) == SPEX_SPEC_PATH_REJECTION) {
+    const bool fixed_rejection =
+        o->sp.seed != SPEX_SEED_RANDOM && spex_spec_seq_path(spec, 0) == SPEX_SPEC_PATH_REJECTION;
+    if (o->draft_cut < 0 && fixed_rejection) {
         spex_spec_set_draft_cut(spec, false);
         fprintf(stderr, "note: draft cut off for a fixed --seed at T > 0 (its clock-based price would change the "
                         "sampled tokens from run to run); --spec-draft-cut on to use it\n");
+    }
+    /* --spec-guard auto: the same rule, for the same reason (which steps draft follows the clock) */
+    if (o->guard < 0 && fixed_rejection) {
+        spex_spec_set_guard(spec, false);
+        fprintf(stderr, "note: realized-rate guard off for a fixed --seed at T > 0 (it follows the clock); "
+                        "--spec-guard on to use it\n");
     }
     if (o->verbose)
         fprintf(stderr, "speculative path: %s, n_max %d\n", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
@@ -218,6 +226,9 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
             mtp ? "mtp" : dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
             spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, spex_spec_get_params(spec)->draft_cut ? "on" : "off",
             (unsigned long long)st->n_cut, (unsigned long long)st->n_steps);
+    const spex_spec_stats *tot = spex_spec_total_stats(spec);
+    fprintf(stderr, "guard:     %s, %llu of %llu steps kept plain\n", spex_spec_get_params(spec)->guard ? "on" : "off",
+            (unsigned long long)tot->n_guard_plain, (unsigned long long)tot->n_steps);
     fprintf(stderr, "draft acceptance rate = %.5f (%llu accepted / %llu generated)\n",
             spex_spec_stats_acceptance(st), (unsigned long long)st->n_accepted, (unsigned long long)st->n_drafted);
     fprintf(stderr, "mean acceptance length = %.3f\n", spex_spec_stats_mean_len(st));

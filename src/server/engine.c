@@ -156,7 +156,7 @@ struct srv_engine {
     srv_fit fit_v, fit_d;
     srv_bucket vb[SRV_BUCKETS], db[SRV_BUCKETS];   /* measured times by rows / drafted rows */
     double g_acc_s, g_acc_f;   /* acceptance counts over all requests (prior of a new one) */
-    srv_realized real[65];     /* the realized-rate guard, by stepping slots (1..64)         */
+    spex_realized real[65];    /* the realized-rate guard, by stepping slots (1..64)         */
     double bl_sec, bl_tok;     /* decayed backlog injection: seconds and features injected  */
     double len_s, len_w;       /* decayed sum / weight of finished requests' generated tokens */
     int32_t pend[64];          /* this step's slots' pending features (choose_drafts)        */
@@ -526,30 +526,18 @@ double srv_best_drafts(const srv_step_cost *c, int n, const double *p, const int
     return tok;
 }
 
-void srv_realized_add(srv_realized *r, bool drafted, double n_tok, double sec) {
-    const int k = drafted ? 1 : 0;
-    r->tok[k] = r->tok[k] * SRV_DECAY + n_tok;
-    r->sec[k] = r->sec[k] * SRV_DECAY + sec;
-    r->w[k] = r->w[k] * SRV_DECAY + 1.0;
-}
-
-bool srv_realized_veto(const srv_realized *r, double min_w) {
-    if (r->w[0] < min_w || r->w[1] < min_w || r->sec[0] <= 0 || r->sec[1] <= 0) return false;
-    return r->tok[1] / r->sec[1] < r->tok[0] / r->sec[0];
-}
-
-bool srv_guard_veto(const srv_realized *real, int n, double min_w) {
+bool srv_guard_veto(const spex_realized *real, int n, double min_w) {
     for (int m = n; m >= 1; m--) {
-        const srv_realized *r = &real[m];
+        const spex_realized *r = &real[m];
         if (r->w[0] < min_w || r->w[1] < min_w) continue;
         /* the nearest measured load decides; from a lighter one that is a veto or nothing */
-        return srv_realized_veto(r, min_w);
+        return spex_realized_veto(r, min_w);
     }
     return false;
 }
 
-bool srv_guard_explore(const srv_realized *real, int n, double min_w, uint64_t step, int every) {
-    const srv_realized *r = &real[n];
+bool srv_guard_explore(const spex_realized *real, int n, double min_w, uint64_t step, int every) {
+    const spex_realized *r = &real[n];
     return every > 0 && r->w[1] > 0 && r->w[0] < min_w && step % (uint64_t)every == 0;
 }
 
@@ -695,7 +683,7 @@ static void engine_step(srv_engine *e) {
     if (e->has_draft && n <= 64) {
         int emitted = 0;
         for (int i = 0; i < n; i++) emitted += e->outs[i].n;
-        srv_realized_add(&e->real[n], drafted_seqs > 0, emitted, dt_d + dt_v);
+        spex_realized_add(&e->real[n], drafted_seqs > 0, emitted, dt_d + dt_v);
     }
     if (drows) {
         fit_add(&e->fit_d, drows, dt_d - dt_f);

@@ -14,6 +14,7 @@
 #define SPEX_SERVER_H
 
 #include "spex.h"
+#include "spec/guard.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -336,30 +337,20 @@ typedef struct {
     const double *start;
 } srv_step_cost;
 
-/* The realized-rate guard (engine.c): per number of stepping slots, decayed sums of the tokens
- * emitted and the seconds spent (draft, backlog injection, verify, other) by steps in which
- * some slot drafted ([1]) and by steps in which none did ([0]). */
-typedef struct {
-    double tok[2], sec[2], w[2];
-} srv_realized;
-
-/* Records one step of n_tok tokens in sec seconds (drafted: any slot drafted). */
-void srv_realized_add(srv_realized *r, bool drafted, double n_tok, double sec);
-/* True when both kinds of step have at least min_w weight and the drafting steps delivered
- * fewer tokens per second than the plain ones: the cost model's choice to draft is then
- * overruled at this load (its estimates missed something the clock did not). */
-bool srv_realized_veto(const srv_realized *r, double min_w);
-/* The guard's verdict at n stepping slots (real indexed by slots, 1..n): the own one where both
+/* The realized-rate guard (engine.c) keeps per number of stepping slots a spex_realized
+ * (spec/guard.h) of the steps in which some slot drafted and of those in which none did, the
+ * seconds counting draft, backlog injection, verify and other.
+ * The guard's verdict at n stepping slots (real indexed by slots, 1..n): the own one where both
  * kinds of step have min_w weight at n; otherwise that of the nearest smaller load that has
  * them, if it is a veto (drafting that lost with fewer slots loses with more: each added slot
  * adds verify rows to a batch that is already wider), so a load does not have to pay its own
  * learning steps to find out what a lighter one showed. */
-bool srv_guard_veto(const srv_realized *real, int n, double min_w);
+bool srv_guard_veto(const spex_realized *real, int n, double min_w);
 /* True when step number `step` at n stepping slots should be a plain one so that the guard can
  * compare: this load has drafted (w[1] > 0) but has fewer than min_w plain steps, and step is a
  * multiple of `every`. Without it a load where the cost model always drafts never measures
  * the alternative, and the guard cannot see that drafting loses there. */
-bool srv_guard_explore(const srv_realized *real, int n, double min_w, uint64_t step, int every);
+bool srv_guard_explore(const spex_realized *real, int n, double min_w, uint64_t step, int every);
 
 /* The backlog price of slot drafting now (seconds): a slot that starts drafting first injects
  * its `pending` deferred features at `sec_per_tok` each, once; that buys drafting for the rest

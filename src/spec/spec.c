@@ -9,7 +9,8 @@
  * prefix, and one injection of the accepted rows' features into the draft cache (§16: only
  * accepted rows are ever written, so the draft cache needs no trimming). With
  * spex_spec_params.draft_cut, a step of one sequence verifies only the prefix of its walked
- * draft that the cost-aware cut (cut.h) prices as worth it.
+ * draft that the cost-aware cut (cut.h) prices as worth it, and with spex_spec_params.guard
+ * it drafts only while drafting steps measure more tokens per second than plain ones (guard.h).
  * What it is not: the drafter forward (src/model/dflash_*.c), the acceptance arithmetic
  * (verify.c), the sampling chain (src/sample), stop strings or detokenisation (callers).
  *
@@ -43,6 +44,7 @@
  * Nothing is allocated after spex_spec_init.
  */
 #include "spec/cut.h"
+#include "spec/guard.h"
 #include "spec/spec_test.h"
 #include "spec/verify.h"
 #include "spex.h"
@@ -88,6 +90,7 @@ struct spex_spec {
     spec_seq *seq;              /* [n_seq]                                 */
     spex_spec_stats total;
     spec_cut cut;               /* the draft cut's price and acceptance model (cut.h) */
+    spec_guard guard;           /* the realized-rate guard of single-sequence steps (guard.h) */
     int test_break;             /* spec_test.h modes (tests only): broken rule, eager injection */
 
     /* scratch, allocated at init */
@@ -352,6 +355,10 @@ int32_t spex_spec_test_pend_cap(spex_spec *s, int32_t cap) {
 
 void spex_spec_test_break(spex_spec *s, int mode) {
     if (s) s->test_break = mode;
+}
+
+void spex_spec_set_guard(spex_spec *s, bool on) {
+    if (s) s->p.guard = on;
 }
 
 void spex_spec_set_draft_cut(spex_spec *s, bool on) {
@@ -763,13 +770,22 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
                                   sq, spex_draft_kv_seq_len(s->dc, sq), s->seq[sq].n_pend, P);
     }
 
-    /* Draft lengths: n_max, the emit budget, the context space, and the verify batch (each
-     * remaining sequence keeps at least its anchor row). */
+    /* The guard judges steps of one sequence, as the draft cut does: a step's tokens against
+     * its time, which other sequences' rows would blur. */
+    const bool guarded = s->p.guard && n_seqs == 1 && (s->dc || s->mtp || s->fn);
+    double f, v0, v1; /* a plain step's price: the cut's one-row verify, when it has one */
+    const double plain_est = s->p.draft_cut && spec_cut_price(&s->cut, &f, &v0, &v1) && v0 + v1 > 0 ? 1.0 / (v0 + v1) : 0;
+    const bool plain = guarded && spec_guard_plain(&s->guard, plain_est);
+    if (plain) s->total.n_guard_plain++;
+    const double flush0 = s->total.t_flush;
+
+    /* Draft lengths: n_max (0 in a step the guard keeps plain), the emit budget, the context
+     * space, and the verify batch (each remaining sequence keeps at least its anchor row). */
     int32_t n_blocks = 0;
     for (int32_t i = 0; i < n_seqs; i++) {
         int32_t sq = seqs[i];
         int32_t P = spex_kv_seq_len(s->t, sq);
-        int32_t n = (s->dc || s->mtp || s->fn) ? s->p.n_max : 0;
+        int32_t n = (s->dc || s->mtp || s->fn) && !plain ? s->p.n_max : 0;
         if (max_emit && max_emit[i] - 1 < n) n = max_emit[i] - 1;
         if (s->n_ctx - P - 1 < n) n = s->n_ctx - P - 1;
         if (s->dc && s->dc_ctx - P - 1 < n) n = s->dc_ctx - P - 1;
@@ -915,6 +931,11 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
     s->total.t_verify += tv;
     s->total.t_other += to;
     if (cut) spec_cut_observe(&s->cut, s->drafts[0].n + 1, tv, td + to, s->drafts[0].conf, s->drafts[0].n, m0);
+    /* drafted: the drafter ran (a draft the cut or n_min dropped whole still cost its walk).
+     * A backlog's injection (the prompt's features before the first draft, those of plain
+     * steps before a re-check) is left out: a one-off that the decayed sums would charge to
+     * the next few drafting steps (an 800-token prompt to the first four), not a step's rate. */
+    if (guarded) spex_realized_add(&s->guard.r, s->nd[0] > 0, out[0].n, (t4 - t0) - (s->total.t_flush - flush0));
     for (int32_t i = 0; i < n_seqs; i++) {
         /* A step's time is shared by its sequences; each is charged the whole step. */
         spex_spec_stats *qs = &s->seq[seqs[i]].st;
