@@ -40,24 +40,15 @@
 #include <string.h>
 
 #include "cpu/arch/x86/kq_prefetch.h"
+#include "cpu/arch/x86/kq_r16.h"
 #include "cpu/kquants_internal.h"
 #include "tensor/blocks.h"
 
-#define KQ_WB 16    /* weight rows per R16 group                                  */
+/* KQ_WB, KQ_WSPAN, the Q6_K unit's offsets and kq_bpairs: kq_r16.h, shared with the AVX-512 file */
 #define KQ_G 8      /* activation rows per group (minimum pairs prepared per row)  */
 #define KQ_GS 4     /* activation rows per register pass                          */
-#define KQ_WSPAN 64 /* super-blocks per span, as in the AVX-512 kernel            */
 /* Q6_K (section "Q6_K, weight rows in lanes")                                   */
 #define KQ6_SPAN 8          /* super-blocks prepared per span                    */
-#define KQ6_QH (32 * 64)    /* byte offset of qh word 0 in a unit                */
-#define KQ6_SC (48 * 64)    /* of the scale words                                */
-#define KQ6_D (52 * 64)     /* of the 16 fp16 d                                  */
-
-/* One activation row's minimum pairs for one super-block: dword t = int16 pair
- * (bsums[4t] + bsums[4t+1], bsums[4t+2] + bsums[4t+3]), t < 4. */
-typedef struct {
-    int32_t p[4];
-} kq_bpair;
 
 KQ_INLINE __m256i kq_bcast32(const int8_t *p) {
     int32_t v;
@@ -227,15 +218,6 @@ KQ_INLINE void kq_h16_sb(const uint8_t *u, const block_q8_K *const *xr, const kq
     for (int j = 0; j < g; j++) {
         acc0[j] = kq_h8_fin(&s[0], &bp[j][b], xr[j][b].d, T[0][j], acc0[j]);
         acc1[j] = kq_h8_fin(&s[1], &bp[j][b], xr[j][b].d, T[1][j], acc1[j]);
-    }
-}
-
-/* The minimum pairs of nbs super-blocks of one activation row (the AVX-512 file's kq_bpairs). */
-KQ_INLINE void kq_bpairs(const block_q8_K *xr, int nbs, kq_bpair *bp) {
-    for (int b = 0; b < nbs; b++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)xr[b].bsums);
-        const __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi16(v, v), _MM_SHUFFLE(3, 1, 2, 0));
-        _mm_storeu_si128((__m128i *)bp[b].p, _mm256_castsi256_si128(h));
     }
 }
 

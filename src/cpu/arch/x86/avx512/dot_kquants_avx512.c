@@ -30,6 +30,7 @@
 
 #include "cpu/arch/x86/avx512/amx.h"
 #include "cpu/arch/x86/kq_prefetch.h"
+#include "cpu/arch/x86/kq_r16.h"
 #include "cpu/kquants_internal.h"
 #include "tensor/blocks.h"
 
@@ -79,15 +80,6 @@ KQ_INLINE void kq_transpose(__m512i *a0, __m512i *a1, __m512i *a2, __m512i *a3) 
  * exactly (|T16| < 2^29), M = sum_s m[s] * (bsums[2s] + bsums[2s+1]) exactly, and
  *     y += dx * ((d / 16) * T16 - dmin * M)          (three f32 roundings, lane by lane)
  * summed over super-blocks in order, so a row's result depends on nothing but its data. */
-
-#define KQ_WB 16    /* weight rows per block (lanes)                                 */
-#define KQ_WSPAN 64 /* super-blocks whose minimum sums are prepared per call and span */
-
-/* One activation row's minimum pairs for one super-block: dword t = int16 pair
- * (bsums[4t] + bsums[4t+1], bsums[4t+2] + bsums[4t+3]), t < 4. */
-typedef struct {
-    int32_t p[4];
-} kq_bpair;
 
 KQ_INLINE __m512i kq_bcast32(const void *p) {
     int32_t v;
@@ -312,17 +304,6 @@ KQ_INLINE void kq_block_store(float *y, size_t ldy, int g, int nv, const __m512 
         float *yo = y + (size_t)j * ldy;
         if (first) _mm512_mask_storeu_ps(yo, km, acc[j]);
         else _mm512_mask_storeu_ps(yo, km, _mm512_add_ps(_mm512_maskz_loadu_ps(km, yo), acc[j]));
-    }
-}
-
-/* The minimum pairs of nbs super-blocks of one activation row: the 16 bsums' neighbour pairs
- * in order are the 8 int16 halves of p[0..3], one vphaddw (wrapping, like the int16 casts of
- * the definition) and the two lanes' low halves side by side. */
-KQ_INLINE void kq_bpairs(const block_q8_K *xr, int nbs, kq_bpair *bp) {
-    for (int b = 0; b < nbs; b++) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)xr[b].bsums);
-        const __m256i h = _mm256_permute4x64_epi64(_mm256_hadd_epi16(v, v), _MM_SHUFFLE(3, 1, 2, 0));
-        _mm_storeu_si128((__m128i *)bp[b].p, _mm256_castsi256_si128(h));
     }
 }
 
@@ -579,10 +560,7 @@ KQ_INLINE void ka_scale(const kq_w16s *s, const ka_stage *st, const kq_bpair (*b
  * apart), so every operand address is one register plus a constant. */
 
 #define KQ6_SPAN 8           /* super-blocks prepared per span (8 rows: 20 KiB, in L1) */
-#define KQ6_QH (32 * 64)     /* byte offset of qh word 0 in a unit     */
-#define KQ6_SC (48 * 64)     /* of the scale words                     */
-#define KQ6_D (52 * 64)      /* of the 16 fp16 d                       */
-#define KQ6_UNIT (16 * 210)  /* bytes of one unit (16 blocks)          */
+/* the unit's offsets KQ6_QH, KQ6_SC, KQ6_D and size KQ6_UNIT: kq_r16.h */
 
 /* One activation super-block prepared for the kernel. */
 typedef struct {
