@@ -575,8 +575,8 @@ TEST(speculative_greedy_equals_target_only) {
 }
 
 /* --spec-draft-cut auto (the default): a fixed seed at T > 0 on the rejection path keeps the
- * cut off (with a note), so two runs print the same tokens; without a seed, at T = 0, and with
- * --spec-draft-cut on the cut stays on. (With the cut on, a seeded rejection-path run is exact in
+ * cut off (with a note), and --spec-guard auto the guard, so two runs print the same tokens;
+ * without a seed and at T = 0 both stay on, and with --spec-draft-cut on the cut does. (With the cut on, a seeded rejection-path run is exact in
  * distribution but its verified lengths follow the clock: not checked here, it may or may not
  * repeat.) */
 TEST(seeded_sampling_repeats_under_auto_cut) {
@@ -591,6 +591,10 @@ TEST(seeded_sampling_repeats_under_auto_cut) {
               a.err);
     CHECK_MSG(strstr(a.err, note) && strstr(a.err, "path rejection") && strstr(a.err, "draft cut off (0 tokens cut)"),
               "no note or the cut on:\n%s", a.err);
+    /* the realized-rate guard follows the clock too: the same rule keeps it off */
+    CHECK_MSG(strstr(a.err, "note: realized-rate guard off for a fixed --seed") &&
+                  strstr(a.err, "guard:     off, 0 of "),
+              "no guard note or the guard on:\n%s", a.err);
     CHECK_MSG(a.out_len == b.out_len && memcmp(a.out, b.out, a.out_len) == 0, "seeded runs differ:\n%s\n---\n%s",
               a.out, b.out);
     run_free(&a);
@@ -608,6 +612,7 @@ TEST(seeded_sampling_repeats_under_auto_cut) {
         CHECK(run_spex(argv_, &a));
         CHECK_MSG(a.rc == 0 && !strstr(a.err, note) && strstr(a.err, "draft cut on ("), "case %zu: rc %d\n%s", i,
                   a.rc, a.err);
+        if (i < 2) CHECK_MSG(strstr(a.err, "guard:     on, "), "case %zu: guard not on\n%s", i, a.err);
         run_free(&a);
     }
 }
@@ -689,6 +694,8 @@ TEST(speculative_flags_and_errors) {
     EXPECT_ERROR(2, "--spec-draft-p-min", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-p-min", "1.5");
     EXPECT_ERROR(2, "--spec-draft-sampling", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-sampling", "beam");
     EXPECT_ERROR(2, "expects on, off or auto", "-m", m, "-md", TINY_DRAFT2, "--spec-draft-cut", "maybe");
+    EXPECT_ERROR(2, "--spec-guard expects on, off or auto", "-m", m, "-md", TINY_DRAFT2, "--spec-guard", "maybe");
+    EXPECT_ERROR(2, "--spec-guard needs a value", "-m", m, "-md", TINY_DRAFT2, "--spec-guard");
     /* Run errors: a drafter for another target, a missing file, a bad override. */
     EXPECT_ERROR(1, "vocabulary", "-m", "tests/data/models/tiny-llama-tied.gguf", "-md", TINY_DRAFT2, "-p", "hi");
     EXPECT_ERROR(1, "nope.gguf", "-m", m, "-md", "nope.gguf", "-p", "hi");
@@ -725,7 +732,8 @@ TEST(help_documents_every_flag) {
                                   "--threads", "--chat", "--system", "--no-think", "--chat-template",
                                   "--no-bos", "--special", "--verbose", "--help", "--model-draft",
                                   "--spec-type", "--spec-draft-n-max", "--spec-draft-n-min", "--spec-draft-p-min",
-                                  "--spec-draft-sampling", "--spec-draft-cut", "--spec-draft-override-kv", "-ctkd", "-ctvd",
+                                  "--spec-draft-sampling", "--spec-draft-cut", "--spec-guard", "--spec-draft-override-kv",
+                                  "-ctkd", "-ctvd",
                                   "--no-repack"};
     const char *missing = NULL;
     for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++)

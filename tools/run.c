@@ -117,6 +117,17 @@ static bool need_value(const char *flag, const char *v) {
     return v != NULL;
 }
 
+/* on|off|auto -> 1, 0, -1 in *out; false (with a message) for anything else. */
+static bool parse_on_off_auto(const char *flag, const char *v, int *out) {
+    if (!need_value(flag, v)) return false;
+    if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
+        fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", flag, v);
+        return false;
+    }
+    *out = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
+    return true;
+}
+
 /* Returns 0 when the run should go on, else the exit status (0 for --help is signalled by -1). */
 static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
     /* -ctk / -ctv and -ctkd / -ctvd: each pair must agree (cli_kv_pair after the loop) */
@@ -237,19 +248,11 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             }
             o->p_draft_min = f, i++;
         } else if (flag_is(a, "--spec-draft-cut", NULL)) {
-            if (!need_value(a, v)) return 2;
-            if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
-                fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", a, v);
-                return 2;
-            }
-            o->draft_cut = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1, i++;
+            if (!parse_on_off_auto(a, v, &o->draft_cut)) return 2;
+            i++;
         } else if (flag_is(a, "--spec-guard", NULL)) {
-            if (!need_value(a, v)) return 2;
-            if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
-                fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", a, v);
-                return 2;
-            }
-            o->guard = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1, i++;
+            if (!parse_on_off_auto(a, v, &o->guard)) return 2;
+            i++;
         } else if (flag_is(a, "--spec-draft-sampling", NULL)) {
             if (!need_value(a, v)) return 2;
             if (strcmp(v, "probabilistic") && strcmp(v, "greedy")) {
