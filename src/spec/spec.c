@@ -773,10 +773,13 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
     /* The guard judges steps of one sequence, as the draft cut does: a step's tokens against
      * its time, which other sequences' rows would blur. */
     const bool guarded = s->p.guard && n_seqs == 1 && (s->dc || s->mtp || s->fn);
-    double f, v0, v1; /* a plain step's price: the cut's one-row verify, when it has one */
-    const double plain_est = s->p.draft_cut && spec_cut_price(&s->cut, &f, &v0, &v1) && v0 + v1 > 0 ? 1.0 / (v0 + v1) : 0;
-    const bool plain = guarded && spec_guard_plain(&s->guard, plain_est);
-    if (plain) s->total.n_guard_plain++;
+    bool plain = false;
+    if (guarded) {
+        double f, v0, v1, est = 0; /* a plain step's rate: 1 / the cut's price of a one-row verify */
+        if (s->p.draft_cut && spec_cut_price(&s->cut, &f, &v0, &v1) && v0 + v1 > 0) est = 1.0 / (v0 + v1);
+        plain = spec_guard_plain(&s->guard, est);
+        if (plain) s->total.n_guard_plain++;
+    }
     const double flush0 = s->total.t_flush;
 
     /* Draft lengths: n_max (0 in a step the guard keeps plain), the emit budget, the context
