@@ -188,6 +188,15 @@ TEST(guard_plan) {
     plain = 0;
     for (int i = 0; i < 20; i++) plain += spec_guard_plain(&g, 0);
     CHECK_EQ_INT(plain, 0);
+    /* a preempted step (100x its kind's mean) counts as SPEC_GUARD_CLIP times the mean */
+    spec_guard h;
+    memset(&h, 0, sizeof h);
+    spec_guard_record(&h, false, 1, 1.0); /* the first of its kind: nothing to clip against */
+    CHECK(fabs(h.r.sec[0] - 1.0) < 1e-12);
+    for (int i = 0; i < 30; i++) spec_guard_record(&h, false, 1, 0.01);
+    const double mean = h.r.sec[0] / h.r.w[0], before = h.r.sec[0];
+    spec_guard_record(&h, false, 1, 100 * mean);
+    CHECK(fabs(h.r.sec[0] - (before * SPEX_REALIZED_DECAY + SPEC_GUARD_CLIP * mean)) < 1e-12);
 }
 
 TEST_MAIN()

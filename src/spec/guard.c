@@ -15,6 +15,15 @@ bool spex_realized_veto(const spex_realized *r, double min_w) {
     return r->tok[1] / r->sec[1] < r->tok[0] / r->sec[0];
 }
 
+void spec_guard_record(spec_guard *g, bool drafted, double n_tok, double sec) {
+    const int k = drafted ? 1 : 0;
+    if (g->r.w[k] >= 1.0) {
+        const double cap = SPEC_GUARD_CLIP * g->r.sec[k] / g->r.w[k];
+        if (sec > cap) sec = cap;
+    }
+    spex_realized_add(&g->r, drafted, n_tok, sec);
+}
+
 bool spec_guard_plain(spec_guard *g, double plain_est) {
     const uint64_t k = g->n_steps++;
     const spex_realized *r = &g->r;

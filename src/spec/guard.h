@@ -41,6 +41,7 @@ bool spex_realized_veto(const spex_realized *r, double min_w);
 #define SPEC_GUARD_EXPLORE 3  /* a plain step in this many while plain steps weigh < W        */
 #define SPEC_GUARD_EVERY 64   /* under a veto, one drafting step in this many                 */
 #define SPEC_GUARD_MARGIN 1.25 /* no learning while drafting measures this far above the estimate */
+#define SPEC_GUARD_CLIP 3.0   /* a step counts at most this many times its kind's mean seconds */
 
 typedef struct spec_guard {
     spex_realized r;
@@ -50,5 +51,10 @@ typedef struct spec_guard {
 /* Whether the next step of the sequence should be plain (no draft); counts the step.
  * plain_est: an estimate of a plain step's tokens per second, 0 if none. */
 bool spec_guard_plain(spec_guard *g, double plain_est);
+/* Records a step of the sequence: spex_realized_add with its seconds clipped at
+ * SPEC_GUARD_CLIP times the mean of its kind so far. A step of a small model takes well under
+ * a millisecond, and one preemption of the thread (milliseconds on a busy machine) would
+ * otherwise weigh as dozens of steps and could veto drafting that pays for 64 steps. */
+void spec_guard_record(spec_guard *g, bool drafted, double n_tok, double sec);
 
 #endif

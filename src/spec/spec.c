@@ -938,7 +938,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
      * A backlog's injection (the prompt's features before the first draft, those of plain
      * steps before a re-check) is left out: a one-off that the decayed sums would charge to
      * the next few drafting steps (an 800-token prompt to the first four), not a step's rate. */
-    if (guarded) spex_realized_add(&s->guard.r, s->nd[0] > 0, out[0].n, (t4 - t0) - (s->total.t_flush - flush0));
+    if (guarded) spec_guard_record(&s->guard, s->nd[0] > 0, out[0].n, (t4 - t0) - (s->total.t_flush - flush0));
     for (int32_t i = 0; i < n_seqs; i++) {
         /* A step's time is shared by its sequences; each is charged the whole step. */
         spex_spec_stats *qs = &s->seq[seqs[i]].st;
