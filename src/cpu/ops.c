@@ -240,13 +240,6 @@ static bool tile_all_visible(const spex_attn_args *a, int t0, int nt, int64_t qm
     return true;
 }
 
-/* Requests bytes [0, n) of row for L1 (SPEX_ATTN_AHEAD, ops.h). always_inline: GCC 12
- * dropped the calls of a plain static function whose only effect is a prefetch. */
-static inline __attribute__((always_inline)) void attn_ahead(const char *row, size_t n) {
-    for (size_t o = 0; o < n; o += 64) __builtin_prefetch(row + o, 0, 3);
-    __builtin_prefetch(row + n - 1, 0, 3);
-}
-
 static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk, int q0, int nq,
                       const attn_scratch *sc) {
     const int d = a->head_dim, G = a->n_head / a->n_head_kv, T = SPEX_ATTN_TILE, R = nq * G;
@@ -299,7 +292,7 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
         const char *krow = (const char *)a->k + (size_t)t0 * a->k_stride + koff;
         if (q8) {
             for (int t = 0; t < nt; t++) {
-                attn_ahead(krow + (size_t)(t + SPEX_ATTN_AHEAD) * a->k_stride, hb);
+                spex_attn_ahead(krow + (size_t)(t + SPEX_ATTN_AHEAD) * a->k_stride, hb);
                 k->cvt_q8_0_f32(krow + (size_t)t * a->k_stride, sc->kv + (size_t)t * d, d);
             }
             k->attn_scores(R, sc->qs, d, nt, sc->kv, d, d, sc->s, T, 0);
@@ -337,7 +330,7 @@ static void attn_unit(const spex_ops_kernels *k, const spex_attn_args *a, int hk
         const char *vrow = (const char *)a->v + (size_t)t0 * a->v_stride + voff;
         if (q8) {
             for (int t = 0; t < nt; t++) {
-                attn_ahead(vrow + (size_t)(t + SPEX_ATTN_AHEAD) * a->v_stride, hb);
+                spex_attn_ahead(vrow + (size_t)(t + SPEX_ATTN_AHEAD) * a->v_stride, hb);
                 k->cvt_q8_0_f32(vrow + (size_t)t * a->v_stride, sc->kv + (size_t)t * d, d);
             }
             k->attn_accum(R, sc->acc, d, sc->s, T, nt, sc->kv, d, d, 0);

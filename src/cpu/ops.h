@@ -178,6 +178,14 @@ void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, in
  * changed nothing (docs/performance.md, session 26). */
 #define SPEX_ATTN_AHEAD SPEX_ATTN_TILE
 
+/* Requests the 64-byte lines of bytes [0, n) of row for L1: that read-ahead, one helper for
+ * ops.c's Q8_0 conversion and the x86 kernels. always_inline: as a plain static inline
+ * function GCC 12 dropped every call (one whose only effect is a prefetch passes for const). */
+static inline __attribute__((always_inline)) void spex_attn_ahead(const void *row, size_t n) {
+    const uintptr_t p = (uintptr_t)row;
+    for (uintptr_t a = p & ~(uintptr_t)63; a < p + n; a += 64) __builtin_prefetch((const void *)a, 0, 3);
+}
+
 typedef struct spex_attn_args {
     int n_q, n_head, n_head_kv, head_dim;
     const float *q;            /* [n_q][n_head][head_dim], rows q_stride floats apart     */

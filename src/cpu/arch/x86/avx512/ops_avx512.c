@@ -342,15 +342,6 @@ static inline __m512 ld16m(const void *row, int i, __mmask16 mk, const int f16) 
     return _mm512_maskz_loadu_ps(mk, (const float *)row + i);
 }
 
-/* Requests bytes [0, n) of row (n > 0; lines of 64 bytes) for L1: the read-ahead of
- * ahead rows (ops.h, SPEX_ATTN_AHEAD). always_inline: as a plain static inline function GCC 12
- * dropped every call (one whose only effect is a prefetch passes for const). */
-static inline __attribute__((always_inline)) void att_ahead(const void *row, size_t n) {
-    const char *p = (const char *)row;
-    for (size_t o = 0; o < n; o += 64) _mm_prefetch(p + o, _MM_HINT_T0);
-    if (((uintptr_t)p & 63) + n > ((n + 63) & ~(size_t)63)) _mm_prefetch(p + n - 1, _MM_HINT_T0);
-}
-
 /* Every score goes through the same sequence (fma over 16-lane chunks of d, masked last
  * chunk, reduce4_512) whether computed in a block or alone. Blocks are RB query rows × 4
  * keys: each key chunk is loaded (and, F16, converted) once for the RB rows, 16
@@ -402,7 +393,7 @@ static inline __attribute__((always_inline)) void attn_scores_impl(int n_q, cons
             const int nk4 = n_k - t >= 4 ? 4 : 1;
             const void *kt = (const char *)k + (size_t)t * kst;
             if (ahead && r0 == 0) /* the first row block reads the keys from memory; the others from L1 */
-                for (int j = 0; j < nk4; j++) att_ahead((const char *)kt + (size_t)(j + ahead) * kst, rowb);
+                for (int j = 0; j < nk4; j++) spex_attn_ahead((const char *)kt + (size_t)(j + ahead) * kst, rowb);
 #define ATT_S(RB_, NK_) attn_scores_blk(qr, ldq, kt, kst, NK_, d, sr + t, lds, RB_, f16)
             if (nk4 == 4) {
                 switch (rb) {
@@ -451,7 +442,7 @@ static inline __attribute__((always_inline)) void attn_accum_blk(float *acc, int
             c[r][j] = nc == 4 ? _mm512_loadu_ps(acc + r * ldacc + i + 16 * j) : _mm512_maskz_loadu_ps(mk, acc + r * ldacc + i);
     for (int t = 0; t < n_k; t++) {
         const void *vt = (const char *)v + (size_t)t * vst;
-        if (ahead) att_ahead((const char *)vt + (size_t)ahead * vst + (size_t)i * es, cb);
+        if (ahead) spex_attn_ahead((const char *)vt + (size_t)ahead * vst + (size_t)i * es, cb);
         __m512 vv[4];
         for (int j = 0; j < nc; j++) vv[j] = nc == 4 ? ld16(vt, i + 16 * j, f16) : ld16m(vt, i, mk, f16);
         for (int r = 0; r < rb; r++) {
