@@ -10,7 +10,7 @@
  * lines) the MTP row and DFlash2 rows for --draft-quant Q8_0,Q4_K_M appear, greedy identical,
  * and the temporary quantized files are gone afterwards; bad flags exit 2 and a missing
  * prompt file exits 1, each with an "error: " line; `bench attn` and `bench model` tables and
- * bad flags likewise. What it is not: a check of the speed
+ * bad flags likewise, and `bench kernels`' --n. What it is not: a check of the speed
  * numbers (they depend on the machine), nor of spex_spec itself (test_spec, test_spec_qwen35).
  */
 #include "spex.h"
@@ -476,6 +476,30 @@ TEST(bench_model_table_and_probes) {
     CHECK_MSG(test_spex_exec(missing, &r), "could not run %s", test_spex_bin());
     CHECK_MSG(r.rc == 1 && strstr(r.err, "error: ") && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
     bs_free(&r);
+}
+
+/* `spex bench kernels` (tools/bench.c): --n sets the matrix's columns, which the header states;
+ * an --n that is not a whole number of super-blocks, or too wide for 16 rows of the matrix,
+ * exits 2 with an "error: " line. */
+TEST(bench_kernels_width_and_bad_flags) {
+    REQUIRE_BIN();
+    bs_result r;
+    const char *const a[] = {"bench", "kernels", "--cached", "--n", "512", "--types", "q4_K,f32", "-t", "1",
+                             "--reps", "1", "--passes", "1", NULL};
+    CHECK_MSG(test_spex_exec(a, &r), "could not run %s", test_spex_bin());
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK_MSG(strstr(r.out, "(n = 512), cache-resident"), "no width in:\n%s", r.out);
+    CHECK_MSG(strstr(r.out, "\nq4_K      1 | ") && strstr(r.out, "\nf32       1 | "), "rows missing in:\n%s", r.out);
+    bs_free(&r);
+    const char *const bad[][6] = {{"--n", "100"}, {"--n", "300"}, {"--n", "65536", "--cached", "--types", "f32"}};
+    const char *const why[] = {"expects an integer in [256, 65536]", "multiple of 256", "16 rows of f32"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *const b[] = {"bench", "kernels", bad[i][0], bad[i][1], bad[i][2], bad[i][3], bad[i][4], NULL};
+        CHECK_MSG(test_spex_exec(b, &r), "could not run %s", test_spex_bin());
+        CHECK_MSG(r.rc == 2 && strstr(r.err, "error: ") && strstr(r.err, why[i]) && sanitizer_clean(r.err),
+                  "case %zu: rc %d, stderr: %s", i, r.rc, r.err);
+        bs_free(&r);
+    }
 }
 
 TEST_MAIN()

@@ -3,7 +3,7 @@
  * read, next to a streaming-read bandwidth probe measured in the same run.
  *
  * What it is: a tool, not a test (it asserts nothing). For each weight type it builds a
- * weight matrix of n = 4096 columns and --size MiB (default: 4 × the last-level cache, at
+ * weight matrix of n = 4096 columns (--n) and --size MiB (default: 4 × the last-level cache, at
  * least 128 MiB, so every pass streams from DRAM), and times spex_matmul with 1 activation
  * row (decode: matrix-vector) and 8 rows (speculative verify) on pools of 1 and N threads.
  * The probe reads the same buffer with the kernels' load width (spex_matmul_stream_probe_n,
@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define BENCH_N 4096
+#define BENCH_N 4096 /* columns unless --n says otherwise */
 #define MAX_TYPES 24
 
 /* Size of the largest (last-level) CPU cache from sysfs, 0 if unknown. */
@@ -113,19 +113,19 @@ typedef struct {
 
 /* Fills buf with rows of type t: 16 distinct rows quantized by the reference, repeated (the
  * bytes do not matter for speed as long as the scales are ordinary numbers). */
-static bool fill_weights(spex_type t, uint8_t *buf, int64_t n_out, size_t wrow) {
+static bool fill_weights(spex_type t, uint8_t *buf, int64_t n_out, int64_t n, size_t wrow) {
     const int distinct = 16;
-    float *row = malloc(BENCH_N * sizeof(float));
+    float *row = malloc(n * sizeof(float));
     uint8_t *q = malloc(wrow * (size_t)distinct);
     bool ok = row && q;
     uint32_t s = 12345;
     for (int r = 0; r < distinct && ok; r++) {
-        for (int k = 0; k < BENCH_N; k++) {
+        for (int k = 0; k < n; k++) {
             s = s * 1664525u + 1013904223u;
             row[k] = (float)((int)(s >> 9) - (1 << 22)) / (float)(1 << 22);
         }
         if (t == SPEX_TYPE_F32) memcpy(q + wrow * (size_t)r, row, wrow);
-        else ok = spex_quantize_row_ref(t, row, q + wrow * (size_t)r, BENCH_N) == SPEX_OK;
+        else ok = spex_quantize_row_ref(t, row, q + wrow * (size_t)r, n) == SPEX_OK;
     }
     for (int64_t i = 0; i < n_out && ok; i++) memcpy(buf + (size_t)i * wrow, q + wrow * (size_t)(i % distinct), wrow);
     free(row);
@@ -166,7 +166,7 @@ static double time_probe(spex_pool *pool, const uint8_t *buf, size_t bytes, int 
 }
 
 static int bench_kernels(int argc, char **argv) {
-    long max_threads = 2, size_mb = 0, reps = 5, passes = 3;
+    long max_threads = 2, size_mb = 0, reps = 5, passes = 3, n_cols = BENCH_N;
     bool cached = false;
     const char *types_arg = NULL;
     for (int i = 1; i < argc; i++) {
@@ -179,6 +179,12 @@ static int bench_kernels(int argc, char **argv) {
             if (!cli_parse_int(a, i + 1 < argc ? argv[++i] : NULL, 1, 1000, &reps)) return 2;
         } else if (!strcmp(a, "--passes")) {
             if (!cli_parse_int(a, i + 1 < argc ? argv[++i] : NULL, 1, 100, &passes)) return 2;
+        } else if (!strcmp(a, "--n")) {
+            if (!cli_parse_int(a, i + 1 < argc ? argv[++i] : NULL, 256, 65536, &n_cols)) return 2;
+            if (n_cols % 256) {
+                fprintf(stderr, "error: --n must be a multiple of 256 (one K-quant super-block), got %ld\n", n_cols);
+                return 2;
+            }
         } else if (!strcmp(a, "--cached")) {
             cached = true;
         } else if (!strcmp(a, "--types")) {
@@ -189,7 +195,7 @@ static int bench_kernels(int argc, char **argv) {
             types_arg = argv[++i];
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             printf("usage: spex bench kernels [-t N] [--types q8_0,q4_K,...] [--size MiB] [--reps R] [--passes P]\n"
-                   "                          [--cached]\n"
+                   "                          [--n COLS] [--cached]\n"
                    "  matmul GB/s of weights read (1 and 8 activation rows, 1 and N threads) on a\n"
                    "  matrix larger than the last-level cache, next to a streaming-read probe.\n"
                    "  -t N       threads of the second column set (default 2)\n"
@@ -198,6 +204,8 @@ static int bench_kernels(int argc, char **argv) {
                    "  --reps     timed runs per measurement (default 5)\n"
                    "  --passes   sweeps over all types; each number is the best of passes x reps\n"
                    "             runs, spread over the whole run (default 3)\n"
+                   "  --n        columns of the matrix, a multiple of 256 (default 4096; the\n"
+                   "             Qwen3-0.6B shape's matrices have 1024, its down projection 3072)\n"
                    "  --cached   a 512 KiB matrix instead (stays in L2): the kernels' compute\n"
                    "             ceiling, where the default measures them against DRAM; with\n"
                    "             AVX-512 VNNI also the int8 multiply-add ceiling of the threads and\n"
@@ -209,6 +217,7 @@ static int bench_kernels(int argc, char **argv) {
         }
     }
 
+    const int64_t N = n_cols;
     const spex_matmul_kernels *k = spex_matmul_kernels_get();
     static const spex_type all[] = {SPEX_TYPE_F32,  SPEX_TYPE_F16,  SPEX_TYPE_BF16, SPEX_TYPE_Q8_0,
                                     SPEX_TYPE_Q4_0, SPEX_TYPE_Q4_1, SPEX_TYPE_Q5_0, SPEX_TYPE_Q5_1,
@@ -246,17 +255,23 @@ static int bench_kernels(int argc, char **argv) {
     if (!size_mb && bytes < ((size_t)128 << 20)) bytes = (size_t)128 << 20;
     if (cached) bytes = (size_t)512 << 10;
     const int inner = cached ? 64 : 1; /* cached runs are short: repeat them */
+    for (int it = 0; it < n_types; it++)
+        if (bytes / spex_type_row_size(types[it], N) < 16) { /* one block of 16 rows at least */
+            fprintf(stderr, "error: --n %lld: 16 rows of %s take more than the %zu KiB matrix (lower --n or raise --size)\n",
+                    (long long)N, spex_type_get_info((int)types[it])->name, bytes >> 10);
+            return 2;
+        }
     uint8_t *buf = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     uint8_t *buf16 = NULL; /* the R16 copy, for the /r16 rows */
     for (int it = 0; it < n_types; it++)
         if (is_r16[it] && !buf16) buf16 = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
     const int64_t max_rows = 8;
-    float *X = malloc((size_t)max_rows * BENCH_N * sizeof(float));
+    float *X = malloc((size_t)max_rows * N * sizeof(float));
     size_t ws_bytes = 1, max_out = 1;
     for (int it = 0; it < n_types; it++) {
-        size_t s = spex_matmul_ws_size(types[it], BENCH_N, max_rows);
+        size_t s = spex_matmul_ws_size(types[it], N, max_rows);
         if (s > ws_bytes) ws_bytes = s;
-        if (bytes / spex_type_row_size(types[it], BENCH_N) > max_out) max_out = bytes / spex_type_row_size(types[it], BENCH_N);
+        if (bytes / spex_type_row_size(types[it], N) > max_out) max_out = bytes / spex_type_row_size(types[it], N);
     }
     float *Y = malloc((size_t)max_rows * max_out * sizeof(float));
     void *ws = malloc(ws_bytes);
@@ -266,7 +281,7 @@ static int bench_kernels(int argc, char **argv) {
         fprintf(stderr, "error: cannot allocate %zu MiB for the weight matrix\n", bytes >> 20);
         return 1;
     }
-    for (int64_t i = 0; i < max_rows * BENCH_N; i++) X[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+    for (int64_t i = 0; i < max_rows * N; i++) X[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
 
     int thr[2] = {1, (int)max_threads};
     const int n_thr = max_threads > 1 ? 2 : 1;
@@ -282,11 +297,11 @@ static int bench_kernels(int argc, char **argv) {
     const spex_cpu_features *f = spex_cpu_get_features();
     const spex_isa isa = spex_cpu_isa();
     /* the AMX tiles serve only calls of 9+ (Q6_K: 12+) rows, so neither column here runs them */
-    printf("spex bench kernels: isa %s%s%s, LLC %zu MiB, %zu KiB of weights per type (n = %d)%s, best of %ld x %ld runs\n",
+    printf("spex bench kernels: isa %s%s%s, LLC %zu MiB, %zu KiB of weights per type (n = %lld)%s, best of %ld x %ld runs\n",
            spex_isa_name(isa),
            isa == SPEX_ISA_AVX512 && f->avx512vnni ? " (vnni)" : isa == SPEX_ISA_AVX2 && f->avxvnni ? " (avx-vnni)" : "",
            cli_amx_on() ? " (amx-int8 tiles for 9+ rows)" : "", llc >> 20, bytes >> 10,
-           BENCH_N, cached ? ", cache-resident" : "", passes, reps);
+           (long long)N, cached ? ", cache-resident" : "", passes, reps);
     printf("GB/s = weight bytes / time; probe = streaming read of the same buffer, same threads, just before\n");
     printf("(best of 1, 2, 4 streams per thread); 8-row/1-row = time of 8 rows / time of 1 row\n\n");
     printf("%-6s %4s | %10s | %10s %7s | %10s %7s | %11s\n", "type", "thr", "probe GB/s", "1-row GB/s", "%probe",
@@ -307,21 +322,21 @@ static int bench_kernels(int argc, char **argv) {
                 state[it] = 2;
                 continue;
             }
-            const size_t wrow = spex_type_row_size(t, BENCH_N);
+            const size_t wrow = spex_type_row_size(t, N);
             const int64_t n_out = (int64_t)(bytes / wrow) / 16 * 16;
-            if (!fill_weights(t, buf, n_out, wrow)) {
+            if (!fill_weights(t, buf, n_out, N, wrow)) {
                 state[it] = 3;
                 continue;
             }
-            if (is_r16[it]) spex_r16_pack(t, buf, buf16, n_out, BENCH_N);
+            if (is_r16[it]) spex_r16_pack(t, buf, buf16, n_out, N);
             state[it] = 1;
             const double wbytes = (double)n_out * (double)wrow;
             for (int p = 0; p < n_thr; p++) {
                 result *r = &res[it][p];
                 double v = wbytes / time_probe(pools[p], buf, (size_t)wbytes, (int)reps, inner) / 1e9;
                 if (v > r->probe) r->probe = v;
-                spex_matmul_args a = {.wtype = t, .W = is_r16[it] ? buf16 : buf, .n_out = n_out, .n = BENCH_N,
-                                      .X = X, .ldx = BENCH_N, .n_rows = 1, .Y = Y, .ldy = n_out, .ws = ws,
+                spex_matmul_args a = {.wtype = t, .W = is_r16[it] ? buf16 : buf, .n_out = n_out, .n = N,
+                                      .X = X, .ldx = N, .n_rows = 1, .Y = Y, .ldy = n_out, .ws = ws,
                                       .w_r16 = is_r16[it]};
                 v = wbytes / time_matmul(pools[p], &a, (int)reps, inner) / 1e9;
                 if (v > r->mv) r->mv = v;
@@ -365,7 +380,7 @@ static int bench_kernels(int argc, char **argv) {
             if (state[it] != 1 || spex_matmul_act_type(types[it]) == SPEX_TYPE_F32) continue;
             printf("  %-8s", names[it]);
             for (int p = 0; p < n_thr; p++) {
-                const double g = res[it][p].mm8 * 8.0 * BENCH_N / (double)spex_type_row_size(types[it], BENCH_N);
+                const double g = res[it][p].mm8 * 8.0 * N / (double)spex_type_row_size(types[it], N);
                 printf("  %d thr %7.1f (%4.1f%%, %4.1f%%)", thr[p], g, 100 * g / peak[p][0], 100 * g / peak[p][1]);
             }
             printf("\n");
@@ -410,7 +425,7 @@ int cmd_bench(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "model")) return bench_model(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "spec")) return bench_spec(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "attn")) return bench_attn(argc - 1, argv + 1);
-    fprintf(stderr, "usage: spex bench kernels [-t N] [--types list] [--size MiB] [--reps R] [--passes P] [--cached]\n"
+    fprintf(stderr, "usage: spex bench kernels [-t N] [--types list] [--size MiB] [--reps R] [--passes P] [--n COLS] [--cached]\n"
                     "       spex bench model -m FILE [-t N] [--pp 64,512] [--tg 32] [--reps R]\n"
                     "       spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--prompts FILE] [-n N] [-t N] ...\n"
                     "       spex bench attn [--nq 1,2,4,8,16] [--nkv 128,512,2048] [--heads 16/8] [--hd 128] ...\n");
