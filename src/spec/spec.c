@@ -772,7 +772,8 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
 
     /* The guard judges steps of one sequence, as the draft cut does: a step's tokens against
      * its time, which other sequences' rows would blur. */
-    const bool guarded = s->p.guard && n_seqs == 1 && (s->dc || s->mtp || s->fn);
+    const bool can_draft = s->dc || s->mtp || s->fn;
+    const bool guarded = s->p.guard && n_seqs == 1 && can_draft;
     bool plain = false;
     if (guarded) {
         double f, v0, v1, est = 0; /* a plain step's rate: 1 / the cut's price of a one-row verify */
@@ -788,7 +789,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
     for (int32_t i = 0; i < n_seqs; i++) {
         int32_t sq = seqs[i];
         int32_t P = spex_kv_seq_len(s->t, sq);
-        int32_t n = (s->dc || s->mtp || s->fn) && !plain ? s->p.n_max : 0;
+        int32_t n = can_draft && !plain ? s->p.n_max : 0;
         if (max_emit && max_emit[i] - 1 < n) n = max_emit[i] - 1;
         if (s->n_ctx - P - 1 < n) n = s->n_ctx - P - 1;
         if (s->dc && s->dc_ctx - P - 1 < n) n = s->dc_ctx - P - 1;
