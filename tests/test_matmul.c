@@ -341,6 +341,50 @@ TEST(act_quant_simd_bytes_equal_scalar) {
     free(a); free(b); free(x);
 }
 
+/* Q8_K takes its scale from the block's first element of largest magnitude, with its sign;
+ * the SIMD quantizers find it from the block's max and min and search only when both +amax
+ * and -amax occur. One block per case, every variant against the scalar bytes. */
+TEST(act_quant_q8_K_largest_element_cases) {
+    table_variant v[5];
+    const int nv = get_variants(v);
+    enum { NB = 10 };
+    const int64_t n = NB * 256;
+    float *x = malloc(n * sizeof(float));
+    fill_random(x, n);
+    float *b;
+    const float inf = INFINITY, nan = NAN;
+    b = x + 0 * 256; b[40] = 1000.0f; b[200] = -1000.0f;            /* both signs, + first */
+    b = x + 1 * 256; b[40] = -1000.0f; b[200] = 1000.0f;            /* both signs, - first */
+    b = x + 2 * 256; b[7] = -1000.0f; b[255] = -1000.0f;            /* only -amax, twice */
+    b = x + 3 * 256; b[255] = 1000.0f;                           /* +amax last */
+    b = x + 4 * 256; b[0] = -1000.0f;                            /* -amax first */
+    b = x + 5 * 256; b[3] = nan; b[100] = -1000.0f; b[101] = nan; /* NaNs skipped */
+    b = x + 6 * 256; for (int k = 0; k < 256; k++) b[k] = nan; /* all NaN: a zero block */
+    b = x + 7 * 256; b[9] = -inf; b[17] = inf;                /* both infinities, - first */
+    b = x + 8 * 256; b[33] = inf;                             /* +inf alone */
+    b = x + 9 * 256; for (int k = 0; k < 256; k++) b[k] = k % 2 ? -0.0f : 0.0f; /* signed zeros */
+    const size_t rs = spex_type_row_size(SPEX_TYPE_Q8_K, n);
+    uint8_t *ref = malloc(rs), *got = malloc(rs);
+    CHECK(!strcmp(v[0].name, "scalar") && v[0].k.act_quant[SPEX_TYPE_Q8_K]);
+    v[0].k.act_quant[SPEX_TYPE_Q8_K](x, ref, n);
+    const block_q8_K *q = (const block_q8_K *)ref;
+    /* the reference's own choices: the sign of the first largest element sets d's sign */
+    CHECK(q[0].d < 0 && q[0].qs[40] == -127 && q[0].qs[200] == 127);
+    CHECK(q[1].d > 0 && q[1].qs[40] == -127 && q[1].qs[200] == 127);
+    CHECK(q[2].d > 0 && q[2].qs[7] == -127);
+    CHECK(q[3].d < 0 && q[3].qs[255] == -127);
+    CHECK(q[6].d == 0 && q[6].bsums[0] == 0);
+    CHECK(q[9].d == 0);
+    for (int iv = 1; iv < nv; iv++) {
+        memset(got, 0xab, rs);
+        v[iv].k.act_quant[SPEX_TYPE_Q8_K](x, got, n);
+        for (int k = 0; k < NB; k++)
+            CHECK_MSG(memcmp(ref + k * sizeof(block_q8_K), got + k * sizeof(block_q8_K), sizeof(block_q8_K)) == 0,
+                      "%s: Q8_K block %d differs from scalar", v[iv].name, k);
+    }
+    free(ref); free(got); free(x);
+}
+
 /* ---- the driver --------------------------------------------------------------- */
 
 typedef struct {

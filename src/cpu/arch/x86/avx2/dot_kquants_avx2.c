@@ -30,6 +30,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "cpu/arch/x86/kq_act.h"
 #include "cpu/arch/x86/kq_prefetch.h"
 #include "cpu/kquants_internal.h"
 #include "tensor/blocks.h"
@@ -317,70 +318,53 @@ KQ_TILE_FN(spex_dot_q6_K_avx2, block_q6_K, kq_prep_q6, kq_chunk_q6_K)
 /* Q8_K activation quantizer                                                 */
 /* ======================================================================== */
 
-/* bs[s] = sum of the 16 codes q[16s..16s+15]. */
-KQ_INLINE void kq_bsums(const int8_t *q, int16_t *bs) {
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    __m256i v[8];
-    for (int t = 0; t < 8; t++) /* 128-bit lane L of v[t]: 4 partial sums of group 2t+L */
-        v[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_loadu_si256((const __m256i *)(q + 32 * t))), ones16);
-    const __m256i h0 = _mm256_hadd_epi32(v[0], v[1]), h1 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i h2 = _mm256_hadd_epi32(v[4], v[5]), h3 = _mm256_hadd_epi32(v[6], v[7]);
-    /* lane L: s0 = groups L, 2+L, 4+L, 6+L; s1 = groups 8+L, ..., 14+L */
-    const __m256i s0 = _mm256_hadd_epi32(h0, h1), s1 = _mm256_hadd_epi32(h2, h3);
-    const __m256i p = _mm256_packs_epi32(s0, s1); /* |sum| <= 2048: no saturation */
-    const __m128i ev = _mm256_castsi256_si128(p), od = _mm256_extracti128_si256(p, 1);
-    _mm_storeu_si128((__m128i *)bs, _mm_unpacklo_epi16(ev, od));
-    _mm_storeu_si128((__m128i *)(bs + 8), _mm_unpackhi_epi16(ev, od));
-}
-
 /* Same steps as spex_quantize_row_q8_K_ref, including ggml's nearest_int (add 1.5*2^23,
  * keep the mantissa) rather than a conversion instruction, so that even NaN, Inf and
- * denormal-scale inputs give the reference's bytes. */
+ * denormal-scale inputs give the reference's bytes. One pass takes the block's largest and
+ * smallest values (two chains each) for kq_amax_elem; vmaxps / vminps return their second
+ * operand when the first is NaN, so NaNs are skipped like the reference's "ax > amax". The
+ * two saturating packs clamp to [-128, 127] as the reference does. */
 void spex_act_quant_q8_K_avx2(const float *x, void *dst, int64_t n) {
     block_q8_K *y = (block_q8_K *)dst;
     const int64_t nb = n / QK_K;
-    const __m256 absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     const __m256 magic = _mm256_set1_ps(12582912.0f);
     const __m256i mant = _mm256_set1_epi32(0x007fffff), bias = _mm256_set1_epi32(0x00400000);
-    const __m256i lo = _mm256_set1_epi32(-128), hi = _mm256_set1_epi32(127);
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
-        /* vmaxps returns its second operand when the first is NaN: NaNs are skipped like
-         * the reference's "ax > amax" */
-        __m256 m = _mm256_setzero_ps();
-        for (int t = 0; t < QK_K / 8; t++) m = _mm256_max_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * t), absm), m);
-        __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        __m256 hi0 = _mm256_setzero_ps(), hi1 = hi0, lo0 = hi0, lo1 = hi0;
+        for (int t = 0; t < QK_K / 8; t += 2) {
+            const __m256 v0 = _mm256_loadu_ps(x + 8 * t), v1 = _mm256_loadu_ps(x + 8 * t + 8);
+            hi0 = _mm256_max_ps(v0, hi0);
+            lo0 = _mm256_min_ps(v0, lo0);
+            hi1 = _mm256_max_ps(v1, hi1);
+            lo1 = _mm256_min_ps(v1, lo1);
+        }
+        const __m256 hv = _mm256_max_ps(hi0, hi1), lv = _mm256_min_ps(lo0, lo1);
+        __m128 h = _mm_max_ps(_mm256_castps256_ps128(hv), _mm256_extractf128_ps(hv, 1));
+        __m128 l = _mm_min_ps(_mm256_castps256_ps128(lv), _mm256_extractf128_ps(lv, 1));
         h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+        l = _mm_min_ps(l, _mm_movehl_ps(l, l));
         h = _mm_max_ss(h, _mm_movehdup_ps(h));
-        const float amax = _mm_cvtss_f32(h);
-        if (amax == 0.0f) {
+        l = _mm_min_ss(l, _mm_movehdup_ps(l));
+        const float xm = kq_amax_elem(x, _mm_cvtss_f32(h), -_mm_cvtss_f32(l));
+        if (xm == 0.0f) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
         }
-        /* the reference keeps the first element of largest magnitude, with its sign */
-        int idx = 0;
-        const __m256 av = _mm256_set1_ps(amax);
-        for (int t = 0; t < QK_K / 8; t++) {
-            const int k = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_and_ps(_mm256_loadu_ps(x + 8 * t), absm), av, _CMP_EQ_OQ));
-            if (k) {
-                idx = 8 * t + __builtin_ctz((unsigned)k);
-                break;
-            }
-        }
-        const float iscale = -127.0f / x[idx];
+        const float iscale = -127.0f / xm;
         const __m256 is = _mm256_set1_ps(iscale);
+        __m256i c[8];
         for (int t = 0; t < QK_K / 32; t++) {
             __m256i v[4];
             for (int u = 0; u < 4; u++) {
                 const __m256 f = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + 32 * t + 8 * u), is), magic);
-                const __m256i c = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(f), mant), bias);
-                v[u] = _mm256_min_epi32(_mm256_max_epi32(c, lo), hi);
+                v[u] = _mm256_sub_epi32(_mm256_and_si256(_mm256_castps_si256(f), mant), bias);
             }
-            /* already in -128..127, so the saturating packs only narrow */
             const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(v[0], v[1]), _mm256_packs_epi32(v[2], v[3]));
-            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * t), _mm256_permutevar8x32_epi32(p, perm));
+            c[t] = _mm256_permutevar8x32_epi32(p, perm);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * t), c[t]);
         }
-        kq_bsums(y[i].qs, y[i].bsums);
+        kq_bsums(c, y[i].bsums);
         y[i].d = 1.0f / iscale;
     }
 }

@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "cpu/arch/x86/avx512/amx.h"
+#include "cpu/arch/x86/kq_act.h"
 #include "cpu/arch/x86/kq_prefetch.h"
 #include "cpu/arch/x86/kq_r16.h"
 #include "cpu/kquants_internal.h"
@@ -893,60 +894,47 @@ void spex_dot_q6_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, co
 /* Q8_K activation quantizer                                                 */
 /* ======================================================================== */
 
-/* bs[s] = sum of the 16 codes q[16s..16s+15]. */
-KQ_INLINE void kq_bsums(const int8_t *q, int16_t *bs) {
-    const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
-    __m256i v[8];
-    for (int t = 0; t < 8; t++) /* 128-bit lane L of v[t]: 4 partial sums of group 2t+L */
-        v[t] = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, _mm256_loadu_si256((const __m256i *)(q + 32 * t))), ones16);
-    const __m256i h0 = _mm256_hadd_epi32(v[0], v[1]), h1 = _mm256_hadd_epi32(v[2], v[3]);
-    const __m256i h2 = _mm256_hadd_epi32(v[4], v[5]), h3 = _mm256_hadd_epi32(v[6], v[7]);
-    /* lane L: s0 = groups L, 2+L, 4+L, 6+L; s1 = groups 8+L, ..., 14+L */
-    const __m256i s0 = _mm256_hadd_epi32(h0, h1), s1 = _mm256_hadd_epi32(h2, h3);
-    const __m256i p = _mm256_packs_epi32(s0, s1); /* |sum| <= 2048: no saturation */
-    const __m128i ev = _mm256_castsi256_si128(p), od = _mm256_extracti128_si256(p, 1);
-    _mm_storeu_si128((__m128i *)bs, _mm_unpacklo_epi16(ev, od));
-    _mm_storeu_si128((__m128i *)(bs + 8), _mm_unpackhi_epi16(ev, od));
-}
-
 /* Same steps as spex_quantize_row_q8_K_ref, including ggml's nearest_int (add 1.5*2^23,
  * keep the mantissa) rather than a conversion instruction, so that even NaN, Inf and
- * denormal-scale inputs give the reference's bytes. */
+ * denormal-scale inputs give the reference's bytes. One pass takes the block's largest and
+ * smallest values (two chains each, not one max's latency per vector) for kq_amax_elem;
+ * vmaxps / vminps return their second operand when the first is NaN, so NaNs are skipped
+ * like the reference's "ax > amax". vpmovsdb's signed saturation is the reference's clamp to
+ * [-128, 127]. (The previous version, an |x| pass, a search and the bsums read back from
+ * the stored codes, took ~3x as long: docs/performance.md, session 28.) */
 void spex_act_quant_q8_K_avx512(const float *x, void *dst, int64_t n) {
     block_q8_K *y = (block_q8_K *)dst;
     const int64_t nb = n / QK_K;
     const __m512 magic = _mm512_set1_ps(12582912.0f);
     const __m512i mant = _mm512_set1_epi32(0x007fffff), bias = _mm512_set1_epi32(0x00400000);
-    const __m512i lo = _mm512_set1_epi32(-128), hi = _mm512_set1_epi32(127);
     for (int64_t i = 0; i < nb; i++, x += QK_K) {
-        /* vmaxps returns its second operand when the first is NaN: NaNs are skipped like
-         * the reference's "ax > amax" */
-        __m512 m = _mm512_setzero_ps();
-        for (int t = 0; t < QK_K / 16; t++) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * t)), m);
-        const float amax = _mm512_reduce_max_ps(m);
-        if (amax == 0.0f) {
+        __m512 hi0 = _mm512_setzero_ps(), hi1 = hi0, lo0 = hi0, lo1 = hi0;
+        for (int t = 0; t < QK_K / 16; t += 2) {
+            const __m512 v0 = _mm512_loadu_ps(x + 16 * t), v1 = _mm512_loadu_ps(x + 16 * t + 16);
+            hi0 = _mm512_max_ps(v0, hi0);
+            lo0 = _mm512_min_ps(v0, lo0);
+            hi1 = _mm512_max_ps(v1, hi1);
+            lo1 = _mm512_min_ps(v1, lo1);
+        }
+        const float xm = kq_amax_elem(x, _mm512_reduce_max_ps(_mm512_max_ps(hi0, hi1)),
+                                      -_mm512_reduce_min_ps(_mm512_min_ps(lo0, lo1)));
+        if (xm == 0.0f) {
             memset(&y[i], 0, sizeof y[i]);
             continue;
         }
-        /* the reference keeps the first element of largest magnitude, with its sign */
-        int idx = 0;
-        for (int t = 0; t < QK_K / 16; t++) {
-            const __mmask16 k = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(x + 16 * t)),
-                                                   _mm512_set1_ps(amax), _CMP_EQ_OQ);
-            if (k) {
-                idx = 16 * t + __builtin_ctz((unsigned)k);
-                break;
-            }
-        }
-        const float iscale = -127.0f / x[idx];
+        const float iscale = -127.0f / xm;
         const __m512 is = _mm512_set1_ps(iscale);
-        for (int t = 0; t < QK_K / 16; t++) {
-            const __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 16 * t), is), magic);
-            __m512i v = _mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(f), mant), bias);
-            v = _mm512_min_epi32(_mm512_max_epi32(v, lo), hi);
-            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * t), _mm512_cvtepi32_epi8(v));
+        __m256i c[8];
+        for (int t = 0; t < QK_K / 32; t++) {
+            __m128i q[2];
+            for (int u = 0; u < 2; u++) {
+                const __m512 f = _mm512_add_ps(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * t + 16 * u), is), magic);
+                q[u] = _mm512_cvtsepi32_epi8(_mm512_sub_epi32(_mm512_and_si512(_mm512_castps_si512(f), mant), bias));
+            }
+            c[t] = _mm256_inserti128_si256(_mm256_castsi128_si256(q[0]), q[1], 1);
+            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * t), c[t]);
         }
-        kq_bsums(y[i].qs, y[i].bsums);
+        kq_bsums(c, y[i].bsums);
         y[i].d = 1.0f / iscale;
     }
 }
