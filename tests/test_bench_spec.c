@@ -490,6 +490,13 @@ TEST(bench_kernels_width_and_bad_flags) {
     CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
     CHECK_MSG(strstr(r.out, "(n = 512), cache-resident"), "no width in:\n%s", r.out);
     CHECK_MSG(strstr(r.out, "\nq4_K      1 | ") && strstr(r.out, "\nf32       1 | "), "rows missing in:\n%s", r.out);
+    /* with the int8 ceiling (AVX-512 VNNI), the integer rows also give the tiles' rate without
+     * the activation quantization; f32 has none */
+    if (strstr(r.out, "int8 multiply-add ceiling")) {
+        const char *q = strstr(r.out, "\n  q4_K ");
+        CHECK_MSG(q && strstr(q, "| quantize ") && strstr(q, " us (") && strstr(q, "tiles "), "no quantize column in:\n%s", r.out);
+        CHECK_MSG(!strstr(r.out, "\n  f32 "), "f32 in the int8 table:\n%s", r.out);
+    }
     bs_free(&r);
     const char *const bad[][6] = {{"--n", "100"}, {"--n", "300"}, {"--n", "65536", "--cached", "--types", "f32"}};
     const char *const why[] = {"expects an integer in [256, 65536]", "multiple of 256", "16 rows of f32"};

@@ -146,6 +146,24 @@ static double time_matmul(spex_pool *pool, const spex_matmul_args *a, int reps, 
     return best;
 }
 
+/* Best time, on the calling thread, of quantizing `rows` activation rows of n for weight
+ * type t as one spex_matmul call does (its act_quant entry, into dst), over reps runs of
+ * `inner` repeats: the part of an 8-row call that is not the tile kernels. */
+static double time_act_quant(const spex_matmul_kernels *k, spex_type t, const float *X, int64_t n, int rows,
+                             uint8_t *dst, int reps, int inner) {
+    const spex_type act = spex_matmul_act_type(t);
+    const size_t rs = spex_type_row_size(act, n);
+    double best = 1e30;
+    for (int r = 0; r <= reps; r++) {
+        const double t0 = genset_now_s();
+        for (int i = 0; i < inner; i++)
+            for (int j = 0; j < rows; j++) k->act_quant[act](X + (size_t)j * n, dst + (size_t)j * rs, n);
+        const double dt = (genset_now_s() - t0) / inner;
+        if (r > 0 && dt < best) best = dt;
+    }
+    return best;
+}
+
 /* The probe: the best over 1, 2 and 4 lockstep streams per thread (how many the memory
  * system rewards varies by machine: on the development machine one thread reads 16 GB/s
  * from one stream and 22 GB/s from four), so "% probe" compares against the best plain
@@ -209,7 +227,8 @@ static int bench_kernels(int argc, char **argv) {
                    "  --cached   a 512 KiB matrix instead (stays in L2): the kernels' compute\n"
                    "             ceiling, where the default measures them against DRAM; with\n"
                    "             AVX-512 VNNI also the int8 multiply-add ceiling of the threads and\n"
-                   "             the integer types' 8-row rate as a share of it\n");
+                   "             the integer types' 8-row rate as a share of it, with and\n"
+                   "             (1 thread) without the call's activation quantization\n");
             return 0;
         } else {
             fprintf(stderr, "error: unknown flag '%s' (see spex bench kernels --help)\n", a);
@@ -375,16 +394,28 @@ static int bench_kernels(int argc, char **argv) {
         for (int p = 0; p < n_thr; p++)
             printf("%s%d thread(s) %.1f from registers, %.1f with a broadcast operand", p ? "; " : "", thr[p], peak[p][0],
                    peak[p][1]);
-        printf("\n8-row G multiply-adds/s (%% of the register ceiling, of the broadcast one):\n");
-        for (int it = 0; it < n_types; it++) {
+        printf("\n8-row G multiply-adds/s (%% of the register ceiling, of the broadcast one); each call also\n"
+               "quantizes its 8 activation rows, so the last column is the 1-thread rate without that time\n"
+               "(measured alone, on one thread; it grows with n while the matrix stays 512 KiB):\n");
+        uint8_t *aq = malloc((size_t)8 * spex_type_row_size(SPEX_TYPE_Q8_K, N) + (size_t)8 * spex_type_row_size(SPEX_TYPE_Q8_1, N));
+        for (int it = 0; it < n_types && aq; it++) {
             if (state[it] != 1 || spex_matmul_act_type(types[it]) == SPEX_TYPE_F32) continue;
             printf("  %-8s", names[it]);
+            const double wrow = (double)spex_type_row_size(types[it], N);
             for (int p = 0; p < n_thr; p++) {
-                const double g = res[it][p].mm8 * 8.0 * N / (double)spex_type_row_size(types[it], N);
+                const double g = res[it][p].mm8 * 8.0 * N / wrow;
                 printf("  %d thr %7.1f (%4.1f%%, %4.1f%%)", thr[p], g, 100 * g / peak[p][0], 100 * g / peak[p][1]);
+            }
+            const double t_call = (double)((int64_t)(bytes / (size_t)wrow) / 16 * 16) * wrow / (res[it][0].mm8 * 1e9);
+            const double t_aq = time_act_quant(k, types[it], X, N, 8, aq, (int)reps, inner);
+            if (t_aq < t_call) {
+                const double g = res[it][0].mm8 * 8.0 * N / wrow * t_call / (t_call - t_aq);
+                printf("  | quantize %.1f us (%.0f%%), tiles %7.1f (%4.1f%%, %4.1f%%)", t_aq * 1e6, 100 * t_aq / t_call, g,
+                       100 * g / peak[0][0], 100 * g / peak[0][1]);
             }
             printf("\n");
         }
+        free(aq);
     }
     /* The targets of issue 2, also against the best probe of the whole run (per-row probes
      * drift with other load; the run's best is the conservative reference). */
