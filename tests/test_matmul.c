@@ -385,6 +385,36 @@ TEST(act_quant_q8_K_largest_element_cases) {
     free(ref); free(got); free(x);
 }
 
+/* Q8_0 quantizers take 16 blocks at a time where they can (AVX-512) and hand blocks or
+ * groups with a NaN or an infinity to the reference: full groups, a tail, non-finite values
+ * in a group and in the tail, finite pairs whose sum overflows, and an all-zero group, every
+ * variant against the scalar bytes. */
+TEST(act_quant_q8_0_groups_tail_and_non_finite) {
+    table_variant v[5];
+    const int nv = get_variants(v);
+    enum { NB = 16 * 4 + 5 };
+    const int64_t n = NB * 32;
+    float *x = malloc(n * sizeof(float));
+    fill_random(x, n);
+    x[32 * 3 + 2] = 50.0f, x[32 * 3 + 7] = NAN; /* group 0: the reference forgets the max before a NaN */
+    x[32 * 17 + 0] = 3e38f, x[32 * 17 + 16] = 3e38f;        /* group 1: lanes whose sum overflows */
+    memset(x + 32 * 32, 0, 16 * 32 * sizeof(float));        /* group 2: all zero */
+    x[32 * 64 + 2] = -INFINITY;                             /* the tail */
+    x[32 * 66 + 31] = NAN, x[32 * 66 + 30] = 5.0f;
+    const size_t rs = spex_type_row_size(SPEX_TYPE_Q8_0, n);
+    uint8_t *ref = malloc(rs), *got = malloc(rs);
+    CHECK(!strcmp(v[0].name, "scalar") && v[0].k.act_quant[SPEX_TYPE_Q8_0]);
+    v[0].k.act_quant[SPEX_TYPE_Q8_0](x, ref, n);
+    for (int iv = 1; iv < nv; iv++) {
+        memset(got, 0xab, rs);
+        v[iv].k.act_quant[SPEX_TYPE_Q8_0](x, got, n);
+        for (int k = 0; k < NB; k++)
+            CHECK_MSG(memcmp(ref + k * sizeof(block_q8_0), got + k * sizeof(block_q8_0), sizeof(block_q8_0)) == 0,
+                      "%s: Q8_0 block %d differs from scalar", v[iv].name, k);
+    }
+    free(ref); free(got); free(x);
+}
+
 /* ---- the driver --------------------------------------------------------------- */
 
 typedef struct {

@@ -27,6 +27,7 @@
 
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
+#include "tensor/quant_ref.h"
 
 #define AI static inline __attribute__((always_inline))
 #define MAXW 4
@@ -315,10 +316,22 @@ AI int quant_block_q8(const float *x, spex_fp16 *dh, int8_t *qs, float *d_out) {
     return _mm_cvtsi128_si32(s4);
 }
 
+/* A block holding a NaN or an infinity (x * 0 is then not 0; so is a pair of finite values
+ * whose sum overflows, which costs nothing but the detour) is handed to the reference, whose
+ * sequential max treats NaNs its own way; the rest quant_block_q8 gives the reference's
+ * bytes for. */
 static void act_q8_0(const float *x, void *dst, int64_t n) {
     block_q8_0 *y = (block_q8_0 *)dst;
     float d;
-    for (int64_t b = 0; b < n / QK8_0; b++) (void)quant_block_q8(x + b * QK8_0, &y[b].d, y[b].qs, &d);
+    for (int64_t b = 0; b < n / QK8_0; b++) {
+        const float *xb = x + b * QK8_0;
+        const __m256 v = _mm256_add_ps(_mm256_add_ps(_mm256_loadu_ps(xb), _mm256_loadu_ps(xb + 8)),
+                                       _mm256_add_ps(_mm256_loadu_ps(xb + 16), _mm256_loadu_ps(xb + 24)));
+        if (_mm256_movemask_ps(_mm256_cmp_ps(_mm256_mul_ps(v, _mm256_setzero_ps()), _mm256_setzero_ps(), _CMP_NEQ_UQ)))
+            spex_quantize_row_q8_0_ref(xb, y + b, QK8_0);
+        else
+            (void)quant_block_q8(xb, &y[b].d, y[b].qs, &d);
+    }
 }
 
 static void act_q8_1(const float *x, void *dst, int64_t n) {

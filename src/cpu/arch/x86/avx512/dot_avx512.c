@@ -34,6 +34,7 @@
 #include "cpu/arch/x86/kq_prefetch.h"
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
+#include "tensor/quant_ref.h"
 
 #define AI static inline __attribute__((always_inline))
 #define MAXW 4
@@ -975,10 +976,64 @@ AI int quant_block_q8(const float *x, spex_fp16 *dh, int8_t *qs, float *d_out) {
     return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
 }
 
+/* 16 consecutive Q8_0 activation blocks (512 values) at once. Per block, quant_block_q8's
+ * horizontal max (four shuffle + max steps in a chain), scalar division and fp16 rounding
+ * were most of its time; here the 16 blocks' |x| maxima go through one transposing tree (15
+ * shuffle pairs + max for 16 blocks) into one vector, lane b = block b, and d, 1/d and the
+ * fp16 d are one vector operation each. max is exact, so any order gives the reference's
+ * amax for finite values; vcvtps2ph rounding to nearest even gives spex_f32_to_fp16's bits
+ * for every finite d. A group holding a NaN or an infinity (x * 0 is then not 0) is handed to
+ * the reference itself, whose sequential max treats NaNs its own way. Returns false then. */
+AI bool quant_16_blocks_q8_0(const float *x, block_q8_0 *y) {
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 m[16], chk[4] = {zero, zero, zero, zero};
+    for (int b = 0; b < 16; b++) {
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * b), v1 = _mm512_loadu_ps(x + 32 * b + 16);
+        chk[b % 4] = _mm512_fmadd_ps(_mm512_add_ps(v0, v1), zero, chk[b % 4]);
+        m[b] = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
+    }
+    /* v0 + v1 overflows to inf only when one of them is larger than FLT_MAX / 2: falls back */
+    const __m512 c = _mm512_add_ps(_mm512_add_ps(chk[0], chk[1]), _mm512_add_ps(chk[2], chk[3]));
+    if (_mm512_cmp_ps_mask(c, zero, _CMP_NEQ_UQ)) return false;
+    for (int i = 0; i < 8; i++) /* 128-bit chunks: block pairs, 8 lanes each */
+        m[i] = _mm512_max_ps(_mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0x44), _mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0xee));
+    for (int i = 0; i < 4; i++) /* one chunk (4 lanes) a block */
+        m[i] = _mm512_max_ps(_mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0x88), _mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0xdd));
+    for (int i = 0; i < 2; i++) /* 2 lanes a block */
+        m[i] = _mm512_max_ps(_mm512_shuffle_ps(m[2 * i], m[2 * i + 1], 0x44), _mm512_shuffle_ps(m[2 * i], m[2 * i + 1], 0xee));
+    m[0] = _mm512_max_ps(_mm512_shuffle_ps(m[0], m[1], 0x88), _mm512_shuffle_ps(m[0], m[1], 0xdd));
+    /* lane l of the tree's result is block (l % 4) * 4 + l / 4 */
+    const __m512 amax = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), m[0]);
+    const __m512 d = _mm512_div_ps(amax, _mm512_set1_ps(127.0f));
+    const __m512 id = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(d, zero, _CMP_NEQ_UQ), _mm512_set1_ps(1.0f), d);
+    _Alignas(32) uint16_t dh[16];
+    _Alignas(64) float idv[16];
+    _mm256_store_si256((__m256i *)dh, _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    _mm512_store_ps(idv, id);
+    for (int b = 0; b < 16; b++) {
+        const __m512 ib = _mm512_set1_ps(idv[b]);
+        y[b].d = dh[b];
+        _mm_storeu_si128((__m128i *)y[b].qs, _mm512_cvtepi32_epi8(round_q8(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b), ib))));
+        _mm_storeu_si128((__m128i *)(y[b].qs + 16),
+                         _mm512_cvtepi32_epi8(round_q8(_mm512_mul_ps(_mm512_loadu_ps(x + 32 * b + 16), ib))));
+    }
+    return true;
+}
+
 static void act_q8_0(const float *x, void *dst, int64_t n) {
     block_q8_0 *y = (block_q8_0 *)dst;
+    const int64_t nb = n / QK8_0;
+    int64_t b = 0;
+    for (; b + 16 <= nb; b += 16)
+        if (!quant_16_blocks_q8_0(x + b * QK8_0, y + b)) spex_quantize_row_q8_0_ref(x + b * QK8_0, y + b, 16 * QK8_0);
     float d;
-    for (int64_t b = 0; b < n / QK8_0; b++) (void)quant_block_q8(x + b * QK8_0, &y[b].d, y[b].qs, &d);
+    for (; b < nb; b++) {
+        const __m512 v = _mm512_add_ps(_mm512_loadu_ps(x + b * QK8_0), _mm512_loadu_ps(x + b * QK8_0 + 16));
+        if (_mm512_cmp_ps_mask(_mm512_mul_ps(v, _mm512_setzero_ps()), _mm512_setzero_ps(), _CMP_NEQ_UQ))
+            spex_quantize_row_q8_0_ref(x + b * QK8_0, y + b, QK8_0); /* a NaN or an infinity: as above */
+        else
+            (void)quant_block_q8(x + b * QK8_0, &y[b].d, y[b].qs, &d);
+    }
 }
 
 static void act_q8_1(const float *x, void *dst, int64_t n) {
