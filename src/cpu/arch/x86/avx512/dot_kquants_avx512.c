@@ -901,7 +901,7 @@ void spex_dot_q6_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, co
  * vmaxps / vminps return their second operand when the first is NaN, so NaNs are skipped
  * like the reference's "ax > amax". vpmovsdb's signed saturation is the reference's clamp to
  * [-128, 127]. (The previous version, an |x| pass, a search and the bsums read back from
- * the stored codes, took ~3x as long: docs/performance.md, session 28.) */
+ * the stored codes, took ~1.5x as long: docs/performance.md, session 28.) */
 void spex_act_quant_q8_K_avx512(const float *x, void *dst, int64_t n) {
     block_q8_K *y = (block_q8_K *)dst;
     const int64_t nb = n / QK_K;
