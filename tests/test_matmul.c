@@ -341,6 +341,24 @@ TEST(act_quant_simd_bytes_equal_scalar) {
     free(a); free(b); free(x);
 }
 
+/* Every SIMD variant's act_quant[act] of x (n values, nb blocks) against the scalar bytes in
+ * ref (which this fills first), block by block. */
+static void act_quant_blocks_match(const table_variant *v, int nv, spex_type act, const float *x, int64_t n,
+                                   int nb, uint8_t *ref) {
+    const size_t rs = spex_type_row_size(act, n), bs = rs / (size_t)nb;
+    uint8_t *got = malloc(rs);
+    CHECK(!strcmp(v[0].name, "scalar") && v[0].k.act_quant[act]);
+    v[0].k.act_quant[act](x, ref, n);
+    for (int iv = 1; iv < nv; iv++) {
+        memset(got, 0xab, rs);
+        v[iv].k.act_quant[act](x, got, n);
+        for (int k = 0; k < nb; k++)
+            CHECK_MSG(memcmp(ref + k * bs, got + k * bs, bs) == 0, "%s: %s block %d differs from scalar", v[iv].name,
+                      spex_type_get_info(act)->name, k);
+    }
+    free(got);
+}
+
 /* Q8_K takes its scale from the block's first element of largest magnitude, with its sign;
  * the SIMD quantizers find it from the block's max and min and search only when both +amax
  * and -amax occur. One block per case, every variant against the scalar bytes. */
@@ -363,10 +381,8 @@ TEST(act_quant_q8_K_largest_element_cases) {
     b = x + 7 * 256; b[9] = -inf; b[17] = inf;                /* both infinities, - first */
     b = x + 8 * 256; b[33] = inf;                             /* +inf alone */
     b = x + 9 * 256; for (int k = 0; k < 256; k++) b[k] = k % 2 ? -0.0f : 0.0f; /* signed zeros */
-    const size_t rs = spex_type_row_size(SPEX_TYPE_Q8_K, n);
-    uint8_t *ref = malloc(rs), *got = malloc(rs);
-    CHECK(!strcmp(v[0].name, "scalar") && v[0].k.act_quant[SPEX_TYPE_Q8_K]);
-    v[0].k.act_quant[SPEX_TYPE_Q8_K](x, ref, n);
+    uint8_t *ref = malloc(spex_type_row_size(SPEX_TYPE_Q8_K, n));
+    act_quant_blocks_match(v, nv, SPEX_TYPE_Q8_K, x, n, NB, ref);
     const block_q8_K *q = (const block_q8_K *)ref;
     /* the reference's own choices: the sign of the first largest element sets d's sign */
     CHECK(q[0].d < 0 && q[0].qs[40] == -127 && q[0].qs[200] == 127);
@@ -375,14 +391,7 @@ TEST(act_quant_q8_K_largest_element_cases) {
     CHECK(q[3].d < 0 && q[3].qs[255] == -127);
     CHECK(q[6].d == 0 && q[6].bsums[0] == 0);
     CHECK(q[9].d == 0);
-    for (int iv = 1; iv < nv; iv++) {
-        memset(got, 0xab, rs);
-        v[iv].k.act_quant[SPEX_TYPE_Q8_K](x, got, n);
-        for (int k = 0; k < NB; k++)
-            CHECK_MSG(memcmp(ref + k * sizeof(block_q8_K), got + k * sizeof(block_q8_K), sizeof(block_q8_K)) == 0,
-                      "%s: Q8_K block %d differs from scalar", v[iv].name, k);
-    }
-    free(ref); free(got); free(x);
+    free(ref); free(x);
 }
 
 /* Q8_0 quantizers take 16 blocks at a time where they can (AVX-512) and hand blocks or
@@ -401,18 +410,9 @@ TEST(act_quant_q8_0_groups_tail_and_non_finite) {
     memset(x + 32 * 32, 0, 16 * 32 * sizeof(float));        /* group 2: all zero */
     x[32 * 64 + 2] = -INFINITY;                             /* the tail */
     x[32 * 66 + 31] = NAN, x[32 * 66 + 30] = 5.0f;
-    const size_t rs = spex_type_row_size(SPEX_TYPE_Q8_0, n);
-    uint8_t *ref = malloc(rs), *got = malloc(rs);
-    CHECK(!strcmp(v[0].name, "scalar") && v[0].k.act_quant[SPEX_TYPE_Q8_0]);
-    v[0].k.act_quant[SPEX_TYPE_Q8_0](x, ref, n);
-    for (int iv = 1; iv < nv; iv++) {
-        memset(got, 0xab, rs);
-        v[iv].k.act_quant[SPEX_TYPE_Q8_0](x, got, n);
-        for (int k = 0; k < NB; k++)
-            CHECK_MSG(memcmp(ref + k * sizeof(block_q8_0), got + k * sizeof(block_q8_0), sizeof(block_q8_0)) == 0,
-                      "%s: Q8_0 block %d differs from scalar", v[iv].name, k);
-    }
-    free(ref); free(got); free(x);
+    uint8_t *ref = malloc(spex_type_row_size(SPEX_TYPE_Q8_0, n));
+    act_quant_blocks_match(v, nv, SPEX_TYPE_Q8_0, x, n, NB, ref);
+    free(ref); free(x);
 }
 
 /* ---- the driver --------------------------------------------------------------- */
