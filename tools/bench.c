@@ -109,6 +109,7 @@ static double time_peak(spex_pool *pool, int bcast, int reps) {
 
 typedef struct {
     double probe, mv, mm8; /* GB/s */
+    double wbytes;         /* the matrix's weight bytes (the rates' numerator) */
 } result;
 
 /* Fills buf with rows of type t: 16 distinct rows quantized by the reference, repeated (the
@@ -352,6 +353,7 @@ static int bench_kernels(int argc, char **argv) {
             const double wbytes = (double)n_out * (double)wrow;
             for (int p = 0; p < n_thr; p++) {
                 result *r = &res[it][p];
+                r->wbytes = wbytes;
                 double v = wbytes / time_probe(pools[p], buf, (size_t)wbytes, (int)reps, inner) / 1e9;
                 if (v > r->probe) r->probe = v;
                 spex_matmul_args a = {.wtype = t, .W = is_r16[it] ? buf16 : buf, .n_out = n_out, .n = N,
@@ -397,7 +399,12 @@ static int bench_kernels(int argc, char **argv) {
         printf("\n8-row G multiply-adds/s (%% of the register ceiling, of the broadcast one); each call also\n"
                "quantizes its 8 activation rows, so the last column is the 1-thread rate without that time\n"
                "(measured alone, on one thread; it grows with n while the matrix stays 512 KiB):\n");
-        uint8_t *aq = malloc((size_t)8 * spex_type_row_size(SPEX_TYPE_Q8_K, N) + (size_t)8 * spex_type_row_size(SPEX_TYPE_Q8_1, N));
+        size_t aq_row = 0; /* the largest activation row any listed type quantizes into */
+        for (int it = 0; it < n_types; it++) {
+            const size_t rs = spex_type_row_size(spex_matmul_act_type(types[it]), N);
+            aq_row = rs > aq_row ? rs : aq_row;
+        }
+        uint8_t *aq = malloc((size_t)8 * aq_row);
         for (int it = 0; it < n_types && aq; it++) {
             if (state[it] != 1 || spex_matmul_act_type(types[it]) == SPEX_TYPE_F32) continue;
             printf("  %-8s", names[it]);
@@ -406,7 +413,7 @@ static int bench_kernels(int argc, char **argv) {
                 const double g = res[it][p].mm8 * 8.0 * N / wrow;
                 printf("  %d thr %7.1f (%4.1f%%, %4.1f%%)", thr[p], g, 100 * g / peak[p][0], 100 * g / peak[p][1]);
             }
-            const double t_call = (double)((int64_t)(bytes / (size_t)wrow) / 16 * 16) * wrow / (res[it][0].mm8 * 1e9);
+            const double t_call = res[it][0].wbytes / (res[it][0].mm8 * 1e9); /* one 8-row call, 1 thread */
             const double t_aq = time_act_quant(k, types[it], X, N, 8, aq, (int)reps, inner);
             if (t_aq < t_call) {
                 const double g = res[it][0].mm8 * 8.0 * N / wrow * t_call / (t_call - t_aq);

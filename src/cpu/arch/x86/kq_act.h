@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "cpu/arch/x86/kq_prefetch.h"
+#include "tensor/blocks.h"
 
 /* bs[s] = sum of the 16 codes of group s, from the block's 256 codes held in registers: c[t]
  * holds codes 32t .. 32t + 31 in order. The quantizers pass the codes they just computed
@@ -41,7 +42,7 @@ KQ_INLINE float kq_amax_elem(const float *x, float hi, float nlo) {
     if (hi > nlo) return hi;
     if (nlo > hi) return -nlo;
     if (hi == 0.0f) return 0.0f;
-    for (int k = 0; k < 256; k++)
+    for (int k = 0; k < QK_K; k++)
         if (x[k] == hi || x[k] == -hi) return x[k];
     return hi; /* not reached: hi is one of the block's values */
 }

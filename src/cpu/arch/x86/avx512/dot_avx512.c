@@ -984,6 +984,11 @@ AI int quant_block_q8(const float *x, spex_fp16 *dh, int8_t *qs, float *d_out) {
  * amax for finite values; vcvtps2ph rounding to nearest even gives spex_f32_to_fp16's bits
  * for every finite d. A group holding a NaN or an infinity (x * 0 is then not 0) is handed to
  * the reference itself, whose sequential max treats NaNs its own way. Returns false then. */
+/* Whether a lane of v is a NaN or an infinity: x * 0 is 0 for every finite x. */
+AI bool any_non_finite(__m512 v) {
+    return _mm512_cmp_ps_mask(_mm512_mul_ps(v, _mm512_setzero_ps()), _mm512_setzero_ps(), _CMP_NEQ_UQ) != 0;
+}
+
 AI bool quant_16_blocks_q8_0(const float *x, block_q8_0 *y) {
     const __m512 zero = _mm512_setzero_ps();
     __m512 m[16], chk[4] = {zero, zero, zero, zero};
@@ -993,8 +998,7 @@ AI bool quant_16_blocks_q8_0(const float *x, block_q8_0 *y) {
         m[b] = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
     }
     /* v0 + v1 overflows to inf only when one of them is larger than FLT_MAX / 2: falls back */
-    const __m512 c = _mm512_add_ps(_mm512_add_ps(chk[0], chk[1]), _mm512_add_ps(chk[2], chk[3]));
-    if (_mm512_cmp_ps_mask(c, zero, _CMP_NEQ_UQ)) return false;
+    if (any_non_finite(_mm512_add_ps(_mm512_add_ps(chk[0], chk[1]), _mm512_add_ps(chk[2], chk[3])))) return false;
     for (int i = 0; i < 8; i++) /* 128-bit chunks: block pairs, 8 lanes each */
         m[i] = _mm512_max_ps(_mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0x44), _mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0xee));
     for (int i = 0; i < 4; i++) /* one chunk (4 lanes) a block */
@@ -1029,7 +1033,7 @@ static void act_q8_0(const float *x, void *dst, int64_t n) {
     float d;
     for (; b < nb; b++) {
         const __m512 v = _mm512_add_ps(_mm512_loadu_ps(x + b * QK8_0), _mm512_loadu_ps(x + b * QK8_0 + 16));
-        if (_mm512_cmp_ps_mask(_mm512_mul_ps(v, _mm512_setzero_ps()), _mm512_setzero_ps(), _CMP_NEQ_UQ))
+        if (any_non_finite(v))
             spex_quantize_row_q8_0_ref(x + b * QK8_0, y + b, QK8_0); /* a NaN or an infinity: as above */
         else
             (void)quant_block_q8(x + b * QK8_0, &y[b].d, y[b].qs, &d);
