@@ -853,6 +853,14 @@ TEST(ops_attention) {
         {"single kv row", 1, 1, 2, 1, 64, true, 0, SPEX_TYPE_F16, 0, false},
         /* the drafter's |q - k| < W rule (dflash2.md §9): queries mid-cache see W-1 rows each side */
         {"symmetric window 6 non-causal gqa2", 8, 70, 4, 2, 64, false, 6, SPEX_TYPE_F32, 2, true},
+        /* several tiles (T = SPEX_ATTN_TILE kv rows): the online softmax across tiles, rows that
+         * straddle a tile edge, tiles nobody sees (skipped) and partly visible ones */
+        {"verify 17 rows across a tile edge f16", 17, 2 * SPEX_ATTN_TILE + 10, 4, 2, 128, true, 0, SPEX_TYPE_F16, 0,
+         false},
+        {"window 8 causal f32, 3 tiles", 20, 2 * SPEX_ATTN_TILE + 70, 2, 1, 64, true, 8, SPEX_TYPE_F32, 0, false},
+        {"window 8 mid-cache at a tile edge", 20, 3 * SPEX_ATTN_TILE, 2, 1, 64, true, 8, SPEX_TYPE_F32, 2, false},
+        {"shuffled slots window f16, 2 tiles", 6, SPEX_ATTN_TILE + 90, 4, 2, 64, true, 16, SPEX_TYPE_F16, 1, false},
+        {"symmetric window 6 at a tile edge", 8, 3 * SPEX_ATTN_TILE, 4, 2, 64, false, 6, SPEX_TYPE_F32, 2, true},
     };
     for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
         run_attn_case(&cases[i]);

@@ -167,16 +167,23 @@ void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, in
 
 /* ---- attention over a KV cache ---------------------------------------------------------- */
 
-#define SPEX_ATTN_TILE 32      /* T: kv rows scored together                            */
+/* T = 128: each tile's online-softmax step (a max, an exp-sum and maybe a rescale per query
+ * row and head) and its score blocks' set-up are paid a quarter as often as with 32, and a
+ * tile's K and V (128 rows of one 128-wide F16 head: 32 KiB each) still stay in L2 for the
+ * unit's query rows: one layer's attention over 2048 rows went 1.1-1.2x faster for 1 and 8
+ * query rows (docs/performance.md, session 29). 256 helped 1 row a little more and 8 rows less. */
+#define SPEX_ATTN_TILE 128     /* T: kv rows scored together                            */
 #define SPEX_ATTN_QBLOCK 16    /* most query rows per work unit                          */
 /* Attention reads the cache ahead: the SIMD attn_scores / attn_accum kernels, while they
- * read K or V row t, request row t + SPEX_ATTN_AHEAD (one tile later: rows past the call's
- * are the next tile's, or past the cache, which a prefetch never faults on), a line or two
- * at a time, and so does a Q8_0 tile's conversion, so a cache in DRAM streams during the
- * arithmetic. With the hardware prefetchers alone a 16K-row cache ran 1.3x (one query row)
- * to 1.6x (two) slower; requesting a whole tile at once, 32 rows of K and V in a burst,
- * changed nothing (docs/performance.md, session 26). */
-#define SPEX_ATTN_AHEAD SPEX_ATTN_TILE
+ * read K or V row t, request row t + SPEX_ATTN_AHEAD (rows past the call's are the next
+ * tile's, or past the cache, which a prefetch never faults on), a line or two at a time, and
+ * so does a Q8_0 tile's conversion, so a cache in DRAM streams during the arithmetic. With
+ * the hardware prefetchers alone a 16K-row cache ran 1.3x (one query row) to 1.6x (two)
+ * slower; requesting a whole tile at once, 32 rows of K and V in a burst, changed nothing
+ * (docs/performance.md, session 26). 32 rows ahead (the tile size until session 29) is the
+ * distance that works: with 128-row tiles, 64 and 128 rows ahead made one query row's
+ * attention 1.1-1.2x slower. */
+#define SPEX_ATTN_AHEAD 32
 
 /* Requests the 64-byte lines of bytes [0, n) of row for L1: that read-ahead, one helper for
  * ops.c's Q8_0 conversion and the x86 kernels. always_inline: as a plain static inline
