@@ -422,10 +422,9 @@ static void attn_scores_f16_avx2(int n_q, const float *q, int64_t ldq, int n_k, 
 static inline __attribute__((always_inline)) void attn_accum_blk(float *acc, int64_t ldacc, const float *p,
                                                                 int64_t ldp, int n_k, const void *v, size_t vst,
                                                                 int i, int nc, int nv, const int rb, const int f16,
-                                                                const int ahead) {
-    /* nc: 4 full chunks of 8 columns, or 1 chunk of nv <= 8 columns; ahead: read ahead (the
-     * first row block, which reads V from memory) */
-    const size_t es = f16 ? 2 : 4, cb = (size_t)(nc == 4 ? 32 : nv) * es;
+                                                                const int ahead, const size_t rowb) {
+    /* nc: 4 full chunks of 8 columns, or 1 chunk of nv <= 8 columns; ahead: read ahead, in the
+     * first row block's first column block (it reads V from memory), rowb bytes a row */
     const __m256i mk = tail_mask(nv);
     __m256 c[ATT_RB][4];
     for (int r = 0; r < rb; r++)
@@ -433,7 +432,7 @@ static inline __attribute__((always_inline)) void attn_accum_blk(float *acc, int
             c[r][j] = nc == 4 ? _mm256_loadu_ps(acc + r * ldacc + i + 8 * j) : _mm256_maskload_ps(acc + r * ldacc + i, mk);
     for (int t = 0; t < n_k; t++) {
         const void *vt = (const char *)v + (size_t)t * vst;
-        if (ahead) spex_attn_ahead((const char *)vt + (size_t)ahead * vst + (size_t)i * es, cb);
+        if (ahead) spex_attn_ahead((const char *)vt + (size_t)ahead * vst, rowb);
         __m256 vv[4];
         for (int j = 0; j < nc; j++) vv[j] = nc == 4 ? ld8(vt, i + 8 * j, f16) : ld8m(vt, i, nv, mk, f16);
         for (int r = 0; r < rb; r++) {
@@ -451,7 +450,8 @@ static inline __attribute__((always_inline)) void attn_accum_blk(float *acc, int
 static inline __attribute__((always_inline)) void attn_accum_impl(int n_q, float *acc, int64_t ldacc, const float *p,
                                                                  int64_t ldp, int n_k, const void *v, int64_t ldv,
                                                                  int d, const int f16, const int ahead) {
-    const size_t vst = (size_t)ldv * (f16 ? 2 : 4);
+    /* V rows are read ahead whole in the first column block, as in the AVX-512 twin (why: there) */
+    const size_t vst = (size_t)ldv * (f16 ? 2 : 4), rowb = (size_t)d * (f16 ? 2 : 4);
     for (int r0 = 0; r0 < n_q; r0 += ATT_RB) {
         const int rb = n_q - r0 < ATT_RB ? n_q - r0 : ATT_RB;
         float *ar = acc + r0 * ldacc;
@@ -459,7 +459,7 @@ static inline __attribute__((always_inline)) void attn_accum_impl(int n_q, float
         for (int i = 0; i < d;) {
             const int nc = d - i >= 32 ? 4 : 1;
             const int nv = nc == 4 ? 8 : (d - i < 8 ? d - i : 8);
-#define ATT_A(RB_, NC_) attn_accum_blk(ar, ldacc, pr, ldp, n_k, v, vst, i, NC_, nv, RB_, f16, r0 == 0 ? ahead : 0)
+#define ATT_A(RB_, NC_) attn_accum_blk(ar, ldacc, pr, ldp, n_k, v, vst, i, NC_, nv, RB_, f16, r0 == 0 && i == 0 ? ahead : 0, rowb)
             if (nc == 4) {
                 if (rb == 1) ATT_A(1, 4);
                 else ATT_A(2, 4);
