@@ -171,7 +171,9 @@ void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, in
  * row and head) and its score blocks' set-up are paid a quarter as often as with 32, and a
  * tile's K and V (128 rows of one 128-wide F16 head: 32 KiB each) still stay in L2 for the
  * unit's query rows: one layer's attention over 2048 rows went 1.1-1.2x faster for 1 and 8
- * query rows (docs/performance.md, session 29). 256 helped 1 row a little more and 8 rows less. */
+ * query rows, the model's pp8 and decode at depth 2048-8192 1.05-1.25x (docs/performance.md,
+ * session 29; one layer over a 16K-row cache in DRAM ran slower with 1-2 rows). 256 helped 1
+ * row a little more and 8 rows less. */
 #define SPEX_ATTN_TILE 128     /* T: kv rows scored together                            */
 #define SPEX_ATTN_QBLOCK 16    /* most query rows per work unit                          */
 /* Attention reads the cache ahead: the SIMD attn_scores / attn_accum kernels, while they
@@ -180,9 +182,9 @@ void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, in
  * so does a Q8_0 tile's conversion, so a cache in DRAM streams during the arithmetic. With
  * the hardware prefetchers alone a 16K-row cache ran 1.3x (one query row) to 1.6x (two)
  * slower; requesting a whole tile at once, 32 rows of K and V in a burst, changed nothing
- * (docs/performance.md, session 26). 32 rows ahead (the tile size until session 29) is the
- * distance that works: with 128-row tiles, 64 and 128 rows ahead made one query row's
- * attention 1.1-1.2x slower. */
+ * (docs/performance.md, session 26). 32 rows ahead was the tile size until session 29; with
+ * 128-row tiles, 64 and 128 rows ahead made one query row over an LLC-resident cache
+ * 1.1-1.2x slower, and from DRAM were not measured apart from the host's noise. */
 #define SPEX_ATTN_AHEAD 32
 
 /* Requests the 64-byte lines of bytes [0, n) of row for L1: that read-ahead, one helper for
