@@ -172,8 +172,8 @@ void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, in
  * tile's K and V (128 rows of one 128-wide F16 head: 32 KiB each) still stay in L2 for the
  * unit's query rows: one layer's attention over 2048 rows went 1.1-1.2x faster for 1 and 8
  * query rows, the model's pp8 and decode at depth 2048-8192 1.05-1.25x (docs/performance.md,
- * session 29; one layer over a 16K-row cache in DRAM ran slower with 1-2 rows). 256 helped 1
- * row a little more and 8 rows less. */
+ * session 29). One layer over a 16K-row cache in DRAM with 1-2 rows, once seen slower, was equal
+ * or faster than with 32 in session 30. 256 helped 1 row a little more and 8 rows less. */
 #define SPEX_ATTN_TILE 128     /* T: kv rows scored together                            */
 #define SPEX_ATTN_QBLOCK 16    /* most query rows per work unit                          */
 /* Attention reads the cache ahead: the SIMD attn_scores / attn_accum kernels, while they
@@ -184,7 +184,8 @@ void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, in
  * slower; requesting a whole tile at once, 32 rows of K and V in a burst, changed nothing
  * (docs/performance.md, session 26). 32 rows ahead was the tile size until session 29; with
  * 128-row tiles, 64 and 128 rows ahead made one query row over an LLC-resident cache
- * 1.1-1.2x slower, and from DRAM were not measured apart from the host's noise. */
+ * 1.1-1.2x slower, and from DRAM were not measured apart from the host's noise; requesting
+ * a tile's V rows during its K pass did not help either (session 30). */
 #define SPEX_ATTN_AHEAD 32
 
 /* Requests the 64-byte lines of bytes [0, n) of row for L1: that read-ahead, one helper for
