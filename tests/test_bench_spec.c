@@ -10,7 +10,7 @@
  * lines) the MTP row and DFlash2 rows for --draft-quant Q8_0,Q4_K_M appear, greedy identical,
  * and the temporary quantized files are gone afterwards; bad flags exit 2 and a missing
  * prompt file exits 1, each with an "error: " line; `bench attn` and `bench model` tables and
- * bad flags likewise, and `bench kernels`' --n. What it is not: a check of the speed
+ * bad flags likewise, and `bench kernels`' --n and --rows. What it is not: a check of the speed
  * numbers (they depend on the machine), nor of spex_spec itself (test_spec, test_spec_qwen35).
  */
 #include "spex.h"
@@ -479,8 +479,8 @@ TEST(bench_model_table_and_probes) {
 }
 
 /* `spex bench kernels` (tools/bench.c): --n sets the matrix's columns, which the header states;
- * an --n that is not a whole number of super-blocks, or too wide for 16 rows of the matrix,
- * exits 2 with an "error: " line. */
+ * an --n that is not a whole number of super-blocks, or too wide for 16 rows of the matrix, or
+ * a --rows outside 2..16, exits 2 with an "error: " line. */
 TEST(bench_kernels_width_and_bad_flags) {
     REQUIRE_BIN();
     bs_result r;
@@ -498,8 +498,21 @@ TEST(bench_kernels_width_and_bad_flags) {
         CHECK_MSG(!strstr(r.out, "\n  f32 "), "f32 in the int8 table:\n%s", r.out);
     }
     bs_free(&r);
-    const char *const bad[][6] = {{"--n", "100"}, {"--n", "300"}, {"--n", "65536", "--cached", "--types", "f32"}};
-    const char *const why[] = {"expects an integer in [256, 65536]", "multiple of 256", "16 rows of f32"};
+    /* --rows R: the second column's block of activation rows, in its heading and the --cached
+     * table's; issue 2's 8-row target line only for 8 rows */
+    const char *const a4[] = {"bench", "kernels", "--cached", "--n", "512", "--types", "q4_K", "-t", "1",
+                              "--reps", "1", "--passes", "1", "--rows", "4", NULL};
+    CHECK_MSG(test_spex_exec(a4, &r), "could not run %s", test_spex_bin());
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK_MSG(strstr(r.out, "4-row GB/s") && strstr(r.out, "4-row/1-row") && !strstr(r.out, "8-row"),
+              "no 4-row column (or an 8-row one) in:\n%s", r.out);
+    CHECK_MSG(!strstr(r.out, "int8 multiply-add ceiling") || strstr(r.out, "quantizes its 4 activation rows"),
+              "the ceiling table is not about 4 rows:\n%s", r.out);
+    bs_free(&r);
+    const char *const bad[][6] = {{"--n", "100"}, {"--n", "300"}, {"--n", "65536", "--cached", "--types", "f32"},
+                                  {"--rows", "1"}, {"--rows", "17"}};
+    const char *const why[] = {"expects an integer in [256, 65536]", "multiple of 256", "16 rows of f32",
+                               "expects an integer in [2, 16]", "expects an integer in [2, 16]"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         const char *const b[] = {"bench", "kernels", bad[i][0], bad[i][1], bad[i][2], bad[i][3], bad[i][4], NULL};
         CHECK_MSG(test_spex_exec(b, &r), "could not run %s", test_spex_bin());
