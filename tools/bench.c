@@ -321,7 +321,7 @@ static int bench_kernels(int argc, char **argv) {
 
     const spex_cpu_features *f = spex_cpu_get_features();
     const spex_isa isa = spex_cpu_isa();
-    /* the AMX tiles serve only calls of 9+ (Q6_K: 12+) rows, so neither column here runs them */
+    /* the AMX tiles serve only calls of 9+ (Q6_K: 12+) rows: the second column with --rows 9 and more */
     printf("spex bench kernels: isa %s%s%s, LLC %zu MiB, %zu KiB of weights per type (n = %lld)%s, best of %ld x %ld runs\n",
            spex_isa_name(isa),
            isa == SPEX_ISA_AVX512 && f->avx512vnni ? " (vnni)" : isa == SPEX_ISA_AVX2 && f->avxvnni ? " (avx-vnni)" : "",
