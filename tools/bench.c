@@ -109,7 +109,7 @@ static double time_peak(spex_pool *pool, int bcast, int reps) {
 /* ---- one type ------------------------------------------------------------------------ */
 
 typedef struct {
-    double probe, mv, mm8; /* GB/s; mm8: the multi-row column (--rows, 8 by default) */
+    double probe, mv, mmr; /* GB/s: probe, 1 row, the multi-row column (--rows, 8 by default) */
     double wbytes;         /* the matrix's weight bytes (the rates' numerator) */
 } result;
 
@@ -290,15 +290,14 @@ static int bench_kernels(int argc, char **argv) {
     uint8_t *buf16 = NULL; /* the R16 copy, for the /r16 rows */
     for (int it = 0; it < n_types; it++)
         if (is_r16[it] && !buf16) buf16 = aligned_alloc(4096, (bytes + 4095) / 4096 * 4096);
-    const int64_t max_rows = mrows;
-    float *X = malloc((size_t)max_rows * N * sizeof(float));
+    float *X = malloc((size_t)mrows * N * sizeof(float));
     size_t ws_bytes = 1, max_out = 1;
     for (int it = 0; it < n_types; it++) {
-        size_t s = spex_matmul_ws_size(types[it], N, max_rows);
+        size_t s = spex_matmul_ws_size(types[it], N, mrows);
         if (s > ws_bytes) ws_bytes = s;
         if (bytes / spex_type_row_size(types[it], N) > max_out) max_out = bytes / spex_type_row_size(types[it], N);
     }
-    float *Y = malloc((size_t)max_rows * max_out * sizeof(float));
+    float *Y = malloc((size_t)mrows * max_out * sizeof(float));
     void *ws = malloc(ws_bytes);
     bool need16 = false;
     for (int it = 0; it < n_types; it++) need16 |= is_r16[it];
@@ -306,7 +305,7 @@ static int bench_kernels(int argc, char **argv) {
         fprintf(stderr, "error: cannot allocate %zu MiB for the weight matrix\n", bytes >> 20);
         return 1;
     }
-    for (int64_t i = 0; i < max_rows * N; i++) X[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
+    for (int64_t i = 0; i < mrows * N; i++) X[i] = (float)((i * 7919) % 2001 - 1000) / 1000.0f;
 
     int thr[2] = {1, (int)max_threads};
     const int n_thr = max_threads > 1 ? 2 : 1;
@@ -371,7 +370,7 @@ static int bench_kernels(int argc, char **argv) {
                 if (v > r->mv) r->mv = v;
                 a.n_rows = mrows;
                 v = wbytes / time_matmul(pools[p], &a, (int)reps, inner) / 1e9;
-                if (v > r->mm8) r->mm8 = v;
+                if (v > r->mmr) r->mmr = v;
             }
         }
     }
@@ -386,7 +385,7 @@ static int bench_kernels(int argc, char **argv) {
         for (int p = 0; p < n_thr; p++) {
             const result *r = &res[it][p];
             printf("%-8s %2d | %10.1f | %10.1f %6.1f%% | %10.1f %6.1f%% | %10.2fx\n", name, thr[p], r->probe, r->mv,
-                   100 * r->mv / r->probe, r->mm8, 100 * r->mm8 / r->probe, r->mv / r->mm8);
+                   100 * r->mv / r->probe, r->mmr, 100 * r->mmr / r->probe, r->mv / r->mmr);
         }
     }
     /* --cached: the multi-row rows of the integer types against the int8 multiply-add ceiling
@@ -419,13 +418,13 @@ static int bench_kernels(int argc, char **argv) {
             printf("  %-8s", names[it]);
             const double wrow = (double)spex_type_row_size(types[it], N);
             for (int p = 0; p < n_thr; p++) {
-                const double g = res[it][p].mm8 * (double)mrows * N / wrow;
+                const double g = res[it][p].mmr * (double)mrows * N / wrow;
                 printf("  %d thr %7.1f (%4.1f%%, %4.1f%%)", thr[p], g, 100 * g / peak[p][0], 100 * g / peak[p][1]);
             }
-            const double t_call = res[it][0].wbytes / (res[it][0].mm8 * 1e9); /* one multi-row call, 1 thread */
+            const double t_call = res[it][0].wbytes / (res[it][0].mmr * 1e9); /* one multi-row call, 1 thread */
             const double t_aq = time_act_quant(k, types[it], X, N, (int)mrows, aq, (int)reps, inner);
             if (t_aq < t_call) {
-                const double g = res[it][0].mm8 * (double)mrows * N / wrow * t_call / (t_call - t_aq);
+                const double g = res[it][0].mmr * (double)mrows * N / wrow * t_call / (t_call - t_aq);
                 printf("  | quantize %.1f us (%.0f%%), tiles %7.1f (%4.1f%%, %4.1f%%)", t_aq * 1e6, 100 * t_aq / t_call, g,
                        100 * g / peak[0][0], 100 * g / peak[0][1]);
             }
@@ -451,12 +450,12 @@ static int bench_kernels(int argc, char **argv) {
         printf("  8-row <= 2x 1-row time: met by");
         int missed = 0;
         for (int it = 0; it < n_types; it++)
-            if (state[it] == 1 && res[it][tp].mv / res[it][tp].mm8 <= 2.0) printf(" %s", names[it]);
-        for (int it = 0; it < n_types; it++) missed += state[it] == 1 && res[it][tp].mv / res[it][tp].mm8 > 2.0;
+            if (state[it] == 1 && res[it][tp].mv / res[it][tp].mmr <= 2.0) printf(" %s", names[it]);
+        for (int it = 0; it < n_types; it++) missed += state[it] == 1 && res[it][tp].mv / res[it][tp].mmr > 2.0;
         if (missed) {
             printf("; not by");
             for (int it = 0; it < n_types; it++)
-                if (state[it] == 1 && res[it][tp].mv / res[it][tp].mm8 > 2.0) printf(" %s", names[it]);
+                if (state[it] == 1 && res[it][tp].mv / res[it][tp].mmr > 2.0) printf(" %s", names[it]);
         }
         printf("\n");
     }
