@@ -743,13 +743,15 @@ KQ6_ENTRY(spex_dot_q6_K_r16_avx512_vnni, 1, 1)
  * ~15 vector operations a word, 64 words a unit (twice the Q4_K build's), shared by up to
  * KA_BLOCK activation rows.
  *
- * Where the tiles start to pay has not been measured on an AMX host yet (the machine of
- * session 23 had none; the bits are checked there on a C model of the tiles,
- * tests/amx_emul.c). KA6_MIN_ROWS comes from an estimate: the build measured ~370 cycles a
- * unit (16 rows × one super-block) on that machine's AVX-512, the tile instructions of one
- * unit ~240 cycles at 16 rows with the Q4_K tiles' costs (session 22), against ~550 cycles
- * for 8 rows on vpdpbusd and ~1100 for 16: the tiles should win clearly from ~12 rows and
- * break even near 9 (docs/performance.md, session 23). */
+ * Where the tiles start to pay, measured on an AMX host (session 33; docs/performance.md):
+ * in cache (`bench kernels --cached --types q6_K`, a build with the threshold at 2 against
+ * SPEX_AMX=0, one thread, n = 1024 and 3072) tiles / vpdpbusd were 0.76-0.84 at 8 rows,
+ * 1.12-1.15 at 9, 1.13-1.22 at 10, 1.06-1.18 at 11 and 1.21-1.32 at 16; but in the model
+ * (a 0.6B-shape Q4_K_M, whose Q6_K is mostly the 155 M-weight output head streamed from
+ * DRAM, verify(9..11) alternated with a build at 12) the tiles at 9-11 rows gave nothing:
+ * verify(9) ~3 % slower, 10 and 11 even. So the threshold stays at session 23's estimate
+ * from cycle counts (~370 cycles to build a unit's tiles against ~550 for 8 rows on vpdpbusd
+ * and ~1100 for 16: clear gains from ~12 rows), and the tiles serve 12+ rows. */
 
 #define KA6_MIN_ROWS 12
 
