@@ -751,7 +751,8 @@ KQ6_ENTRY(spex_dot_q6_K_r16_avx512_vnni, 1, 1)
  * DRAM, verify(9..11) alternated with a build at 12) the tiles at 9-11 rows gave nothing:
  * verify(9) ~3 % slower, 10 and 11 even. So the threshold stays at session 23's estimate
  * from cycle counts (~370 cycles to build a unit's tiles against ~550 for 8 rows on vpdpbusd
- * and ~1100 for 16: clear gains from ~12 rows), and the tiles serve 12+ rows. */
+ * and ~1100 for 16: clear gains from ~12 rows), and the tiles serve 12+ rows. On hosts
+ * without AMX the bits are checked on a C model of the tiles (tests/amx_emul.c). */
 
 #define KA6_MIN_ROWS 12
 
