@@ -125,6 +125,11 @@ $(FUZZ_OUT)/fuzz_toolcall: fuzz/fuzz_toolcall.c src/server/toolcall.c $(FUZZ_LIB
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< src/server/toolcall.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
+# fuzz_http_head: the front door's request-head check (src/server/head.c), no dependencies.
+$(FUZZ_OUT)/fuzz_http_head: fuzz/fuzz_http_head.c src/server/head.c
+	@mkdir -p $(FUZZ_OUT)
+	clang $(FUZZ_FLAGS) -o $@ $< src/server/head.c
+
 # fuzz_dflash loads drafters against a real target, so it needs the whole library: built
 # once with coverage (objects with their ISA flags, like the release build) into a static lib.
 FUZZ_OBJ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -pthread -fsanitize=fuzzer-no-link,address,undefined -MMD -MP

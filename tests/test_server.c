@@ -19,6 +19,7 @@
 #include "spex.h"
 #include "server/server.h"
 #include "test.h"
+#include "srv_client.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -75,214 +76,6 @@ static char *spex_run(const char *const *args, size_t *len) {
     unlink(out_path);
     return out;
 }
-
-typedef struct server {
-    pid_t pid;
-    int port;
-    char err_path[256];
-} server;
-
-/* Starts `spex serve --port 0 ARGS` and waits for "ready"; false on failure. */
-static bool server_start(server *s, const char *const *args) {
-    memset(s, 0, sizeof *s);
-    const char *bin = test_spex_bin();
-    if (!bin) return false;
-    snprintf(s->err_path, sizeof s->err_path, "/tmp/spex_test_srv_err_XXXXXX");
-    int fe = mkstemp(s->err_path);
-    if (fe < 0) return false;
-    const char *argv[64];
-    int n = 0;
-    argv[n++] = bin;
-    argv[n++] = "serve";
-    argv[n++] = "--port";
-    argv[n++] = "0";
-    for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fe, 2);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    fflush(stdout);
-    int e = posix_spawn(&s->pid, bin, &fa, NULL, (char *const *)argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fe);
-    if (e != 0) return false;
-    for (int i = 0; i < 600; i++) {   /* up to 60 s (the ASan build loads slowly) */
-        size_t len = 0;
-        char *err = test_slurp(s->err_path, &len);
-        const char *p = err ? strstr(err, "listening on http://127.0.0.1:") : NULL;
-        if (p) s->port = atoi(p + strlen("listening on http://127.0.0.1:"));
-        bool ready = err && strstr(err, "server: ready");
-        bool dead = waitpid(s->pid, NULL, WNOHANG) == s->pid;
-        if (dead) printf("  server exited: %s\n", err ? err : "");
-        free(err);
-        if (dead) {
-            s->pid = 0;
-            return false;
-        }
-        if (ready && s->port > 0) return true;
-        usleep(100 * 1000);
-    }
-    return false;
-}
-
-/* Sends sig (SIGTERM or SIGINT), waits; returns the exit status and whether stderr is
- * sanitizer-clean and ends with "server: stopped". */
-static int server_stop_sig(server *s, int sig, bool *clean) {
-    if (s->pid <= 0) return -1;
-    kill(s->pid, sig);
-    int st = 0, rc = -1;
-    for (int i = 0; i < 300; i++) {
-        if (waitpid(s->pid, &st, WNOHANG) == s->pid) {
-            rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-            break;
-        }
-        usleep(100 * 1000);
-    }
-    if (rc < 0) {
-        kill(s->pid, SIGKILL);
-        waitpid(s->pid, &st, 0);
-    }
-    size_t len = 0;
-    char *err = test_slurp(s->err_path, &len);
-    *clean = err && !strstr(err, "Sanitizer") && !strstr(err, "runtime error") && strstr(err, "server: stopped");
-    if (!*clean) printf("  server stderr:\n%s\n", err ? err : "(none)");
-    free(err);
-    unlink(s->err_path);
-    s->pid = 0;
-    return rc;
-}
-
-static int server_stop(server *s, bool *clean) { return server_stop_sig(s, SIGTERM, clean); }
-
-/* ======================================================================== */
-/* HTTP                                                                      */
-/* ======================================================================== */
-
-typedef struct resp {
-    int status;
-    char *head;    /* status line + headers */
-    char *body;    /* de-chunked, NUL-terminated */
-    size_t body_len;
-} resp;
-
-static void resp_free(resp *r) {
-    free(r->head);
-    free(r->body);
-    memset(r, 0, sizeof *r);
-}
-
-static int connect_to(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct timeval tv = {.tv_sec = 60};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static bool send_all(int fd, const char *p, size_t n) {
-    while (n) {
-        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
-        if (k <= 0) return false;
-        p += k, n -= (size_t)k;
-    }
-    return true;
-}
-
-/* Sends a request (body may be NULL); extra: more header lines, each ending in \r\n. */
-static int open_request(int port, const char *method, const char *path, const char *extra, const char *body) {
-    int fd = connect_to(port);
-    if (fd < 0) return -1;
-    char head[1024];
-    size_t bl = body ? strlen(body) : 0;
-    int n = snprintf(head, sizeof head,
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s%s%s", method, path,
-                     extra ? extra : "", body ? "Content-Type: application/json\r\n" : "", "");
-    if (body) n += snprintf(head + n, sizeof head - (size_t)n, "Content-Length: %zu\r\n", bl);
-    n += snprintf(head + n, sizeof head - (size_t)n, "\r\n");
-    if (!send_all(fd, head, (size_t)n) || (bl && !send_all(fd, body, bl))) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static bool read_response(int fd, resp *r) {
-    memset(r, 0, sizeof *r);
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (n + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
-        if (k <= 0) break;
-        n += (size_t)k;
-    }
-    close(fd);
-    buf[n] = 0;
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (!sep || sscanf(buf, "HTTP/1.%*d %d", &r->status) != 1) {
-        free(buf);
-        return false;
-    }
-    size_t hl = (size_t)(sep - buf);
-    r->head = malloc(hl + 1);
-    memcpy(r->head, buf, hl);
-    r->head[hl] = 0;
-    const char *b = sep + 4;
-    size_t bl = n - hl - 4;
-    r->body = malloc(bl + 1);
-    if (strcasestr(r->head, "transfer-encoding: chunked")) {
-        size_t o = 0;
-        const char *p = b, *end = b + bl;
-        while (p < end) {
-            char *e;
-            unsigned long sz = strtoul(p, &e, 16);
-            const char *nl = strstr(p, "\r\n");
-            if (!nl || sz == 0) break;
-            p = nl + 2;
-            if (p + sz > end) sz = (unsigned long)(end - p);
-            memcpy(r->body + o, p, sz);
-            o += sz;
-            p += sz + 2;
-        }
-        r->body_len = o;
-    } else {
-        memcpy(r->body, b, bl);
-        r->body_len = bl;
-    }
-    r->body[r->body_len] = 0;
-    free(buf);
-    return true;
-}
-
-static bool http(int port, const char *method, const char *path, const char *extra, const char *body, resp *r) {
-    memset(r, 0, sizeof *r);
-    int fd = open_request(port, method, path, extra, body);
-    return fd >= 0 && read_response(fd, r);
-}
-
-/* error.code and error.type of an error body match. */
-static bool is_error(const resp *r, int code, const char *type) {
-    cJSON *o = cJSON_Parse(r->body);
-    cJSON *e = cJSON_GetObjectItem(o, "error");
-    bool ok = r->status == code && cJSON_IsNumber(cJSON_GetObjectItem(e, "code")) &&
-              cJSON_GetObjectItem(e, "code")->valueint == code &&
-              cJSON_IsString(cJSON_GetObjectItem(e, "message")) &&
-              (!type || !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "type")), type));
-    if (!ok) printf("  expected %d %s, got %d: %s\n", code, type ? type : "", r->status, r->body);
-    cJSON_Delete(o);
-    return ok;
-}
-
-/* ======================================================================== */
-/* Requests                                                                  */
-/* ======================================================================== */
 
 /* A generation request body: chat (user message) or completion prompt, greedy. */
 static char *gen_body(bool chat, const char *prompt, int n, bool stream, const char *stop) {
@@ -1463,8 +1256,8 @@ TEST(long_prompt_in_chunks_keeps_streams_flowing) {
 TEST(slow_and_vanished_clients) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     server s;
-    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "-to", "1", "--body-max", "4096", "--metrics",
-                       "--test-step-delay-ms", "20", "-t", "1", NULL};
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "-to", "1", "--header-timeout", "1", "--body-max", "4096",
+                       "--metrics", "--test-step-delay-ms", "20", "-t", "1", NULL};
     CHECK_MSG(server_start(&s, a), "the server did not start");
     int port = s.port;
     /* 1. half a request, then nothing */
@@ -1475,10 +1268,11 @@ TEST(slow_and_vanished_clients) {
     bool health = http(port, "GET", "/health", NULL, NULL, &r) && r.status == 200;   /* not blocked by it */
     resp_free(&r);
     const double t0 = now_s();
-    char buf[64];
-    ssize_t k = fs >= 0 ? recv(fs, buf, sizeof buf, 0) : -1;   /* 0 (or an error) when the server closes it */
+    /* the header timeout: a 408, then the close (recv 0 or an error) */
+    resp r408 = {0};
+    bool got408 = fs >= 0 && read_response(fs, &r408) && r408.status == 408;
+    resp_free(&r408);
     const double waited = now_s() - t0;
-    if (fs >= 0) close(fs);
     /* 2. a chunked body of 3 x 2000 bytes */
     int fc = connect_to(port);
     char chunk[2000];
@@ -1512,7 +1306,7 @@ TEST(slow_and_vanished_clients) {
     bool clean;
     int rc = server_stop(&s, &clean);
     CHECK(sent && health);
-    CHECK_MSG(k <= 0 && waited < 10, "the stalled connection: recv %zd after %.1f s", k, waited);
+    CHECK_MSG(got408 && waited < 5, "the stalled connection: 408 %d after %.1f s", got408, waited);
     CHECK(got413);
     CHECK_MSG(c0 >= 0 && c1 == c0 + 1 && busy == 0, "cancelled %g -> %g, processing %g", c0, c1, busy);
     CHECK(after);

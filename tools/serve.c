@@ -41,6 +41,9 @@ static void usage(FILE *f) {
             "  --spec-adaptive on|off      adaptive draft length (on)           --spec-min-gain X (1.05)\n"
             "  --spec-draft-cut on|off     cost-aware cut of a lone slot's drafts after the walk (on)\n"
             "  --queue-max N               waiting requests before 503 (64)     --body-max BYTES (8 MiB)\n"
+            "  --conn-max N                requests in service, and connections still sending their head (1024)\n"
+            "  --conn-max-per-ip N         the same per client address (256; 0: no limit)\n"
+            "  --header-timeout S          seconds from accept to a complete request head (10)\n"
             "  --ctx-checkpoints N         recurrent (qwen35) state checkpoints per slot for prefix reuse (32)\n"
             "  --checkpoint-min-step N     tokens between two checkpoints of a slot (8192); one is also taken\n"
             "                              at the end of every prompt\n");
@@ -81,6 +84,9 @@ int cmd_serve(int argc, char **argv) {
     c.queue_max = 64;
     c.body_max = 8u << 20;
     c.timeout_s = 3600;
+    c.conn_max = 1024;
+    c.conn_max_per_ip = 256;
+    c.header_timeout_s = 10;
     c.sse_ping_s = 30;
     c.slots = true;   /* GET /slots on by default, as in llama-server (§2.3) */
     c.adaptive = true;
@@ -304,6 +310,19 @@ int cmd_serve(int argc, char **argv) {
         } else if (is(a, "--body-max", NULL)) {
             if (!cli_parse_int(a, v, 1024, 1L << 30, &n)) return 2;
             c.body_max = (size_t)n;
+        } else if (is(a, "--conn-max", NULL)) {
+            if (!cli_parse_int(a, v, 1, 1L << 20, &n)) return 2;
+            c.conn_max = (int)n;
+        } else if (is(a, "--conn-max-per-ip", NULL)) {
+            if (!cli_parse_int(a, v, 0, 1L << 20, &n)) return 2;
+            c.conn_max_per_ip = (int)n;
+        } else if (is(a, "--header-timeout", NULL)) {
+            if (!cli_parse_float(a, v, &f)) return 2;
+            if (!(f >= 0.1f && f <= 3600.0f)) {
+                fprintf(stderr, "error: --header-timeout %s: must be 0.1 to 3600 seconds\n", v);
+                return 2;
+            }
+            c.header_timeout_s = f;
         } else if (is(a, "--test-step-delay-ms", NULL)) {   /* testing only: slows every engine step */
             if (!cli_parse_int(a, v, 0, 10000, &n)) return 2;
             c.step_delay_ms = (int32_t)n;

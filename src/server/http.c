@@ -2,10 +2,11 @@
  * http.c — `spex serve`: libmicrohttpd glue, routing, auth, request preparation, responses and
  * SSE streams; model loading and shutdown.
  *
- * What it is: server-api.md §3–§12 on top of engine.c. libmicrohttpd runs a thread per
- * connection; a connection thread parses the body (api.c), renders the chat template,
- * tokenizes, checks the context, builds the request's sampler and detokenizer stream, and
- * queues a task. A non-streaming request then waits for the task; a streaming one returns a
+ * What it is: server-api.md §3–§12 on top of engine.c. The front door (door.c) accepts and
+ * checks each request head, then hands the connection to libmicrohttpd, which runs a thread
+ * per request in service and closes the connection after the response. That thread parses
+ * the body (api.c), renders the chat template, tokenizes, checks the context, builds the
+ * request's sampler and detokenizer stream, and queues a task. A non-streaming request then waits for the task; a streaming one returns a
  * callback response whose reader waits for released text and writes SSE events. Both waits
  * poll the socket, so a client that goes away cancels its task within ~100 ms (§8.3).
  * What it is not: scheduling or generation (engine.c) or JSON request parsing (api.c).
@@ -28,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -37,6 +39,7 @@
 typedef struct srv_server {
     const srv_config *cfg;
     struct MHD_Daemon *daemon;
+    srv_door *door;           /* accepts, checks heads, hands requests to the daemon  */
     volatile int ready;       /* 0 loading, 1 ready, -1 shutting down */
     spex_model *model;
     spex_tokenizer *tok;
@@ -67,7 +70,9 @@ typedef struct srv_conn {
 /* Small helpers                                                             */
 /* ======================================================================== */
 
-static enum MHD_Result send_text(struct MHD_Connection *c, unsigned code, const char *ctype, char *body) {
+/* allow: the Allow header of a 405 (RFC 9110 §15.5.6), else NULL. */
+static enum MHD_Result send_text_allow(struct MHD_Connection *c, unsigned code, const char *ctype, char *body,
+                                       const char *allow) {
     if (!body) {
         static char oom[] = "{\"error\":{\"code\":500,\"message\":\"out of memory\",\"type\":\"server_error\"}}";
         body = malloc(sizeof oom);
@@ -82,9 +87,15 @@ static enum MHD_Result send_text(struct MHD_Connection *c, unsigned code, const 
     }
     MHD_add_response_header(r, "Content-Type", ctype);
     MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(r, "Connection", "close");   /* every request comes through the door */
+    if (allow) MHD_add_response_header(r, "Allow", allow);
     enum MHD_Result ret = MHD_queue_response(c, code, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+static enum MHD_Result send_text(struct MHD_Connection *c, unsigned code, const char *ctype, char *body) {
+    return send_text_allow(c, code, ctype, body, NULL);
 }
 
 static enum MHD_Result send_json(struct MHD_Connection *c, unsigned code, cJSON *o) {
@@ -100,6 +111,12 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned code, const
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     return send_text(c, code, "application/json; charset=utf-8", srv_error_json((int)code, msg));
+}
+
+static enum MHD_Result send_405(struct MHD_Connection *c, const char *method, const char *url, const char *allow) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "method %.64s is not allowed on %.200s (allowed: %s)", method, url, allow);
+    return send_text_allow(c, 405, "application/json; charset=utf-8", srv_error_json(405, msg), allow);
 }
 
 static void random_id(char *out, size_t cap, const char *prefix) {
@@ -674,6 +691,7 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
         MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        MHD_add_response_header(r, "Connection", "close");
         enum MHD_Result ret = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
         return ret;
@@ -877,10 +895,11 @@ static enum MHD_Result do_slots(srv_server *S, struct MHD_Connection *c) {
 
 static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char *url, const char *method,
                              const srv_conn *cc) {
-    bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    /* HEAD is GET without the body, which libmicrohttpd leaves out (RFC 9110 §9.3.2) */
+    bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
     if (!strcmp(method, "OPTIONS")) return send_text(c, 204, "text/plain", calloc(1, 1));
     if (!strcmp(url, "/health") || !strcmp(url, "/v1/health")) {
-        if (!get) return send_error(c, 405, "method %s is not allowed on %s", method, url);
+        if (!get) return send_405(c, method, url, "GET, HEAD, OPTIONS");
         if (S->ready != 1) return send_error(c, 503, "Loading model");
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "status", "ok");
@@ -899,7 +918,8 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     if (k < 0) return send_error(c, 404, "File Not Found: %s", url);
     if (!authorized(S, c)) return send_error(c, 401, "Invalid API Key");
     bool allowed = k == 10 ? get || post : known[k].post ? post : get;   /* /props: GET and POST */
-    if (!allowed) return send_error(c, 405, "method %s is not allowed on %s", method, url);
+    if (!allowed)
+        return send_405(c, method, url, k == 10 ? "GET, HEAD, POST, OPTIONS" : known[k].post ? "POST, OPTIONS" : "GET, HEAD, OPTIONS");
     if (cc->too_big) return send_error(c, 413, "the request body exceeds the limit of %zu bytes", S->cfg->body_max);
     if (cc->alloc_failed) return send_error(c, 500, "out of memory");
     if (S->ready != 1) return send_error(c, 503, S->ready == 0 ? "Loading model" : "the server is shutting down");
@@ -928,12 +948,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cc) return MHD_NO;
         *con_cls = cc;
         atomic_fetch_add(&S->n_live, 1);
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > S->cfg->body_max) {
-            cc->too_big = true;
-            return send_error(c, 413, "the request body exceeds the limit of %zu bytes", S->cfg->body_max);
-        }
-        return MHD_YES;
+        return MHD_YES;   /* Content-Length was checked by the door (head.c); chunked bodies below */
     }
     if (*upload_size) {
         size_t n = *upload_size;
@@ -972,9 +987,44 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     atomic_fetch_sub(&S->n_live, 1);
 }
 
+/* A connection the door handed over has ended: its place in service is free again. */
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    (void)socket_context;
+    srv_server *S = cls;
+    if (toe != MHD_CONNECTION_NOTIFY_CLOSED) return;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr_in *a = ci ? (const struct sockaddr_in *)(const void *)ci->client_addr : NULL;
+    if (a && a->sin_family == AF_INET) srv_door_closed(S->door, a->sin_addr.s_addr);
+}
+
+static bool handoff(void *user, int fd, const struct sockaddr_in *addr) {
+    srv_server *S = user;
+    return MHD_add_connection(S->daemon, fd, (const struct sockaddr *)addr, sizeof *addr) == MHD_YES;
+}
+
 /* ======================================================================== */
 /* Start-up and shutdown                                                     */
 /* ======================================================================== */
+
+/* Raises the descriptor limit to its hard limit for the connections --conn-max allows (each
+ * waiting and each in service holds one); lowers conn_max, with a warning, where even the
+ * hard limit is too small. 64: the process's other descriptors (model files, pipes, stdio). */
+static int fit_conn_max(int conn_max) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return conn_max;
+    rlim_t need = (rlim_t)conn_max * 2 + SRV_CONN_RESERVE + 64;
+    if (rl.rlim_cur < need) {
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+        (void)setrlimit(RLIMIT_NOFILE, &rl);
+        (void)getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur >= need) return conn_max;
+    int fit = rl.rlim_cur > SRV_CONN_RESERVE + 64 + 2 ? (int)((rl.rlim_cur - SRV_CONN_RESERVE - 64) / 2) : 1;
+    fprintf(stderr, "warning: the descriptor limit (%llu) allows --conn-max %d, not %d\n",
+            (unsigned long long)rl.rlim_cur, fit, conn_max);
+    return fit;
+}
 
 static void log_line(void *user, const char *line) {
     (void)user;
@@ -1149,24 +1199,31 @@ int srv_main(const srv_config *cfg) {
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    struct sockaddr_in addr;
-    memset(&addr, 0, sizeof addr);
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons((uint16_t)cfg->port);
-    if (inet_pton(AF_INET, cfg->host, &addr.sin_addr) != 1) {
-        fprintf(stderr, "error: --host '%s' is not an IPv4 address\n", cfg->host);
-        return 2;
-    }
-    S.daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG,
-                                (uint16_t)cfg->port, NULL, NULL, on_request, &S, MHD_OPTION_SOCK_ADDR, &addr,
-                                MHD_OPTION_NOTIFY_COMPLETED, on_completed, &S, MHD_OPTION_CONNECTION_TIMEOUT,
+    /* libmicrohttpd serves what the door hands it: poll() (no FD_SETSIZE limit), a thread per
+     * request in service. Its own limit sits well above the door's, which does the counting;
+     * its timeout is --timeout's, for requests in service (the door times out heads). */
+    int conn_max = fit_conn_max(cfg->conn_max);
+    unsigned mhd_limit = 2u * (unsigned)(conn_max + SRV_CONN_RESERVE) + 64u;
+    S.daemon = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                                    MHD_USE_ITC | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ERROR_LOG,
+                                0, NULL, NULL, on_request, &S, MHD_OPTION_NOTIFY_COMPLETED, on_completed, &S,
+                                MHD_OPTION_NOTIFY_CONNECTION, on_connection, &S, MHD_OPTION_CONNECTION_LIMIT, mhd_limit,
+                                MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)64 * 1024, MHD_OPTION_CONNECTION_TIMEOUT,
                                 (unsigned)cfg->timeout_s, MHD_OPTION_END);
     if (!S.daemon) {
-        fprintf(stderr, "error: cannot listen on %s:%d: %s\n", cfg->host, cfg->port, strerror(errno));
+        fprintf(stderr, "error: cannot start the HTTP daemon: %s\n", strerror(errno));
         return 1;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(S.daemon, MHD_DAEMON_INFO_BIND_PORT);
-    fprintf(stderr, "server: listening on http://%s:%u\n", cfg->host, di ? (unsigned)di->port : (unsigned)cfg->port);
+    srv_door_params dp = {.host = cfg->host, .port = cfg->port, .conn_max = conn_max,
+                          .conn_max_per_ip = cfg->conn_max_per_ip, .header_timeout_s = cfg->header_timeout_s,
+                          .body_max = cfg->body_max, .handoff = handoff, .user = &S};
+    spex_error derr = {0};
+    if (srv_door_start(&dp, &S.door, &derr) != SPEX_OK) {
+        fprintf(stderr, "error: %s\n", derr.msg);
+        MHD_stop_daemon(S.daemon);
+        return derr.status == SPEX_ERR_INVALID_ARG ? 2 : 1;
+    }
+    fprintf(stderr, "server: listening on http://%s:%d\n", cfg->host, srv_door_port(S.door));
     fflush(stderr);
 
     int rc = load(&S);
@@ -1185,9 +1242,11 @@ int srv_main(const srv_config *cfg) {
      * connection instead of its 503 — then the daemon joins the threads. The wait is
      * bounded (SRV_DRAIN_S): a client that does not read its response does not hold the
      * shutdown. */
+    srv_door_stop(S.door);   /* no new connections; those still sending their head are closed */
     srv_engine_stop(S.engine);
     for (double t0 = srv_now_s(); atomic_load(&S.n_live) > 0 && srv_now_s() - t0 < SRV_DRAIN_S;) usleep(10 * 1000);
     MHD_stop_daemon(S.daemon);
+    srv_door_free(S.door);
     srv_engine_free(S.engine);
     spex_spec_free(S.spec);
     spex_draft_context_free(S.dc);

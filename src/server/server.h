@@ -6,7 +6,8 @@
  * not: anything the library exports — the server is built on include/spex.h only and never
  * reaches into src/model (style.md). Spec: ../shared/docs/server-api.md (cited as §N).
  *
- * Threads: libmicrohttpd runs one thread per connection (http.c); one engine thread owns the
+ * Threads: the front door's thread (door.c) holds connections until their request head is
+ * complete; libmicrohttpd then runs one thread per request in service (http.c); one engine thread owns the
  * target/draft contexts and the spex_spec and advances every busy slot in one batched step.
  * A task is shared by its connection thread and the engine: its mutex guards the output part.
  */
@@ -16,6 +17,7 @@
 #include "spex.h"
 #include "spec/guard.h"
 
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -269,6 +271,57 @@ int srv_props_update(const char *body, size_t len, char *msg, size_t msg_cap);
 struct cJSON *srv_params_json(const srv_gen_defaults *d, const srv_task *t);
 
 /* ======================================================================== */
+/* Request heads and the front door (head.c, door.c)                         */
+/* ======================================================================== */
+
+/* What the front door needs of a request head (srv_head_check). */
+typedef struct srv_head {
+    char method[16];          /* truncated past 15 bytes                                */
+    char path[64];            /* the target before '?', truncated past 63 bytes          */
+    bool http10;              /* HTTP/1.0 (else 1.1 or a later 1.x)                      */
+    bool is_head;             /* method HEAD: a reply has no body                        */
+    bool probe;               /* GET or HEAD of /health, /v1/health or /metrics          */
+    int64_t content_length;   /* -1: none; INT64_MAX: too large to represent             */
+    bool chunked;             /* Transfer-Encoding: chunked                              */
+} srv_head;
+
+/* Length of the request head in buf[0 .. n), its blank line included; 0: not complete yet. */
+size_t srv_head_end(const char *buf, size_t n);
+/* Checks the head buf[0 .. n) (n from srv_head_end) by head.c's rules. 0, or the HTTP status
+ * to answer (400, 413, 501, 505) with msg. Needs no server (fuzz/fuzz_http_head.c). */
+int srv_head_check(const char *buf, size_t n, size_t body_max, srv_head *h, char *msg, size_t msg_cap);
+
+/* Places in service kept for /health and /metrics beyond --conn-max (docs/server.md). */
+#define SRV_CONN_RESERVE 8
+
+typedef struct srv_door srv_door;
+
+typedef struct srv_door_params {
+    const char *host;         /* IPv4 address to listen on                              */
+    int port;                 /* 0: any free port (srv_door_port tells)                 */
+    int conn_max;             /* connections sending their head, and requests in service: each */
+    int conn_max_per_ip;      /* both, per client address; 0: no limit                   */
+    double header_timeout_s;  /* a connection's head must be complete this long after accept */
+    size_t body_max;          /* Content-Length above it: 413                            */
+    /* Hands a connection whose head passed to the HTTP library, which owns fd from then on
+     * and reports its end with srv_door_closed. false: the library refused it (fd closed). */
+    bool (*handoff)(void *user, int fd, const struct sockaddr_in *addr);
+    void *user;
+} srv_door_params;
+
+/* Binds and listens, then starts the door's thread. */
+spex_status srv_door_start(const srv_door_params *p, srv_door **out, spex_error *err);
+int srv_door_port(const srv_door *d);
+/* A handed connection of client address ip (network order) has ended. Any thread. */
+void srv_door_closed(srv_door *d, uint32_t ip);
+/* Requests in service (handed and not yet closed). */
+int srv_door_in_service(srv_door *d);
+/* Stops accepting, closes every connection not yet handed, joins the thread. */
+void srv_door_stop(srv_door *d);
+/* Stops if needed and frees; after the HTTP library has stopped (srv_door_closed uses d). */
+void srv_door_free(srv_door *d);
+
+/* ======================================================================== */
 /* The server (http.c)                                                       */
 /* ======================================================================== */
 
@@ -298,6 +351,9 @@ typedef struct srv_config {
     int32_t queue_max;
     size_t body_max;
     int timeout_s;
+    int conn_max;             /* --conn-max                                               */
+    int conn_max_per_ip;      /* --conn-max-per-ip (0: no limit)                          */
+    double header_timeout_s;  /* --header-timeout                                         */
     int sse_ping_s;           /* --sse-ping-interval; <= 0: off                          */
     bool adaptive;
     bool draft_cut;           /* --spec-draft-cut: spex_spec_params.draft_cut (on)          */

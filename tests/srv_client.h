@@ -1,0 +1,44 @@
+/*
+ * srv_client.h — the test client of `spex serve` (srv_client.c): server processes and raw
+ * HTTP/1.1 requests, for the server's test programs.
+ */
+#ifndef SPEX_TEST_SRV_CLIENT_H
+#define SPEX_TEST_SRV_CLIENT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    char err_path[256];
+} server;
+
+/* Starts `spex serve --port 0 ARGS` and waits for "ready"; false on failure. */
+bool server_start(server *s, const char *const *args);
+/* Sends sig (SIGTERM or SIGINT), waits; returns the exit status and whether stderr is
+ * sanitizer-clean and ends with "server: stopped". */
+int server_stop_sig(server *s, int sig, bool *clean);
+int server_stop(server *s, bool *clean);
+
+typedef struct resp {
+    int status;
+    char *head;    /* status line + headers */
+    char *body;    /* de-chunked, NUL-terminated */
+    size_t body_len;
+} resp;
+
+void resp_free(resp *r);
+/* A connected loopback socket (60 s receive timeout), -1 on failure. */
+int connect_to(int port);
+bool send_all(int fd, const char *p, size_t n);
+/* Sends a request (body may be NULL); extra: more header lines, each ending in \r\n. */
+int open_request(int port, const char *method, const char *path, const char *extra, const char *body);
+/* Reads the whole response (until the server closes) and closes fd. */
+bool read_response(int fd, resp *r);
+bool http(int port, const char *method, const char *path, const char *extra, const char *body, resp *r);
+/* error.code and error.type of an error body match (type NULL: any). */
+bool is_error(const resp *r, int code, const char *type);
+
+#endif
