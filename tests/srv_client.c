@@ -97,6 +97,20 @@ int server_stop_sig(server *s, int sig, bool *clean) {
 
 int server_stop(server *s, bool *clean) { return server_stop_sig(s, SIGTERM, clean); }
 
+int shared_server_port(shared_server *ss, const char *const *args) {
+    if (!ss->started && !ss->failed) {
+        ss->started = server_start(&ss->s, args);
+        ss->failed = !ss->started;
+    }
+    return ss->started ? ss->s.port : -1;
+}
+
+int shared_server_stop(shared_server *ss, bool *clean) {
+    int rc = server_stop(&ss->s, clean);
+    ss->started = false, ss->failed = true;
+    return rc;
+}
+
 /* ======================================================================== */
 /* HTTP                                                                      */
 /* ======================================================================== */
@@ -149,8 +163,7 @@ int open_request(int port, const char *method, const char *path, const char *ext
     return fd;
 }
 
-bool read_response(int fd, resp *r) {
-    memset(r, 0, sizeof *r);
+char *recv_all(int fd, size_t *len) {
     size_t cap = 65536, n = 0;
     char *buf = malloc(cap);
     for (;;) {
@@ -161,6 +174,14 @@ bool read_response(int fd, resp *r) {
     }
     close(fd);
     buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+bool read_response(int fd, resp *r) {
+    memset(r, 0, sizeof *r);
+    size_t n = 0;
+    char *buf = recv_all(fd, &n);
     char *sep = strstr(buf, "\r\n\r\n");
     if (!sep || sscanf(buf, "HTTP/1.%*d %d", &r->status) != 1) {
         free(buf);

@@ -15,6 +15,26 @@ typedef struct server {
     char err_path[256];
 } server;
 
+/* One server shared by a program's tests: started on first use, stopped by its last test. */
+typedef struct shared_server {
+    server s;
+    bool started, failed;
+} shared_server;
+
+/* The port of ss, started with args on first use; -1 when it did not start (not retried). */
+int shared_server_port(shared_server *ss, const char *const *args);
+/* Stops ss (server_stop); later shared_server_port calls give -1. */
+int shared_server_stop(shared_server *ss, bool *clean);
+
+/* Declares `int port` from port_fn() (a shared_server_port wrapper); needs test.h. */
+#define REQUIRE_SERVER_FROM(port, port_fn)                                       \
+    int port = -1;                                                               \
+    do {                                                                         \
+        if (!test_spex_bin()) SKIP("no spex binary next to this test's folder"); \
+        port = port_fn();                                                        \
+        CHECK_MSG(port > 0, "the server did not start");                         \
+    } while (0)
+
 /* Starts `spex serve --port 0 ARGS` and waits for "ready"; false on failure. */
 bool server_start(server *s, const char *const *args);
 /* Sends sig (SIGTERM or SIGINT), waits; returns the exit status and whether stderr is
@@ -35,6 +55,8 @@ int connect_to(int port);
 bool send_all(int fd, const char *p, size_t n);
 /* Sends a request (body may be NULL); extra: more header lines, each ending in \r\n. */
 int open_request(int port, const char *method, const char *path, const char *extra, const char *body);
+/* Reads until the server closes, then closes fd: the bytes, NUL-terminated (malloc'd). */
+char *recv_all(int fd, size_t *len);
 /* Reads the whole response (until the server closes) and closes fd. */
 bool read_response(int fd, resp *r);
 bool http(int port, const char *method, const char *path, const char *extra, const char *body, resp *r);

@@ -196,25 +196,14 @@ static char *expected(bool chat, const char *prompt, int n) {
 /* The shared server                                                         */
 /* ======================================================================== */
 
-static server g_srv;
-static bool g_started, g_failed;
+static shared_server g_srv;
 
 static int main_port(void) {
-    if (!g_started && !g_failed) {
-        const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-np", "2", "-c", "512", "--metrics", "-t", "1", NULL};
-        g_started = server_start(&g_srv, a);
-        g_failed = !g_started;
-    }
-    return g_started ? g_srv.port : -1;
+    const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-np", "2", "-c", "512", "--metrics", "-t", "1", NULL};
+    return shared_server_port(&g_srv, a);
 }
 
-#define REQUIRE_SERVER(port)                                                     \
-    int port = -1;                                                               \
-    do {                                                                         \
-        if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");      \
-        port = main_port();                                                      \
-        CHECK_MSG(port > 0, "the server did not start");                         \
-    } while (0)
+#define REQUIRE_SERVER(port) REQUIRE_SERVER_FROM(port, main_port)
 
 /* ======================================================================== */
 /* Tests                                                                     */
@@ -1435,8 +1424,7 @@ TEST(shutdown_clean) {
     REQUIRE_SERVER(port);
     (void)port;
     bool clean;
-    int rc = server_stop(&g_srv, &clean);
-    g_started = false, g_failed = true;
+    int rc = shared_server_stop(&g_srv, &clean);
     CHECK_EQ_INT(rc, 0);
     CHECK(clean);
 }

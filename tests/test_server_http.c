@@ -82,18 +82,7 @@ static bool raw_exchange(int port, const char *req, size_t len, char **out, size
         if (fd >= 0) close(fd);
         return false;
     }
-    size_t cap = 65536, n = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (n + 4096 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t k = recv(fd, buf + n, cap - n - 1, 0);
-        if (k <= 0) break;
-        n += (size_t)k;
-    }
-    close(fd);
-    buf[n] = 0;
-    *out = buf;
-    *out_len = n;
+    *out = recv_all(fd, out_len);
     return true;
 }
 
@@ -122,26 +111,15 @@ static bool raise_nofile(rlim_t want) {
 /* The shared server: small body limit, short header timeout                 */
 /* ======================================================================== */
 
-static server g_srv;
-static bool g_started, g_failed;
+static shared_server g_srv;
 
 static int main_port(void) {
-    if (!g_started && !g_failed) {
-        const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "-c", "256", "-t", "1", "--body-max", "65536",
-                           "--header-timeout", "1.5", NULL};
-        g_started = server_start(&g_srv, a);
-        g_failed = !g_started;
-    }
-    return g_started ? g_srv.port : -1;
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "-c", "256", "-t", "1", "--body-max", "65536",
+                       "--header-timeout", "1.5", NULL};
+    return shared_server_port(&g_srv, a);
 }
 
-#define REQUIRE_SERVER(port)                                                     \
-    int port = -1;                                                               \
-    do {                                                                         \
-        if (!test_spex_bin()) SKIP("no spex binary next to this test's folder"); \
-        port = main_port();                                                      \
-        CHECK_MSG(port > 0, "the server did not start");                         \
-    } while (0)
+#define REQUIRE_SERVER(port) REQUIRE_SERVER_FROM(port, main_port)
 
 TEST(framing_errors_answered_once) {
     REQUIRE_SERVER(port);
@@ -268,8 +246,7 @@ TEST(shutdown_clean) {
     REQUIRE_SERVER(port);
     (void)port;
     bool clean;
-    int rc = server_stop(&g_srv, &clean);
-    g_started = false, g_failed = true;
+    int rc = shared_server_stop(&g_srv, &clean);
     CHECK_EQ_INT(rc, 0);
     CHECK(clean);
 }
