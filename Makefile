@@ -130,6 +130,11 @@ $(FUZZ_OUT)/fuzz_http_head: fuzz/fuzz_http_head.c src/server/head.c
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< src/server/head.c
 
+# fuzz_compare_ar: the --compare-ar file reader of spex demo (tools/compare.c) and cJSON.
+$(FUZZ_OUT)/fuzz_compare_ar: fuzz/fuzz_compare_ar.c tools/compare.c
+	@mkdir -p $(FUZZ_OUT)
+	clang $(FUZZ_FLAGS) -Itools -o $@ $< tools/compare.c -lcjson -lm
+
 # fuzz_dflash loads drafters against a real target, so it needs the whole library: built
 # once with coverage (objects with their ISA flags, like the release build) into a static lib.
 FUZZ_OBJ_FLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -Iinclude -Isrc -pthread -fsanitize=fuzzer-no-link,address,undefined -MMD -MP
@@ -165,7 +170,9 @@ fuzz-run: fuzz
 	  fi; \
 	done
 
-demo: all
+# the build in parallel, as `make test` does: the main job's 3 minutes include it
+demo:
+	$(MAKE) -j$(JOBS) BUILD=$(BUILD) all
 	scripts/demo.sh $(OUT)
 
 clean:
