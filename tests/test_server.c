@@ -1303,20 +1303,133 @@ TEST(slow_and_vanished_clients) {
     CHECK(clean);
 }
 
+/* llama-server's fields and behaviour where real clients tripped (issue list of the drop-in
+ * work): a CORS preflight answers with the methods and the asked headers; /completion ended by
+ * a stop string says stop_type "word" and the stopping_word, counts the whole prompt in
+ * tokens_evaluated with the reused part in tokens_cached, and its stream's last event carries
+ * the same; a generation that fills the slot's context is truncated; max_tokens 0 still counts
+ * the prompt in usage; neutral values of unsupported fields are accepted; /tokenize pieces
+ * that are part of a character come as bytes and /detokenize of such ids is valid UTF-8. */
+TEST(llama_server_fields) {
+    REQUIRE_SERVER(port);
+    resp r;
+    CHECK(http(port, "OPTIONS", "/v1/chat/completions",
+               "Origin: http://other.example\r\nAccess-Control-Request-Method: POST\r\n"
+               "Access-Control-Request-Headers: authorization, content-type\r\n",
+               NULL, &r));
+    CHECK_MSG(r.status == 204 && strstr(r.head, "Access-Control-Allow-Origin: *") &&
+                  strstr(r.head, "Access-Control-Allow-Methods: GET, HEAD, POST, OPTIONS") &&
+                  strstr(r.head, "Access-Control-Allow-Headers: authorization, content-type"),
+              "preflight: %d %s", r.status, r.head);
+    resp_free(&r);
+
+    /* a stop string from the greedy text itself */
+    cJSON *full = post_json(port, "/completion", "{\"prompt\":\"Hello\",\"n_predict\":40,\"temperature\":0}", 200);
+    const char *t = cJSON_GetStringValue(cJSON_GetObjectItem(full, "content"));
+    size_t n = t ? strlen(t) : 0, i;
+    for (i = 3; i + 2 < n; i++)
+        if (t[i] > 32 && t[i] < 127 && t[i] != '"' && t[i] != '\\' && t[i + 1] > 32 && t[i + 1] < 127 &&
+            t[i + 1] != '"' && t[i + 1] != '\\')
+            break;
+    CHECK_MSG(i + 2 < n, "the greedy text has no two printable ASCII bytes in a row: '%s'", t ? t : "");
+    char stop[3] = {t[i], t[i + 1], 0}, body[256];
+    snprintf(body, sizeof body, "{\"prompt\":\"Hello\",\"n_predict\":40,\"temperature\":0,\"stop\":[\"%s\"]}", stop);
+    cJSON *o = post_json(port, "/completion", body, 200);
+    CHECK_MSG(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "stop_type")), "word") &&
+                  !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "stopping_word")), stop),
+              "stop_type %s, stopping_word %s", cJSON_GetStringValue(cJSON_GetObjectItem(o, "stop_type")),
+              cJSON_GetStringValue(cJSON_GetObjectItem(o, "stopping_word")));
+    double ev = cJSON_GetNumberValue(cJSON_GetObjectItem(o, "tokens_evaluated"));
+    double cached = cJSON_GetNumberValue(cJSON_GetObjectItem(o, "tokens_cached"));
+    double pn = cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "timings"), "prompt_n"));
+    printf("  stop '%s': tokens_evaluated %g = tokens_cached %g + prompt_n %g\n", stop, ev, cached, pn);
+    CHECK(ev >= 5 && cached > 0 && ev == cached + pn);   /* "Hello" again: its prefix is reused */
+    CHECK(cJSON_IsFalse(cJSON_GetObjectItem(o, "truncated")) && cJSON_IsNumber(cJSON_GetObjectItem(o, "id_slot")));
+    CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(full, "stop_type")), "limit") &&
+          !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(full, "stopping_word")), ""));
+    cJSON_Delete(o);
+    cJSON_Delete(full);
+    /* streamed: the last event has the same end fields */
+    snprintf(body, sizeof body, "{\"prompt\":\"Hello\",\"n_predict\":40,\"temperature\":0,\"stream\":true,\"stop\":\"%s\"}",
+             stop);
+    CHECK(http(port, "POST", "/completion", NULL, body, &r) && r.status == 200);
+    const char *last = NULL;
+    for (const char *p = r.body; (p = strstr(p, "data: ")) != NULL; p += 6) last = p + 6;
+    o = last ? cJSON_Parse(last) : NULL;
+    CHECK_MSG(o && cJSON_IsTrue(cJSON_GetObjectItem(o, "stop")) &&
+                  !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "stop_type")), "word") &&
+                  cJSON_IsFalse(cJSON_GetObjectItem(o, "truncated")) && cJSON_IsNumber(cJSON_GetObjectItem(o, "id_slot")) &&
+                  cJSON_IsNumber(cJSON_GetObjectItem(o, "tokens_cached")),
+              "last event: %s", last ? last : "(none)");
+    cJSON_Delete(o);
+    resp_free(&r);
+
+    /* the slot's context (256 tokens: -c 512 over 2 slots) runs out: truncated */
+    o = post_json(port, "/completion", "{\"prompt\":\"Hello\",\"n_predict\":-1,\"temperature\":0}", 200);
+    double pred = cJSON_GetNumberValue(cJSON_GetObjectItem(o, "tokens_predicted"));
+    bool eos = !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "stop_type")), "eos");
+    CHECK_MSG(eos || (cJSON_IsTrue(cJSON_GetObjectItem(o, "truncated")) &&
+                      !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "stop_type")), "limit")),
+              "unlimited generation: %g tokens, truncated %d", pred, cJSON_IsTrue(cJSON_GetObjectItem(o, "truncated")));
+    if (eos) printf("  (the greedy text ended on its own after %g tokens: truncation not reached)\n", pred);
+    cJSON_Delete(o);
+
+    /* max_tokens 0: no tokens, the prompt still counted */
+    o = post_json(port, "/v1/completions", "{\"prompt\":\"Hello there\",\"max_tokens\":0}", 200);
+    CHECK_MSG(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "prompt_tokens")) >= 2,
+              "max_tokens 0: prompt_tokens %g",
+              cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "prompt_tokens")));
+    cJSON_Delete(o);
+
+    /* neutral values are accepted; real ones still refused */
+    cJSON_Delete(post_json(port, "/v1/chat/completions",
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
+                           "\"response_format\":{\"type\":\"text\"},\"grammar\":\"\",\"n\":null}",
+                           200));
+    cJSON_Delete(post_json(port, "/v1/chat/completions",
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
+                           "\"response_format\":{\"type\":\"json_object\"}}",
+                           400));
+
+    /* "é" is one character of two bytes; the byte-level vocabulary splits it into two tokens */
+    o = post_json(port, "/tokenize", "{\"content\":\"caf\u00e9\",\"with_pieces\":true}", 200);
+    cJSON *toks = cJSON_GetObjectItem(o, "tokens"), *it;
+    int n_bytes_pieces = 0;
+    char ids[128] = "";
+    cJSON_ArrayForEach(it, toks) {
+        cJSON *piece = cJSON_GetObjectItem(it, "piece");
+        CHECK(cJSON_IsString(piece) || cJSON_IsArray(piece));
+        n_bytes_pieces += cJSON_IsArray(piece);
+        snprintf(ids + strlen(ids), sizeof ids - strlen(ids), "%s%d", ids[0] ? "," : "",
+                 (int)cJSON_GetNumberValue(cJSON_GetObjectItem(it, "id")));
+    }
+    cJSON_Delete(o);
+    printf("  'caf\u00e9': ids %s, %d pieces as bytes\n", ids, n_bytes_pieces);
+    CHECK(n_bytes_pieces >= 1);
+    /* the ids without their last one end inside "é": U+FFFD, valid JSON */
+    char *comma = strrchr(ids, ',');
+    if (comma) *comma = 0;
+    snprintf(body, sizeof body, "{\"tokens\":[%s]}", ids);
+    CHECK(http(port, "POST", "/detokenize", NULL, body, &r) && r.status == 200);
+    CHECK_MSG(strstr(r.body, "caf\xEF\xBF\xBD") != NULL, "detokenize: %s", r.body);
+    resp_free(&r);
+}
+
 /* Request fields end to end on the shared server: a system message and a user message whose
- * content is an array of text parts equal `spex run --chat --system` with the joined text;
+ * content is an array of text parts equal `spex run --chat --system` with the parts joined by
+ * "\n" (as llama.cpp and vLLM join them);
  * seeded sampling with top_k / top_p / min_p / penalties and drafting off for the request
  * (speculative.n_max 0) equals `spex run` with the same flags and seed. */
 TEST(request_fields_system_parts_and_sampling) {
     REQUIRE_SERVER(port);
     const char *body1 =
         "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
-        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Why is \"},{\"type\":\"text\",\"text\":\"the sky blue?\"}]}],"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Why is\"},{\"type\":\"text\",\"text\":\"the sky blue?\"}]}],"
         "\"max_tokens\":24,\"temperature\":0}";
     cJSON *o = post_json(port, "/v1/chat/completions", body1, 200);
     const char *t1 = cJSON_GetStringValue(
         cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetArrayItem(cJSON_GetObjectItem(o, "choices"), 0), "message"), "content"));
-    const char *r1[] = {"-m", TINY_QWEN3, "--chat", "--system", "Be brief.", "-p", "Why is the sky blue?", "-n", "24",
+    const char *r1[] = {"-m", TINY_QWEN3, "--chat", "--system", "Be brief.", "-p", "Why is\nthe sky blue?", "-n", "24",
                         "--temp", "0", "-t", "1", NULL};
     size_t wl;
     char *w1 = spex_run(r1, &wl);

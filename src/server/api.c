@@ -106,7 +106,8 @@ static int opt_bool(const cJSON *o, const char *key, bool *out, char *msg, size_
     return 1;
 }
 
-/* Message content: a string, or an array of {"type":"text","text":...} parts joined. */
+/* Message content: a string, or an array of {"type":"text","text":...} parts joined with "\n"
+ * (as llama.cpp and vLLM join them). */
 static int read_content(const cJSON *c, char **out, char *msg, size_t cap) {
     if (!c || cJSON_IsNull(c)) {
         *out = dup_str("");
@@ -128,7 +129,7 @@ static int read_content(const cJSON *c, char **out, char *msg, size_t cap) {
                        ty->valuestring);
         const cJSON *tx = cJSON_GetObjectItemCaseSensitive(p, "text");
         if (!cJSON_IsString(tx)) return bad(msg, cap, 400, "a text part needs a string 'text'");
-        total += strlen(tx->valuestring);
+        total += strlen(tx->valuestring) + 1;
     }
     char *s = malloc(total + 1);
     if (!s) return bad(msg, cap, 500, "out of memory");
@@ -136,6 +137,7 @@ static int read_content(const cJSON *c, char **out, char *msg, size_t cap) {
     cJSON_ArrayForEach(p, c) {
         const char *tx = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
         size_t k = strlen(tx);
+        if (n) s[n++] = '\n';
         memcpy(s + n, tx, k);
         n += k;
     }
@@ -317,38 +319,76 @@ static int reject_unsupported(const cJSON *o, char *msg, size_t cap) {
         if (cJSON_IsNumber(v) && v->valuedouble == 0 && strcmp(keys[i], "typical_p")) continue;
         if (!strcmp(keys[i], "typical_p") && cJSON_IsNumber(v) && v->valuedouble >= 1) continue;
         if ((cJSON_IsArray(v) || cJSON_IsObject(v)) && !v->child) continue;
+        if (cJSON_IsString(v) && !v->valuestring[0]) continue;   /* grammar: "" is no grammar */
+        const cJSON *ty = cJSON_GetObjectItemCaseSensitive(v, "type");
+        if (!strcmp(keys[i], "response_format") && cJSON_IsObject(v) && cJSON_IsString(ty) &&
+            !strcmp(ty->valuestring, "text") && cJSON_GetArraySize(v) == 1)
+            continue;   /* {"type": "text"}: plain text, what spex writes anyway */
         return bad(msg, cap, 400, "'%s' is not supported by spex", keys[i]);
     }
-    long long n;
+    long long n = 1;
     if (opt_int(o, "n", 1, 1e9, &n, msg, cap) < 0) return 400;
-    if (cJSON_GetObjectItemCaseSensitive(o, "n") && n != 1) return bad(msg, cap, 501, "only n = 1 is supported");
+    if (n != 1) return bad(msg, cap, 501, "only n = 1 is supported");
     const cJSON *echo = cJSON_GetObjectItemCaseSensitive(o, "echo");
     if (cJSON_IsTrue(echo)) return bad(msg, cap, 501, "'echo' is not supported");
     return 0;
 }
 
-/* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF): cJSON passes string
- * bytes through unchecked, and every text that reaches a response must be valid JSON. */
-static bool valid_utf8(const unsigned char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        size_t k = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-        if (!k || i + k > n || c < 0xC2 || c > 0xF4) return false;
-        for (size_t j = 1; j < k; j++)
-            if ((s[i + j] & 0xC0) != 0x80) return false;
-        if (k == 3 && ((c == 0xE0 && s[i + 1] < 0xA0) || (c == 0xED && s[i + 1] >= 0xA0))) return false;
-        if (k == 4 && ((c == 0xF0 && s[i + 1] < 0x90) || (c == 0xF4 && s[i + 1] >= 0x90))) return false;
-        i += k;
+/* The sequence at s[i] (i < n): its length when it is one valid UTF-8 character, else 0 with
+ * *bad the length of its maximal invalid subpart (Unicode §3.9: a lead byte and the
+ * continuation bytes that could still have completed it; at least 1). Strict: no overlongs,
+ * surrogates or code points past U+10FFFF. */
+static size_t utf8_seq(const unsigned char *s, size_t n, size_t i, size_t *bad) {
+    unsigned c = s[i];
+    *bad = 1;
+    if (c < 0x80) return 1;
+    size_t k = c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    if (!k) return 0;
+    for (size_t j = 1; j < k; j++) {
+        if (i + j >= n) return 0;
+        unsigned b = s[i + j], lo = 0x80, hi = 0xBF;
+        if (j == 1 && c == 0xE0) lo = 0xA0;
+        if (j == 1 && c == 0xED) hi = 0x9F;
+        if (j == 1 && c == 0xF0) lo = 0x90;
+        if (j == 1 && c == 0xF4) hi = 0x8F;
+        if (b < lo || b > hi) return 0;
+        *bad = j + 1;
     }
+    return k;
+}
+
+/* cJSON passes string bytes through unchecked, and every text that reaches a response must
+ * be valid JSON. */
+bool srv_utf8_valid(const char *text, size_t n) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t bad;
+    for (size_t i = 0, k; i < n; i += k)
+        if ((k = utf8_seq(s, n, i, &bad)) == 0) return false;
     return true;
 }
 
+char *srv_utf8_repair(const char *text, size_t n, size_t *out_len) {
+    const unsigned char *s = (const unsigned char *)text;
+    char *out = malloc(3 * n + 1);   /* each invalid byte at most one U+FFFD (3 bytes) */
+    if (!out) return NULL;
+    size_t o = 0, bad;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_seq(s, n, i, &bad);
+        if (k) {
+            memcpy(out + o, s + i, k);
+            o += k, i += k;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3, i += bad;
+        }
+    }
+    out[o] = 0;
+    *out_len = o;
+    return out;
+}
+
 int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, size_t cap) {
-    if (!valid_utf8((const unsigned char *)body, len)) return bad(msg, cap, 400, "the request body is not valid UTF-8");
+    if (!srv_utf8_valid(body, len)) return bad(msg, cap, 400, "the request body is not valid UTF-8");
     cJSON *o = cJSON_ParseWithLength(body, len);
     if (!o) return bad(msg, cap, 400, "malformed JSON in the request body");
     int rc = 0;
@@ -489,7 +529,7 @@ done:
 }
 
 int srv_parse_tokenize(srv_request *r, const char *body, size_t len, char *msg, size_t cap) {
-    if (!valid_utf8((const unsigned char *)body, len)) return bad(msg, cap, 400, "the request body is not valid UTF-8");
+    if (!srv_utf8_valid(body, len)) return bad(msg, cap, 400, "the request body is not valid UTF-8");
     cJSON *o = cJSON_ParseWithLength(body, len);
     if (!o) return bad(msg, cap, 400, "malformed JSON in the request body");
     int rc = 0;

@@ -91,6 +91,8 @@ srv_task *srv_task_new(void) {
     t->slot = -1;
     t->n_predict = -1;
     t->spec_n_max = -1;
+    t->stop_word = -1;
+    t->slot_used = -1;
     return t;
 }
 
@@ -210,6 +212,7 @@ static bool task_check_stop(srv_task *t, size_t from) {
         size_t start = from >= k ? from - k + 1 : 0;
         for (size_t j = start; j + k <= t->len; j++)
             if (!memcmp(t->text + j, t->stop[i], k)) {
+                t->stop_word = i;
                 t->len = j;
                 t->text[j] = 0;
                 t->released = j;
@@ -329,6 +332,7 @@ static bool task_emit(srv_engine *e, srv_task *t, const int32_t *toks, int n) {
         }
     }
     if (spex_spec_seq_len(e->spec, t->slot) >= e->p.n_ctx_slot) {
+        t->truncated = true;   /* read by the connection thread only after done (under mu) */
         task_finish(e, t, "length", 0, NULL);
         return true;
     }
@@ -776,7 +780,7 @@ static void *engine_main(void *arg) {
                 int32_t k = common_prefix(e, s, t->ids, t->n_ids);
                 if (k > best_k) best_k = k, best = s;
             }
-            t->slot = best;
+            t->slot = t->slot_used = best;
             e->slots[best] = t;
             e->n_busy++;
         }

@@ -119,6 +119,30 @@ static enum MHD_Result send_405(struct MHD_Connection *c, const char *method, co
     return send_text_allow(c, 405, "application/json; charset=utf-8", srv_error_json(405, msg), allow);
 }
 
+/* A CORS preflight (OPTIONS): any origin may call with any method the server has and the
+ * headers it asks for (echoed when they are a plain list of header names), so a browser page
+ * on another origin can POST JSON with an Authorization header. */
+static enum MHD_Result send_preflight(struct MHD_Connection *c) {
+    const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
+    bool plain = asked && asked[0] && strlen(asked) <= 512;
+    for (const char *p = asked; plain && *p; p++)
+        plain = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || (*p >= '0' && *p <= '9') || strchr("-_, ", *p);
+    char *empty = calloc(1, 1);
+    struct MHD_Response *r = empty ? MHD_create_response_from_buffer(0, empty, MHD_RESPMEM_MUST_FREE) : NULL;
+    if (!r) {
+        free(empty);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", plain ? asked : "Authorization, Content-Type, X-Api-Key");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+    MHD_add_response_header(r, "Connection", "close");
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 static void random_id(char *out, size_t cap, const char *prefix) {
     static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     static _Atomic unsigned long long ctr;
@@ -178,9 +202,9 @@ static void add_timings(cJSON *o, const srv_timings *tm) {
 
 static void add_usage(cJSON *o, const srv_timings *tm) {
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
-    cJSON_AddNumberToObject(u, "prompt_tokens", (double)(tm->cache_n + tm->prompt_n));
+    cJSON_AddNumberToObject(u, "prompt_tokens", (double)tm->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)tm->predicted_n);
-    cJSON_AddNumberToObject(u, "total_tokens", (double)(tm->cache_n + tm->prompt_n + tm->predicted_n));
+    cJSON_AddNumberToObject(u, "total_tokens", (double)(tm->n_prompt + tm->predicted_n));
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", (double)tm->cache_n);
 }
 
@@ -298,6 +322,7 @@ static int prepare(srv_server *S, srv_job *job, char *msg, size_t cap, int *n_pr
         job->reasoning = SRV_REASONING_NONE;
     }
     *n_prompt_out = t->n_ids;
+    t->tm.n_prompt = t->n_ids;
     if (t->n_ids == 0) return snprintf(msg, cap, "the prompt is empty"), 400;
     if (t->n_ids >= S->n_ctx_slot) return -1;   /* exceed_context_size_error */
 
@@ -346,8 +371,18 @@ static cJSON *response_head(const srv_job *job, const char *object) {
     return o;
 }
 
-static const char *stop_type(const srv_task *t) {
-    return !strcmp(t->finish, "length") ? "limit" : "eos";
+/* llama-server's /completion end fields: stop_type (eos, word, limit), stopping_word, the
+ * whole prompt as tokens_evaluated with its reused part as tokens_cached, truncated (the
+ * context ran out) and id_slot (t->mu held, t done). */
+static void add_completion_end(cJSON *o, const srv_task *t) {
+    bool word = t->stop_word >= 0 && t->stop_word < t->n_stop;
+    cJSON_AddStringToObject(o, "stop_type", word ? "word" : !strcmp(t->finish, "length") ? "limit" : "eos");
+    cJSON_AddStringToObject(o, "stopping_word", word ? t->stop[t->stop_word] : "");
+    cJSON_AddNumberToObject(o, "tokens_predicted", (double)t->tm.predicted_n);
+    cJSON_AddNumberToObject(o, "tokens_evaluated", (double)t->tm.n_prompt);
+    cJSON_AddNumberToObject(o, "tokens_cached", (double)t->tm.cache_n);
+    cJSON_AddBoolToObject(o, "truncated", t->truncated);
+    cJSON_AddNumberToObject(o, "id_slot", t->slot_used);
 }
 
 /* tool_calls [{(index), id, type, function: {name, arguments}}] for calls[from ..) (§6.2, §8.2). */
@@ -373,13 +408,9 @@ static cJSON *final_response(const srv_job *job) {
     if (job->req.ep == SRV_EP_COMPLETION) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddItemToObject(o, "content", str_n(t->text, t->len));
-        cJSON_AddNumberToObject(o, "id_slot", 0);
         cJSON_AddBoolToObject(o, "stop", true);
         cJSON_AddStringToObject(o, "model", job->model);
-        cJSON_AddNumberToObject(o, "tokens_predicted", (double)t->tm.predicted_n);
-        cJSON_AddNumberToObject(o, "tokens_evaluated", (double)t->tm.prompt_n);
-        cJSON_AddStringToObject(o, "stop_type", stop_type(t));
-        cJSON_AddBoolToObject(o, "truncated", false);
+        add_completion_end(o, t);
         add_timings(o, &t->tm);
         return o;
     }
@@ -557,9 +588,7 @@ static void stream_progress(srv_stream *st) {
         cJSON_AddStringToObject(o, "content", "");
         cJSON_AddBoolToObject(o, "stop", true);
         cJSON_AddStringToObject(o, "model", st->job.model);
-        cJSON_AddNumberToObject(o, "tokens_predicted", (double)t->tm.predicted_n);
-        cJSON_AddNumberToObject(o, "tokens_evaluated", (double)t->tm.prompt_n);
-        cJSON_AddStringToObject(o, "stop_type", stop_type(t));
+        add_completion_end(o, t);
         add_timings(o, &t->tm);
         out_event(st, o);
     } else {
@@ -776,7 +805,12 @@ static enum MHD_Result do_tokenize(srv_server *S, struct MHD_Connection *c, cons
         cJSON_AddNumberToObject(p, "id", ids[i]);
         spex_str s = {0};
         (void)spex_token_to_piece(S->tok, ids[i], true, &s, NULL);
-        cJSON_AddItemToObject(p, "piece", str_n(s.ptr ? s.ptr : "", (size_t)s.len));
+        if (srv_utf8_valid(s.ptr, s.len)) {
+            cJSON_AddItemToObject(p, "piece", str_n(s.ptr ? s.ptr : "", (size_t)s.len));
+        } else {   /* part of a character: its bytes, as llama-server gives them (JSON text stays UTF-8) */
+            cJSON *b = cJSON_AddArrayToObject(p, "piece");
+            for (size_t k = 0; k < s.len; k++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)s.ptr[k]));
+        }
         cJSON_AddItemToArray(a, p);
     }
     free(ids);
@@ -827,9 +861,15 @@ static enum MHD_Result do_detokenize(srv_server *S, struct MHD_Connection *c, co
         free(buf);
         return send_error(c, 400, "detokenize: %s", err.msg[0] ? err.msg : "a token id is out of range");
     }
-    cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "content", str_n(buf ? buf : "", need));
+    /* ids can end inside a character or hold bytes no character has: U+FFFD, so the JSON is
+     * valid UTF-8 (as llama-server's replacing JSON writer does) */
+    size_t len = 0;
+    char *text = srv_utf8_repair(buf ? buf : "", buf ? need : 0, &len);
     free(buf);
+    if (!text) return send_error(c, 500, "out of memory");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddItemToObject(o, "content", str_n(text, len));
+    free(text);
     return send_json(c, 200, o);
 }
 
@@ -897,7 +937,7 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
                              const srv_conn *cc) {
     /* HEAD is GET without the body, which libmicrohttpd leaves out (RFC 9110 §9.3.2) */
     bool get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
-    if (!strcmp(method, "OPTIONS")) return send_text(c, 204, "text/plain", calloc(1, 1));
+    if (!strcmp(method, "OPTIONS")) return send_preflight(c);
     if (!strcmp(url, "/health") || !strcmp(url, "/v1/health")) {
         if (!get) return send_405(c, method, url, "GET, HEAD, OPTIONS");
         if (S->ready != 1) return send_error(c, 503, "Loading model");

@@ -140,10 +140,17 @@ void srv_toolparse_finish(srv_toolparse *p, srv_strbuf *out);
 
 /* llama.cpp's timings object (§10) plus what usage needs (§9). */
 typedef struct srv_timings {
+    int64_t n_prompt;         /* the whole prompt's tokens (usage, tokens_evaluated)    */
     int64_t cache_n, prompt_n, predicted_n;
     double prompt_ms, predicted_ms;
     int64_t draft_n, draft_n_accepted, draft_rounds;
 } srv_timings;
+
+/* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF); s may be NULL when n is 0. */
+bool srv_utf8_valid(const char *s, size_t n);
+/* s[0 .. n) with every invalid sequence replaced by U+FFFD (one per maximal invalid subpart),
+ * NUL-terminated, malloc'd (NULL when out of memory); *out_len its length. */
+char *srv_utf8_repair(const char *s, size_t n, size_t *out_len);
 
 /* The error body {"error": {code, message, type}} (§3), malloc'd. */
 char *srv_error_json(int code, const char *msg);
@@ -191,6 +198,9 @@ typedef struct srv_task {
     size_t released;          /* bytes that may be sent (no partial stop string)       */
     bool done, cancelled;
     const char *finish;       /* "stop" / "length" when done without error             */
+    int stop_word;            /* the stop string that ended it (index), or -1          */
+    bool truncated;           /* ended because the slot's context was full             */
+    int slot_used;            /* the slot it ran in (id_slot), -1 before admission     */
     int err_code;             /* != 0: failed with this HTTP status                    */
     char err_msg[256];
     srv_timings tm;
