@@ -11,7 +11,8 @@
  * content, tools (§6.1) that are JSON objects and tool calls with a name and arguments, and
  * renders through both Qwen chat templates with its tools and tool calls (src/tok/chat.c's
  * tojson printer sees fuzzed JSON) without an error other than INVALID_ARG; stop strings are
- * non-empty and fewer than SRV_MAX_STOP; split offsets are ordered and within the text.
+ * non-empty and fewer than SRV_MAX_STOP; split offsets are ordered and within the text; the
+ * UTF-8 repair (srv_utf8_repair) of the bytes is valid UTF-8 and leaves valid input unchanged.
  * Run: make fuzz && ./build-fuzz/fuzz_server_req -max_total_time=20 fuzz/corpus/server_req
  */
 #include "server/server.h"
@@ -55,6 +56,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t len = size - 1;
     char msg[512];
     msg[0] = 0;
+    /* the UTF-8 repair of /detokenize: always valid, and the identity on valid input */
+    size_t rl = 0;
+    char *rep = srv_utf8_repair(body, len, &rl);
+    if (rep && (!srv_utf8_valid(rep, rl) || (srv_utf8_valid(body, len) && (rl != len || memcmp(rep, body, len)))))
+        abort();
+    free(rep);
     srv_request r;
     int rc;
     switch (sel % 5) {
