@@ -1415,6 +1415,45 @@ TEST(llama_server_fields) {
     resp_free(&r);
 }
 
+/* A llama-server command line typical of DFlash users starts unchanged and serves: the flags
+ * spex applies are applied, llama.cpp's flags without effect here each get a "note:" line, and
+ * one that spex cannot honour (a download) is an error naming the way; `spex run` takes the same. */
+TEST(llama_server_command_line) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "--spec-type", "draft-dflash", "--spec-draft-n-max", "4",
+                       "-fa", "on", "-ngl", "999", "-ngld", "999", "--no-mmap", "-ctk", "q8_0", "-ctv", "q8_0",
+                       "--fit", "off", "--jinja", "-c", "512", "-np", "2", "-t", "1", "-ub", "512", "-cb", NULL};
+    server s;
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    gen_result g;
+    bool ok = gen(s.port, true, "Hello", 8, false, NULL, &g) && g.status == 200;
+    size_t len = 0;
+    char *err = test_slurp(s.err_path, &len);
+    bool notes = err && strstr(err, "note: -fa on: no effect") && strstr(err, "note: -ngl 999: no effect: no GPU backend") &&
+                 strstr(err, "note: --no-mmap: no effect") && strstr(err, "note: --fit off: no effect") &&
+                 strstr(err, "n_max 4") && strstr(err, "target KV q8_0");
+    if (!notes) printf("  stderr:\n%s\n", err ? err : "");
+    free(err);
+    bool clean = false;
+    CHECK_EQ_INT(server_stop(&s, &clean), 0);
+    CHECK(ok && clean);
+    CHECK(notes);
+    const char *run[] = {"run", "-m", TINY_QWEN3, "-p", "Hello", "-n", "4", "-fa", "-ngl", "99", "--no-mmap", "-t", "1", NULL};
+    test_proc r;
+    CHECK(test_spex_exec(run, &r));
+    CHECK_MSG(r.rc == 0 && strstr(r.err, "note: -fa: no effect"), "run: exit %d %s", r.rc, r.err);
+    test_proc_free(&r);
+    const char *bad[][6] = {{"serve", "-hf", "Qwen/Qwen3-8B-GGUF", NULL}, {"run", "-m", TINY_QWEN3, "-ngl", "lots", NULL},
+                            {"serve", "-m", TINY_QWEN3, "--flash-attention", NULL}};
+    const char *want[] = {"spex never downloads: pass the GGUF file with -m FILE", "-ngl needs an integer",
+                          "unknown flag '--flash-attention'"};
+    for (int i = 0; i < 3; i++) {
+        CHECK(test_spex_exec(bad[i], &r));
+        CHECK_MSG(r.rc == 2 && strstr(r.err, want[i]), "%s: exit %d %s", bad[i][1], r.rc, r.err);
+        test_proc_free(&r);
+    }
+}
+
 /* Request fields end to end on the shared server: a system message and a user message whose
  * content is an array of text parts equal `spex run --chat --system` with the parts joined by
  * "\n" (as llama.cpp and vLLM join them);

@@ -37,6 +37,10 @@ bool cli_parse_kv_type(const char *flag, const char *s, spex_type *out);
  * from whichever was given (unchanged when neither); false with an error line when they
  * differ. */
 bool cli_kv_pair(const char *what, bool has_k, spex_type k, bool has_v, spex_type v, spex_type *kv);
+/* llama.cpp flags spex accepts without effect (tools/compat.c): 1 when a is one (a "note:"
+ * line on stderr says why; *takes: v was its value), 0 when it is not, -1 after an error line
+ * (a bad value, or a flag spex cannot honour such as a download). */
+int cli_llama_flag(const char *a, const char *v, bool *takes);
 /* Whether the K-quant matmuls of 9+ rows (verify blocks, prompts) run on AMX tiles here (the
  * active ISA is AVX-512 and the CPU and SPEX_AMX allow them): the benchmarks print it, since a
  * host with tiles and one without give different figures (docs/performance.md, session 22). */

@@ -284,8 +284,14 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
         } else if (flag_is(a, "-nr", "--no-repack")) {
             o->no_repack = true;
         } else {
-            fprintf(stderr, "error: unknown flag '%s' (see 'spex run --help')\n", a);
-            return 2;
+            bool takes = false;
+            int k = cli_llama_flag(a, v, &takes);   /* llama.cpp's, no effect here */
+            if (k < 0) return 2;
+            if (k == 0) {
+                fprintf(stderr, "error: unknown flag '%s' (see 'spex run --help')\n", a);
+                return 2;
+            }
+            if (takes) i++;
         }
     }
     if (!o->model) {

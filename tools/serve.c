@@ -113,7 +113,7 @@ int cmd_serve(int argc, char **argv) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
         float f;
-        bool takes = true;
+        bool takes = true, compat_takes = false;
         if (is(a, "-h", "--help")) {
             usage(stdout);
             return 0;
@@ -138,14 +138,9 @@ int cmd_serve(int argc, char **argv) {
         } else if (is(a, "-b", "--batch-size")) {
             if (!cli_parse_int(a, v, 1, 1L << 16, &n)) return 2;
             c.n_batch = (int32_t)n;
-        } else if (is(a, "-ub", "--ubatch-size") || is(a, "-tb", "--threads-batch") || is(a, "--threads-http", NULL) ||
-                   is(a, "-ngl", "--n-gpu-layers") || is(a, "-ngld", "--spec-draft-ngl") ||
-                   is(a, "--spec-verify-budget", NULL)) {
-            if (!cli_parse_int(a, v, -1, 1L << 30, &n)) return 2;   /* accepted, no effect (docs/server.md) */
-        } else if (is(a, "-cb", "--cont-batching") || is(a, "-nocb", "--no-cont-batching") || is(a, "--jinja", NULL) ||
-                   is(a, "--no-jinja", NULL) || is(a, "-kvu", "--kv-unified") || is(a, "--cache-prompt", NULL) ||
-                   is(a, "--no-cache-prompt", NULL)) {
-            takes = false;
+        } else if ((n = cli_llama_flag(a, v, &compat_takes)) != 0) {   /* llama.cpp's, no effect here */
+            if (n < 0) return 2;
+            takes = compat_takes;
         } else if (is(a, "--slots", NULL) || is(a, "--no-slots", NULL)) {
             c.slots = !strcmp(a, "--slots"), takes = false;
         } else if (is(a, "--props", NULL)) {
