@@ -508,8 +508,9 @@ TEST(concurrent_clients_and_metrics) {
     resp r;
     CHECK(http(port, "GET", "/metrics", NULL, NULL, &r));
     CHECK_EQ_INT(r.status, 200);
-    double p0 = 0, g0 = 0, d0 = 0, a0 = 0;
+    double p0 = 0, g0 = 0, d0 = 0, a0 = 0, k0 = 0;
     bool ok = metric_value(r.body, "llamacpp:prompt_tokens_total", &p0) &&
+              metric_value(r.body, "llamacpp:prompt_tokens_cached_total", &k0) &&
               metric_value(r.body, "llamacpp:tokens_predicted_total", &g0) &&
               metric_value(r.body, "llamacpp:spec_decode_num_draft_tokens_total", &d0) &&
               metric_value(r.body, "llamacpp:spec_decode_num_accepted_tokens_total", &a0);
@@ -524,7 +525,7 @@ TEST(concurrent_clients_and_metrics) {
     pthread_t th[4];
     for (int i = 0; i < 4; i++) pthread_create(&th[i], NULL, client_main, &c[i]);
     for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
-    long sum_p = 0, sum_g = 0;
+    long sum_p = 0, sum_g = 0, sum_k = 0;
     for (int i = 0; i < 4; i++) {
         char *want = expected(c[i].chat, c[i].prompt, c[i].n);
         bool same = want && !strcmp(want, c[i].g.text);
@@ -533,13 +534,15 @@ TEST(concurrent_clients_and_metrics) {
         CHECK_MSG(c[i].ok && c[i].g.status == 200, "client %d failed (status %d)", i, c[i].g.status);
         CHECK_MSG(same, "client %d text differs", i);
         sum_p += c[i].g.prompt_n;   /* processed prompt tokens: a reused prefix is not counted */
+        sum_k += c[i].g.cache_n;    /* ... but counted as cached */
         sum_g += c[i].g.completion_tokens;
     }
     CHECK(http(port, "GET", "/metrics", NULL, NULL, &r));
-    double p1 = 0, g1 = 0, d1 = 0, a1 = 0, busy = -1, def = -1, ds = -1, bs = -1;
+    double p1 = 0, g1 = 0, d1 = 0, a1 = 0, k1 = 0, busy = -1, def = -1, ds = -1, bs = -1;
     ok = metric_value(r.body, "spex:draft_seconds_total", &ds) &&
          metric_value(r.body, "spex:draft_backlog_seconds_total", &bs) &&
          metric_value(r.body, "llamacpp:prompt_tokens_total", &p1) &&
+         metric_value(r.body, "llamacpp:prompt_tokens_cached_total", &k1) &&
          metric_value(r.body, "llamacpp:tokens_predicted_total", &g1) &&
          metric_value(r.body, "llamacpp:spec_decode_num_draft_tokens_total", &d1) &&
          metric_value(r.body, "llamacpp:spec_decode_num_accepted_tokens_total", &a1) &&
@@ -548,6 +551,7 @@ TEST(concurrent_clients_and_metrics) {
     resp_free(&r);
     CHECK(ok);
     CHECK_EQ_INT((long)(p1 - p0), sum_p);
+    CHECK_EQ_INT((long)(k1 - k0), sum_k);
     CHECK_EQ_INT((long)(g1 - g0), sum_g);
     CHECK(a1 - a0 <= d1 - d0);
     CHECK_MSG(bs >= 0 && bs <= ds, "backlog %g s of %g s drafting", bs, ds);   /* a part of the drafting time */

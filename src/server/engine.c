@@ -121,6 +121,7 @@ typedef struct srv_fit {   /* decayed least squares y = a + b x */
 
 typedef struct srv_metrics {
     double prompt_tokens, prompt_seconds, predicted_tokens, predicted_seconds;
+    double prompt_tokens_cached;   /* prompt tokens reused from a slot's cache, not processed */
     double i_prompt_tokens, i_prompt_seconds, i_predicted_tokens, i_predicted_seconds;   /* since last scrape */
     uint64_t n_decode, busy_slot_sum, n_tokens_max;
     uint64_t spec_drafts, spec_draft_tokens, spec_accepted, spec_disabled_steps, verify_rows;
@@ -409,6 +410,7 @@ static void task_prefill(srv_engine *e, srv_task *t, int32_t *budget) {
     t->last_probe = e->n_steps;
     pthread_mutex_lock(&e->mu);
     e->m.prompt_tokens += processed;
+    e->m.prompt_tokens_cached += (double)t->tm.cache_n;
     e->m.i_prompt_tokens += processed;
     e->m.prompt_seconds += t->t_prefilled - t->t_start;
     e->m.i_prompt_seconds += t->t_prefilled - t->t_start;
@@ -959,6 +961,8 @@ char *srv_engine_metrics(srv_engine *e) {
     pthread_mutex_lock(&e->mu);
     srv_metrics *m = &e->m;
     metric(&b, "llamacpp:prompt_tokens_total", "counter", "Number of prompt tokens processed.", m->prompt_tokens);
+    metric(&b, "llamacpp:prompt_tokens_cached_total", "counter", "Number of prompt tokens reused from the cache.",
+           m->prompt_tokens_cached);
     metric(&b, "llamacpp:prompt_seconds_total", "counter", "Prompt process time", m->prompt_seconds);
     metric(&b, "llamacpp:tokens_predicted_total", "counter", "Number of generation tokens processed.",
            m->predicted_tokens);
