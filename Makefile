@@ -51,18 +51,22 @@ TOOL_SRC := $(sort $(wildcard tools/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 TEST_COMMON := $(filter-out $(TEST_SRC),$(wildcard tests/*.c))
 FUZZ_SRC := $(sort $(wildcard fuzz/fuzz_*.c))
+# Test harnesses: programs the tests start, the CLI's subcommands with a main of their own.
+HARNESS_SRC := $(sort $(wildcard tests/harness/*.c))
 
 LIB_OBJ := $(LIB_SRC:%.c=$(OUT)/obj/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(OUT)/obj/%.o)
 TEST_COMMON_OBJ := $(TEST_COMMON:%.c=$(OUT)/obj/%.o)
 TEST_BIN := $(TEST_SRC:tests/%.c=$(OUT)/tests/%)
+HARNESS_BIN := $(HARNESS_SRC:tests/harness/%.c=$(OUT)/tests/harness/%)
 LIB := $(OUT)/libspex.a
 
 .PHONY: all release debug asan test test-asan fuzz fuzz-run demo clean tests objs
 all: $(OUT)/spex
 
 # Every object without linking (the aarch64 cross check: no arm64 PCRE2/cJSON to link against).
-objs: $(LIB) $(TOOL_OBJ) $(TEST_BIN:$(OUT)/tests/%=$(OUT)/obj/tests/%.o) $(TEST_COMMON_OBJ)
+objs: $(LIB) $(TOOL_OBJ) $(TEST_BIN:$(OUT)/tests/%=$(OUT)/obj/tests/%.o) $(TEST_COMMON_OBJ) \
+      $(HARNESS_SRC:%.c=$(OUT)/obj/%.o)
 
 release:
 	$(MAKE) BUILD=release
@@ -96,7 +100,12 @@ $(OUT)/tests/%: $(OUT)/obj/tests/%.o $(TEST_COMMON_OBJ) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) -o $@ $< $(TEST_COMMON_OBJ) $(LIB) $(LDLIBS)
 
-tests: $(TEST_BIN) $(OUT)/spex
+$(OUT)/obj/tests/harness/%.o: CFLAGS_BASE += -Itools
+$(OUT)/tests/harness/%: $(OUT)/obj/tests/harness/%.o $(filter-out $(OUT)/obj/tools/spex.o,$(TOOL_OBJ)) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
+
+tests: $(TEST_BIN) $(OUT)/spex $(HARNESS_BIN)
 
 test:
 	$(MAKE) -j$(JOBS) BUILD=$(BUILD) tests

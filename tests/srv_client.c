@@ -24,18 +24,24 @@
 
 extern char **environ;
 
-/* Starts `spex serve --port 0 ARGS` and waits for "ready"; false on failure. */
-bool server_start(server *s, const char *const *args) {
+bool server_start(server *s, const char *const *args) { return server_start_slowed(s, 0, args); }
+
+bool server_start_slowed(server *s, int step_delay_ms, const char *const *args) {
     memset(s, 0, sizeof *s);
-    const char *bin = test_spex_bin();
-    if (!bin) return false;
+    const char *spex = test_spex_bin();
+    if (!spex) return false;
+    static char harness[4200];   /* build/tests/harness/serve_slow beside build/spex */
+    snprintf(harness, sizeof harness, "%.*s/tests/harness/serve_slow", (int)(strrchr(spex, '/') - spex), spex);
+    const char *bin = step_delay_ms > 0 ? harness : spex;
+    char delay[16];
+    snprintf(delay, sizeof delay, "%d", step_delay_ms);
     snprintf(s->err_path, sizeof s->err_path, "/tmp/spex_test_srv_err_XXXXXX");
     int fe = mkstemp(s->err_path);
     if (fe < 0) return false;
     const char *argv[64];
     int n = 0;
     argv[n++] = bin;
-    argv[n++] = "serve";
+    argv[n++] = step_delay_ms > 0 ? delay : "serve";
     argv[n++] = "--port";
     argv[n++] = "0";
     for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];

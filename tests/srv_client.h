@@ -37,6 +37,9 @@ int shared_server_stop(shared_server *ss, bool *clean);
 
 /* Starts `spex serve --port 0 ARGS` and waits for "ready"; false on failure. */
 bool server_start(server *s, const char *const *args);
+/* The same with every engine step slowed by step_delay_ms (> 0: the test harness
+ * tests/harness/serve_slow.c, built beside the tests; 0: spex serve itself). */
+bool server_start_slowed(server *s, int step_delay_ms, const char *const *args);
 /* Sends sig (SIGTERM or SIGINT), waits; returns the exit status and whether stderr is
  * sanitizer-clean and ends with "server: stopped". */
 int server_stop_sig(server *s, int sig, bool *clean);

@@ -563,9 +563,8 @@ TEST(concurrent_clients_and_metrics) {
 TEST(auth_queue_full_and_cancel) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     server s;
-    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "--queue-max", "1", "--api-key", "k1,k2", "--metrics",
-                       "--test-step-delay-ms", "20", "-t", "1", NULL};
-    CHECK_MSG(server_start(&s, a), "the server did not start");
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "--queue-max", "1", "--api-key", "k1,k2", "--metrics", "-t", "1", NULL};
+    CHECK_MSG(server_start_slowed(&s, 20, a), "the server did not start");
     int port = s.port;
     const char *auth = "Authorization: Bearer k2\r\n";
     resp r;
@@ -808,8 +807,8 @@ TEST(slots_while_streaming_and_props_post) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     server s;
     const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-np", "2", "-c", "1024", "-n", "7", "--temp", "0.5",
-                       "--props", "--api-key", "k1", "--test-step-delay-ms", "40", "-t", "1", NULL};
-    CHECK_MSG(server_start(&s, a), "the server did not start");
+                       "--props", "--api-key", "k1", "-t", "1", NULL};
+    CHECK_MSG(server_start_slowed(&s, 40, a), "the server did not start");
     int port = s.port;
     const char *auth = "Authorization: Bearer k1\r\n";
     resp r;
@@ -1136,9 +1135,9 @@ static void sse_free(sse_reader *r) {
 TEST(shutdown_sigint_with_requests_in_flight) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     server s;
-    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "--queue-max", "1", "--test-step-delay-ms", "20", "--metrics",
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "--queue-max", "1", "--metrics",
                        "-t", "1", NULL};
-    CHECK_MSG(server_start(&s, a), "the server did not start");
+    CHECK_MSG(server_start_slowed(&s, 20, a), "the server did not start");
     const char *longreq = "{\"prompt\":\"Hello\",\"max_tokens\":200,\"temperature\":0,\"stream\":true}";
     sse_reader ra;
     bool started = sse_start(&ra, open_request(s.port, "POST", "/v1/completions", NULL, longreq));
@@ -1174,14 +1173,14 @@ TEST(shutdown_sigint_with_requests_in_flight) {
 
 /* A prompt of ~2000 tokens goes in in chunks (SRV_PREFILL_CHUNK per engine iteration), so a
  * stream that is already running keeps receiving tokens while it is processed; the long
- * prompt's text still equals `spex run`'s. Steps are slowed (--test-step-delay-ms) so that
+ * prompt's text still equals `spex run`'s. Steps are slowed (the serve_slow harness) so that
  * each iteration is at least 10 ms: an unchunked prefill would deliver at most one event of
  * A in that window, the chunked one about one per chunk. */
 TEST(long_prompt_in_chunks_keeps_streams_flowing) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     server s;
-    const char *a[] = {"-m", TINY_QWEN3, "-np", "2", "-c", "8192", "--test-step-delay-ms", "10", "-t", "1", NULL};
-    CHECK_MSG(server_start(&s, a), "the server did not start");
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "2", "-c", "8192", "-t", "1", NULL};
+    CHECK_MSG(server_start_slowed(&s, 10, a), "the server did not start");
     char longp[2048] = "";
     for (int i = 0; i < 84; i++) strcat(longp, "the cat sat on the mat. ");
     int n_long = count_tokens(s.port, longp);
@@ -1250,8 +1249,8 @@ TEST(slow_and_vanished_clients) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     server s;
     const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "-to", "1", "--header-timeout", "1", "--body-max", "4096",
-                       "--metrics", "--test-step-delay-ms", "20", "-t", "1", NULL};
-    CHECK_MSG(server_start(&s, a), "the server did not start");
+                       "--metrics", "-t", "1", NULL};
+    CHECK_MSG(server_start_slowed(&s, 20, a), "the server did not start");
     int port = s.port;
     /* 1. half a request, then nothing */
     int fs = connect_to(port);
@@ -1448,10 +1447,11 @@ TEST(llama_server_command_line) {
     CHECK_MSG(r.rc == 0 && strstr(r.err, "note: -fa: no effect"), "run: exit %d %s", r.rc, r.err);
     test_proc_free(&r);
     const char *bad[][6] = {{"serve", "-hf", "Qwen/Qwen3-8B-GGUF", NULL}, {"run", "-m", TINY_QWEN3, "-ngl", "lots", NULL},
-                            {"serve", "-m", TINY_QWEN3, "--flash-attention", NULL}};
+                            {"serve", "-m", TINY_QWEN3, "--flash-attention", NULL},
+                            {"serve", "-m", TINY_QWEN3, "--test-step-delay-ms", "20", NULL}};
     const char *want[] = {"spex never downloads: pass the GGUF file with -m FILE", "-ngl needs an integer",
-                          "unknown flag '--flash-attention'"};
-    for (int i = 0; i < 3; i++) {
+                          "unknown flag '--flash-attention'", "unknown flag '--test-step-delay-ms'"};
+    for (int i = 0; i < 4; i++) {
         CHECK(test_spex_exec(bad[i], &r));
         CHECK_MSG(r.rc == 2 && strstr(r.err, want[i]), "%s: exit %d %s", bad[i][1], r.rc, r.err);
         test_proc_free(&r);

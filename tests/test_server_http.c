@@ -362,10 +362,9 @@ TEST(per_address_limit_closes_own_oldest) {
  * /health and /metrics answer from the reserve; once the streams end, requests are served. */
 TEST(reserve_for_probes_when_full) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
-    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "-c", "512", "-t", "1", "--conn-max", "3", "--metrics",
-                       "--test-step-delay-ms", "20", NULL};
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "-c", "512", "-t", "1", "--conn-max", "3", "--metrics", NULL};
     server s;
-    CHECK_MSG(server_start(&s, a), "the server did not start");
+    CHECK_MSG(server_start_slowed(&s, 20, a), "the server did not start");
     const char *longreq = "{\"prompt\":\"Hello\",\"max_tokens\":300,\"temperature\":0,\"stream\":true}";
     int streams[3];
     for (int i = 0; i < 3; i++) streams[i] = open_request(s.port, "POST", "/v1/completions", NULL, longreq);

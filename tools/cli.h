@@ -19,6 +19,10 @@ int cmd_convert_vocab(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
 int cmd_demo(int argc, char **argv);          /* tools/demo.c: the README's main job */
 int cmd_serve(int argc, char **argv);         /* tools/serve.c: the HTTP server (src/server) */
+/* `spex serve`'s flags into *c (argv[0] is the subcommand's name): -1 when the server should
+ * start with *c, else the exit status (0 after --help, 2 after an error line). */
+struct srv_config;
+int serve_parse(int argc, char **argv, struct srv_config *c);
 int cmd_inflate(int argc, char **argv);       /* tools/inflate.c: function-preserving widening */
 int bench_model(int argc, char **argv); /* `spex bench model`, tools/bench_model.c */
 int bench_attn(int argc, char **argv);  /* `spex bench attn`, tools/bench_attn.c */

@@ -67,7 +67,7 @@ static char *read_key_file(const char *path) {
     return buf;
 }
 
-int cmd_serve(int argc, char **argv) {
+int serve_parse(int argc, char **argv, srv_config *out) {
     static const char *overrides[SERVE_MAX_OVERRIDES];
     srv_config c;
     memset(&c, 0, sizeof c);
@@ -318,9 +318,6 @@ int cmd_serve(int argc, char **argv) {
                 return 2;
             }
             c.header_timeout_s = f;
-        } else if (is(a, "--test-step-delay-ms", NULL)) {   /* testing only: slows every engine step */
-            if (!cli_parse_int(a, v, 0, 10000, &n)) return 2;
-            c.step_delay_ms = (int32_t)n;
         } else if (is(a, "--draft", "--draft-n") || is(a, "--draft-max", "--draft-min") || is(a, "--draft-n-min", NULL)) {
             fprintf(stderr, "error: the argument has been removed. use --spec-draft-n-max or --spec-draft-n-min\n");
             return 2;
@@ -358,5 +355,12 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
     spex_sampler_free(s);
-    return srv_main(&c);
+    *out = c;
+    return -1;
+}
+
+int cmd_serve(int argc, char **argv) {
+    srv_config c;
+    int rc = serve_parse(argc, argv, &c);
+    return rc >= 0 ? rc : srv_main(&c);
 }
