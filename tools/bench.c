@@ -15,7 +15,7 @@
  * compute ceilings. What it is not: a model benchmark — it times one matrix at a time,
  * activations and outputs in cache.
  *
- * The targets of issue 2: Q4_K and Q8_0 matrix-vector >= 85% of the probe with 2 threads,
+ * The targets: Q4_K and Q8_0 matrix-vector >= 85% of the probe with 2 threads,
  * and the 8-row case at most 2× the 1-row time. Results are recorded in docs/performance.md.
  */
 #include "spex.h"
@@ -432,21 +432,21 @@ static int bench_kernels(int argc, char **argv) {
         }
         free(aq);
     }
-    /* The targets of issue 2, also against the best probe of the whole run (per-row probes
+    /* The targets, also against the best probe of the whole run (per-row probes
      * drift with other load; the run's best is the conservative reference). */
     double best_probe[2] = {0, 0};
     for (int it = 0; it < n_types; it++)
         for (int p = 0; p < n_thr; p++)
             if (state[it] == 1 && res[it][p].probe > best_probe[p]) best_probe[p] = res[it][p].probe;
     const int tp = n_thr - 1; /* the N-thread column */
-    printf("\ntargets (issue 2) with %d thread(s); best probe of the run: %.1f GB/s\n", thr[tp], best_probe[tp]);
+    printf("\ntargets with %d thread(s); best probe of the run: %.1f GB/s\n", thr[tp], best_probe[tp]);
     for (int it = 0; it < n_types; it++) {
         if (state[it] != 1 || (types[it] != SPEX_TYPE_Q8_0 && types[it] != SPEX_TYPE_Q4_K)) continue;
         const result *r = &res[it][tp];
         printf("  %-8s 1-row >= 85%% of probe: %.1f%% of its row's probe, %.1f%% of the run's best\n", names[it],
                100 * r->mv / r->probe, 100 * r->mv / best_probe[tp]);
     }
-    if (mrows == 8) { /* issue 2's second target is about 8 rows */
+    if (mrows == 8) { /* the second target is about 8 rows */
         printf("  8-row <= 2x 1-row time: met by");
         int missed = 0;
         for (int it = 0; it < n_types; it++)

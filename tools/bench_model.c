@@ -19,16 +19,16 @@
  * ("probe, sustained": the same bytes over the same time as a decode run). The decode is
  * compared with the sustained one, its own kind of load: on a shared host the best 15 ms
  * window read up to 60 % more than a stream of a few hundred ms (docs/performance.md,
- * session 10). Those are bests over the run, which on a host whose memory swings between
- * ~30 and ~60 GB/s within seconds may pair a decode of one moment with a probe of another;
- * so every decode run is also bracketed by a sustained probe just before and one just after
+ * "Machines and method"). Those are bests over the run, which on a host whose memory swings
+ * between ~30 and ~60 GB/s within seconds may pair a decode of one moment with a probe of
+ * another; so every decode run is also bracketed by a sustained probe just before and one just after
  * it, and the line under the table gives each run's GB/s against the mean of its own two
  * probes, and their median over the runs whose two probes agree within 10 % (the memory did
- * not move during them; over all runs when none did; docs/performance.md, session 15).
+ * not move during them; over all runs when none did).
  * What it is not: a kernel benchmark (`spex bench kernels`) nor an end-to-end generation
  * benchmark (no sampling, no tokenizer).
  *
- * Targets (issue 3): decode >= 85% of the probe; pp64 throughput >= 4x decode throughput
+ * Targets: decode >= 85% of the probe; pp64 throughput >= 4x decode throughput
  * (the speculative verify regime). Results and commands: docs/performance.md.
  */
 #include "spex.h"

@@ -1,6 +1,6 @@
 /*
  * bench_spec.c — `spex bench spec`: end-to-end speculative decoding on a target + drafter
- * pair, as issue 8 asks: the seed's table (Method | Draft quant | Block | Decode TPS | Decode
+ * pair: the demo's table (Method | Draft quant | Block | Decode TPS | Decode
  * speedup | Acceptance (mean length) | Normal stops) per temperature, the cost of a step split
  * into draft / verify / other, and verify(k) / decode(1) for k = 1..16 on the target alone.
  *

@@ -47,7 +47,7 @@ bool cli_kv_pair(const char *what, bool has_k, spex_type k, bool has_v, spex_typ
 int cli_llama_flag(const char *a, const char *v, bool *takes);
 /* Whether the K-quant matmuls of 9+ rows (verify blocks, prompts) run on AMX tiles here (the
  * active ISA is AVX-512 and the CPU and SPEX_AMX allow them): the benchmarks print it, since a
- * host with tiles and one without give different figures (docs/performance.md, session 22). */
+ * host with tiles and one without give different figures (docs/performance.md, "AMX tiles"). */
 bool cli_amx_on(void);
 
 #endif

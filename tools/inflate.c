@@ -1,7 +1,7 @@
 /*
  * inflate.c — `spex inflate`: a function-preserving expansion of a trained qwen3 target and
- * its DFlash drafter to a realistic compute shape (issue 8, "A realistic pair to measure
- * with"; the construction and its limits are in docs/inflate.md).
+ * its DFlash drafter to a realistic compute shape, to measure speculation where the weights,
+ * not per-step overheads, set the pace (the construction and its limits are in docs/inflate.md).
  *
  * What it is: a tool that reads the pair, writes a wider and deeper qwen3 target and a wider
  * drafter (F32, from the dequantized originals) and quantizes both with spex_quantize_file.

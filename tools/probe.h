@@ -6,7 +6,7 @@
  * kernels' load width (spex_matmul_stream_probe), split over the threads of the pool that runs
  * the model, so a decode's GB/s of weights can be read as a share of what the memory gives the
  * same threads. On a shared host that share moves within seconds (docs/performance.md,
- * sessions 10 and 15), so the benches time probes right before and after the decode they are
+ * "Machines and method"), so the benches time probes right before and after the decode they are
  * compared with. What it is not: a memory benchmark with its own thread pinning or patterns
  * (`spex bench kernels` has the 1/2/4-stream variant).
  */

@@ -261,18 +261,19 @@ static mm_plan make_plan(const spex_matmul_args *a, size_t wrow, size_t xs, int 
  * rows (one activation tile: ranged_bounds numbers weight chunks only), on up to
  * RANGED_MAX_THREADS threads (the bounds live on the stack). Decodes and verifies: 2-4 rows
  * 12-15 % faster than dynamic chunks, verify(8) 3-4 % faster at usual memory speed and 13 % in
- * fast-memory moments, verify(16) 3-13 % (docs/performance.md, sessions 13 and 14). Prompt
- * tiles take chunks dynamically. */
+ * fast-memory moments, verify(16) 3-13 % (docs/performance.md, "The thread pool and
+ * per-step overhead"). Prompt tiles take chunks dynamically. */
 #ifndef RANGED_MAX_ROWS
 #define RANGED_MAX_ROWS SMALL_BATCH
 #endif
 #define RANGED_MAX_THREADS 64
 /* Ranged chunks are the plan's quarter-size tail chunks throughout (ranged_fine), and a thread
  * claims RANGED_FRONT_CHUNKS of them at once from the front of its own range: one claim and one
- * kernel call per full-size chunk's rows, as before, while a thread that has finished its range
- * takes the others' last chunks a quarter at a time, so the phase's end waits for at most a
- * quarter chunk (a full one before: ~14 us of an 8-row Q4_K chunk). In-process A/B: verify(8)
- * 2.4-4.5 % faster, decode within +-1.5 % (docs/performance.md, session 15). */
+ * kernel call per full-size chunk's rows, while a thread that has finished its range takes the
+ * others' last chunks a quarter at a time, so the phase's end waits for at most a quarter
+ * chunk (a full one is ~14 us of an 8-row Q4_K chunk). In-process A/B: verify(8) 2.4-4.5 %
+ * faster, decode within +-1.5 % (docs/performance.md, "The thread pool and per-step
+ * overhead"). */
 #ifndef RANGED_FRONT_CHUNKS
 #define RANGED_FRONT_CHUNKS 4
 #endif
@@ -408,7 +409,8 @@ void spex_matmul_task_multi(const spex_matmul_args *a, int n_mm, int ith, int nt
      * after the other. With one activation tile (decode, verify blocks: up to RANGED_MAX_ROWS
      * rows) each thread takes a contiguous range of chunks, so it reads its weights as one
      * stream (at ~50 GB/s an LM-head-sized matrix in dynamically alternating 256-row chunks
-     * streamed 14 % slower than in one stretch per thread; docs/performance.md, session 13),
+     * streamed 14 % slower than in one stretch per thread; docs/performance.md, "Decode
+     * against the streaming-read probe"),
      * then helps with what is left of the others'. Not with on_chunk, whose consumer needs a thread's chunks in increasing
      * order. */
     bool ranged = a[0].pool && nth > 1 && nth <= RANGED_MAX_THREADS;

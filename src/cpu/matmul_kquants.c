@@ -30,8 +30,8 @@ void spex_matmul_register_kquants_variant(spex_matmul_kernels *k, spex_isa isa, 
         k->dot[SPEX_TYPE_Q6_K] = spex_dot_q6_K_avx2;
         k->act_quant[SPEX_TYPE_Q8_K] = spex_act_quant_q8_K_avx2;
         /* With AVX-VNNI, R16: no transpose per super-block and one vpdpbusd per 32
-         * multiply-adds (plain AVX2 keeps the ggml layout: its R16 form was slower at 8 rows,
-         * docs/performance.md session 25) */
+         * multiply-adds (plain AVX2 keeps the ggml layout: its R16 form is ~20 % slower at 8
+         * rows, docs/performance.md, "Kernels by weight type and ISA") */
         if (vnni) { /* the ggml layout runs the same arithmetic, so both layouts give the same bits */
             k->dot[SPEX_TYPE_Q4_K] = spex_dot_q4_K_avxvnni;
             k->dot[SPEX_TYPE_Q5_K] = spex_dot_q5_K_avxvnni;

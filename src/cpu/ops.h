@@ -170,22 +170,22 @@ void spex_rope(const spex_ops_kernels *k, float *x, int n_head, int head_dim, in
 /* T = 128: each tile's online-softmax step (a max, an exp-sum and maybe a rescale per query
  * row and head) and its score blocks' set-up are paid a quarter as often as with 32, and a
  * tile's K and V (128 rows of one 128-wide F16 head: 32 KiB each) still stay in L2 for the
- * unit's query rows: one layer's attention over 2048 rows went 1.1-1.2x faster for 1 and 8
+ * unit's query rows: one layer's attention over 2048 rows runs 1.1-1.2x faster for 1 and 8
  * query rows, the model's pp8 and decode at depth 2048-8192 1.05-1.25x (docs/performance.md,
- * session 29). One layer over a 16K-row cache in DRAM with 1-2 rows, once seen slower, was equal
- * or faster than with 32 in session 30. 256 helped 1 row a little more and 8 rows less. */
+ * "Attention and the KV cache at depth"), and one layer over a 16K-row cache in DRAM with 1-2
+ * rows is as fast or faster. 256 helped 1 row a little more and 8 rows less. */
 #define SPEX_ATTN_TILE 128     /* T: kv rows scored together                            */
 #define SPEX_ATTN_QBLOCK 16    /* most query rows per work unit                          */
 /* Attention reads the cache ahead: the SIMD attn_scores / attn_accum kernels, while they
  * read K or V row t, request row t + SPEX_ATTN_AHEAD (rows past the call's are the next
  * tile's, or past the cache, which a prefetch never faults on), a line or two at a time, and
  * so does a Q8_0 tile's conversion, so a cache in DRAM streams during the arithmetic. With
- * the hardware prefetchers alone a 16K-row cache ran 1.3x (one query row) to 1.6x (two)
- * slower; requesting a whole tile at once, 32 rows of K and V in a burst, changed nothing
- * (docs/performance.md, session 26). 32 rows ahead was the tile size until session 29; with
- * 128-row tiles, 64 and 128 rows ahead made one query row over an LLC-resident cache
- * 1.1-1.2x slower, and from DRAM were not measured apart from the host's noise; requesting
- * a tile's V rows during its K pass did not help either (session 30). */
+ * the hardware prefetchers alone a 16K-row cache runs 1.3x (one query row) to 1.6x (two)
+ * slower; requesting a whole tile at once, 32 rows of K and V in a burst, does not help
+ * (docs/performance.md, "Attention and the KV cache at depth"). 32 rows is a quarter of a
+ * tile: 64 and 128 rows ahead made one query row over an LLC-resident cache 1.1-1.2x
+ * slower, and from DRAM were not measured apart from the host's noise; requesting a tile's
+ * V rows during its K pass did not help either. */
 #define SPEX_ATTN_AHEAD 32
 
 /* Requests the 64-byte lines of bytes [0, n) of row for L1: that read-ahead, one helper for

@@ -15,7 +15,7 @@
  * run, the caller's for the workers, the barrier) therefore spins for an adaptive budget
  * (tl_spin_ns, checking the clock every few hundred pauses; at most SPIN_NS for a worker
  * between runs, BAR_SPIN_NS inside a run) and then blocks on a futex (a mutex/condvar pair
- * off Linux); docs/performance.md "The thread pool on a shared machine" has the measurements.
+ * off Linux); docs/performance.md "The thread pool and per-step overhead" has the measurements.
  * The system call to wake sleepers is made only when a sleeper has announced itself:
  *
  *   waker:   store(word)         ; if load(n_sleepers) > 0: wake(word)
@@ -50,10 +50,11 @@
  * each chunk is handed out once. Why: a weight matrix is read once per decode step, and each
  * thread reading one contiguous stretch keeps the hardware prefetchers' streams running from
  * chunk to chunk, where dynamic chunks alternate between threads and every chunk starts a
- * new stream (docs/performance.md, session 13). The words are reset with the counter.
- * spex_pool_next_chunks_ranged lets the owner take several chunks per claim (one CAS adding
- * k to the front count) while helpers still take one from the back, so the chunks can be small
- * at the ends where threads meet without more claims along the way (session 15).
+ * new stream (docs/performance.md, "Decode against the streaming-read probe"). The words are
+ * reset with the counter. spex_pool_next_chunks_ranged lets the owner take several chunks per
+ * claim (one CAS adding k to the front count) while helpers still take one from the back, so
+ * the chunks can be small at the ends where threads meet without more claims along the way
+ * (verify(8) 2.4-4.5 % faster: docs/performance.md, "The thread pool and per-step overhead").
  *
  * Wait accounting (spex_pool_set_wait_accounting): each thread adds the time it waits to its own
  * counter, so a benchmark can say how much of a step the threads spend waiting for each other

@@ -168,7 +168,8 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     /* KV cache: zeroed pages committed as first touched, head-major (model.h), advised for
      * huge pages (core/mem.h): each kv head's stream then commits in 2 MiB steps (the whole
      * default cache after one token, as llama.cpp commits it at load), and a decode at 3000
-     * positions ran 10 % faster than on 4 KiB pages (docs/performance.md, session 12). */
+     * positions runs 10 % faster than on 4 KiB pages (docs/performance.md, "Attention and the
+     * KV cache at depth"). */
     c->kv_row_bytes = spex_type_row_size(p.kv_type, (int64_t)kvd);
     const uint64_t rows = (uint64_t)m->n_kv_layers * S * C;
     if (c->kv_row_bytes == 0 || rows > (uint64_t)SIZE_MAX / 4 / c->kv_row_bytes) {

@@ -387,7 +387,7 @@ static void logit_transforms(const spex_drafter_hparams *hp, const spex_ops_kern
 
 /* A chunk of the head's output (slot rows [r0, r0 + nr), vocabulary [o0, o0 + no)), still in
  * this thread's cache: transforms in place, then into this thread's heap of each slot. The
- * full-vocabulary rows are never scanned again (issue 8: fused head + top-K). */
+ * full-vocabulary rows are never scanned again (the head and the top-K fused). */
 static void head_chunk(void *ctx, int ith, int64_t r0, int64_t nr, int64_t o0, int64_t no) {
     spex_draft_context *c = ctx;
     const spex_drafter_hparams *hp = &c->d->hp;

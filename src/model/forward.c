@@ -322,8 +322,9 @@ void spex_fwd_pre_ffn_norm(spex_context *c, const fwd_phase *ph, int ith, int nt
 /* gate = silu(gate) * up: by rows, or in the small-batch regime by the columns that this
  * thread's slices of gate and up hold (spex_fwd_ffn), which it then converts itself, so
  * neither the gate/up outputs nor the SwiGLU result cross to the other core before the
- * conversion (in a one-row decode the other thread read them all, ~4 us a layer when the
- * cores are far apart; docs/performance.md, session 17). */
+ * conversion (split by rows, in a one-row decode the other thread reads them all: ~4 us a
+ * layer when the cores are far apart; docs/performance.md, "The thread pool and per-step
+ * overhead"). */
 void spex_fwd_pre_swiglu(spex_context *c, const fwd_phase *ph, int ith, int nth) {
     const int64_t F = c->model->hp.n_ff;
     int64_t c0, c1;

@@ -27,8 +27,8 @@
  * is needed for the activation slots), or non-temporal where spex_cpu_prefetch_nta says so
  * (AMD): on Zen 5 the R16 K-quant kernels ran decode(1) 8-12 % and verify(8) 2-3 % faster
  * with it than with t1, also at 64 super-blocks (147 KiB) of read-ahead distance
- * (docs/performance.md, session 24). On Intel, where nta lines skip L2 and the distance
- * can exceed L1, t1 stays (not measured). */
+ * (docs/performance.md, "Decode against the streaming-read probe"). On Intel, where nta
+ * lines skip L2 and the distance can exceed L1, t1 stays (not measured). */
 KQ_INLINE void kq_prefetch(uintptr_t p, size_t size) {
     if (!p) return;
     const uintptr_t a0 = p & ~(uintptr_t)63;

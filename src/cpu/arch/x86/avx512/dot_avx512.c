@@ -664,9 +664,9 @@ AI __m128i qr_sum4(const uint8_t *p, size_t bs) {
  * (-offset * the block's code sum). It is prepared in every call for every activation row, so
  * in the small calls of decode and verification (16-64 weight rows, ranged claims) it is a
  * visible part of the call: four blocks' sums at a time in vectors and the scales by F16C
- * (instead of one block's sum by maddubs and a horizontal reduction, and the scalar fp16
- * decoder) cut an 8-row 16-row call's time by ~22 % and a 64-row one's by ~9 %
- * (docs/performance.md, session 21). Same values. */
+ * take ~22 % less of an 8-row 16-row call's time, and ~9 % less of a 64-row one's, than one
+ * block's sum by maddubs with a horizontal reduction and the scalar fp16 decoder (in-process
+ * harness). Same values. */
 AI void qr_prep(const int K, const bool vnni, const uint8_t *x, size_t xst, int g, int64_t c0, int64_t cnt,
                 qr_xprep *xp) {
     const size_t xbs = has_min(K) ? sizeof(block_q8_1) : sizeof(block_q8_0);
@@ -710,7 +710,7 @@ AI void qr_store(__m512 kp[4][QR_G], int g, float *y, size_t ldy) {
  * group, as the group after each other group is, so the next pass, or the next call, does
  * not start on cold weights (prefetches never fault, so a guess past the matrix costs only
  * the lines). In-process A/B, 8 rows: Q8_0 verify(8) -2 to -10 % (docs/performance.md,
- * session 16). */
+ * "Multi-row tiles and verify(k)/decode(1)"). */
 AI uintptr_t qr_after(const uint8_t *w, size_t wst, int nw, int nx, int64_t nb, size_t ubytes, int wb, int j0,
                       int64_t c0, int64_t cnt) {
     if (c0 + cnt < nb) return (uintptr_t)(w + (size_t)wb * wst + (size_t)(c0 + cnt) * ubytes);
@@ -1101,7 +1101,7 @@ static uint64_t peak_sum(__m512i t) {
     "vpdpbusd 384+" K "(%10)%{1to16%}, %" W ", %6\n\t vpdpbusd 448+" K "(%10)%{1to16%}, %" W ", %7\n\t"
 
 /* 12 sums from registers, each adding u8 w0 . s8 (w0, then w1, in turn): 4 cycles of
- * latency at 2 vpdpbusd a cycle on the machine measured (session 20), so 8 sums would fall
+ * latency at 2 vpdpbusd a cycle (measured on an AMD EPYC host), so 8 sums would fall
  * short. 48 vpdpbusd a step. */
 static uint64_t peak_regs(uint64_t steps, __m512i w0, __m512i w1) {
     __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2), a3 = _mm512_set1_epi32(3);

@@ -13,12 +13,11 @@
  * One layout for all three: 16 weight rows in the 16 int32 lanes, activation dwords
  * broadcast (sections "Q4_K and Q5_K, weight rows in lanes" and "Q6_K, weight rows in
  * lanes", each with its own description). The row layout needs fewer vector instructions
- * per vpdpbusd than putting a super-block's 256 elements in the lanes, which Q6_K did until
- * session 8 (docs/performance.md, "Matmul kernels" and "Session 8"). What bounds the 8-row
- * tiles depends on the host: on the Zen 4 machines of sessions 8-15 vpdpbusd and vpmulld
- * issued one a cycle together and the Q4_K tile reached 0.72; the machine of session 20
- * runs 2 a cycle from registers and 1.8 with these broadcast operands (`spex bench kernels
- * --cached` prints that ceiling), and the tile about half of it.
+ * per vpdpbusd than putting a super-block's 256 elements in the lanes (docs/performance.md,
+ * "Kernels by weight type and ISA"). What bounds the 8-row tiles depends on the host: where
+ * vpdpbusd and vpmulld issue one a cycle together (Zen 4) the Q4_K tile reaches 0.72 a
+ * cycle; where vpdpbusd runs 2 a cycle from registers and 1.8 with these broadcast operands
+ * (`spex bench kernels --cached` prints that ceiling) the tile reaches 61-65 % of it (Zen 5).
  *
  * Without VNNI, vpdpbusd is replaced by vpmaddubsw (int16 pair sums, never saturating with
  * these codes) widened by vpmaddwd with ones: the same integers, so both variants agree bit
@@ -279,8 +278,9 @@ KQ_INLINE void kq_w16_sb(const kq_src *src, const block_q8_K *const *xr, const k
  * ranged matmul run (matmul.c) that is the thread's next claim, whose first block otherwise
  * starts cold. A call of 8 activation rows is compute-bound, and one ~1 us wait for its first
  * units at each of ~26 calls per thread and layer (claims of a 256-row plan chunk) cost
- * verify(8) 2-8 % (in-process A/B, docs/performance.md session 16). When another thread takes
- * that claim the lines are read for nothing (prefetches never fault, past a matrix's end too). */
+ * verify(8) 2-8 % (in-process A/B, docs/performance.md, "Multi-row tiles and
+ * verify(k)/decode(1)"). When another thread takes that claim the lines are read for nothing
+ * (prefetches never fault, past a matrix's end too). */
 KQ_INLINE uintptr_t kq_block_start(const void *w, size_t w_stride, int nw, int i0, int64_t b0, int nbs, int64_t nb,
                                    size_t bsize, const int packed, const uint8_t **rows, size_t *pfs) {
     for (int l = 0; l < KQ_WB; l++) rows[l] = (const uint8_t *)w + (size_t)(i0 + l < nw ? i0 + l : nw - 1) * w_stride;
@@ -339,8 +339,8 @@ KQ_INLINE void kq_w16_tile(int64_t n, const void *w, size_t w_stride, int nw, co
                 for (int j = 0; j < KQ_G; j++) acc[j] = _mm512_setzero_ps();
                 /* Every row count prefetches the next group, 1-2 rows included: at 45-50 GB/s a
                  * thread the hardware read-ahead of one forward stream falls behind (one row
-                 * 39-49 % of the probe without, 58-78 % with; session 10's opposite finding was
-                 * on ~30 GB/s memory: docs/performance.md, session 19). */
+                 * 39-49 % of the probe without, 58-78 % with; at ~30 GB/s the stream alone kept
+                 * up: docs/performance.md, "Decode against the streaming-read probe"). */
                 for (int b = 0; b < nbs; b++) {
                     if (pf0) kq_prefetch(pf0 + (uintptr_t)b * pfs, pfs);
                     const kq_src src = {.rows = rows, .off = (size_t)(b0 + b) * bsize,
@@ -415,7 +415,7 @@ KQ_R16_ENTRY(spex_dot_q5_K_r16_avx512_vnni, 1, 1)
  * repaid and vpdpbusd is as fast (1.02 at 8 rows in cache; 6 rows 0.91), so the tiles serve
  * calls of KA_MIN_ROWS rows and more, where one build serves every 16-row group of up to
  * KA_BLOCK activation rows (in cache 1.33-1.55 times vpdpbusd from 9 rows on; in the model
- * verify(16) -15 %, a 94-token prompt -21 %: docs/performance.md, session 22). Activation
+ * verify(16) -15 %, a 94-token prompt -21 %: docs/performance.md, "AMX tiles"). Activation
  * tiles are read in place (the rows' qs at the call's row stride).
  *
  * Tiles: tmm0/1 the two sums of a full first group and tmm2 its activations, tmm6/7 and
@@ -686,10 +686,9 @@ KQ_INLINE void kq_w16_tile_q6(int64_t n, const void *w, size_t w_stride, int nw,
                      * other unit 32 bytes off a line) lets the hardware prefetchers follow, so
                      * besides the next group's unit (pfb, spread over the parts) the unit two
                      * visits ahead is prefetched into L2 line by line: without it 1 row in
-                     * place read ~60 % of the probe, with both 90-110 %. That replaced a copy
-                     * of each unit into an aligned buffer, as fast from memory and 15-35 %
-                     * slower in cache (docs/performance.md, session 9). ggml layout:
-                     * transpose into the buffer. */
+                     * place read ~60 % of the probe, with both 90-110 %. A copy of each unit
+                     * into an aligned buffer instead is as fast from memory and 15-35 % slower
+                     * in cache. ggml layout: transpose into the buffer. */
                     const uint8_t *u = ubuf;
                     if (packed) {
                         u = rows[0] + (size_t)(b0 + b) * unit;
@@ -743,16 +742,16 @@ KQ6_ENTRY(spex_dot_q6_K_r16_avx512_vnni, 1, 1)
  * ~15 vector operations a word, 64 words a unit (twice the Q4_K build's), shared by up to
  * KA_BLOCK activation rows.
  *
- * Where the tiles start to pay, measured on an AMX host (session 33; docs/performance.md):
+ * Where the tiles start to pay, measured on an Intel AMX host (docs/performance.md, "AMX tiles"):
  * in cache (`bench kernels --cached --types q6_K`, a build with the threshold at 2 against
  * SPEX_AMX=0, one thread, n = 1024 and 3072) tiles / vpdpbusd were 0.76-0.84 at 8 rows,
  * 1.12-1.15 at 9, 1.13-1.22 at 10, 1.06-1.18 at 11 and 1.21-1.32 at 16; but in the model
  * (a 0.6B-shape Q4_K_M, whose Q6_K is mostly the 155 M-weight output head streamed from
  * DRAM, verify(9..11) alternated with a build at 12) the tiles at 9-11 rows gave nothing:
- * verify(9) ~3 % slower, 10 and 11 even. So the threshold stays at session 23's estimate
- * from cycle counts (~370 cycles to build a unit's tiles against ~550 for 8 rows on vpdpbusd
- * and ~1100 for 16: clear gains from ~12 rows), and the tiles serve 12+ rows. On hosts
- * without AMX the bits are checked on a C model of the tiles (tests/amx_emul.c). */
+ * verify(9) ~3 % slower, 10 and 11 even. So the threshold is the estimate from cycle counts
+ * (~370 cycles to build a unit's tiles against ~550 for 8 rows on vpdpbusd and ~1100 for 16:
+ * clear gains from ~12 rows), and the tiles serve 12+ rows. On hosts without AMX the bits
+ * are checked on a C model of the tiles (tests/amx_emul.c). */
 
 #define KA6_MIN_ROWS 12
 
@@ -903,8 +902,8 @@ void spex_dot_q6_K_r16_amx(int64_t n, const void *w, size_t w_stride, int nw, co
  * smallest values (two chains each, not one max's latency per vector) for kq_amax_elem;
  * vmaxps / vminps return their second operand when the first is NaN, so NaNs are skipped
  * like the reference's "ax > amax". vpmovsdb's signed saturation is the reference's clamp to
- * [-128, 127]. (The previous version, an |x| pass, a search and the bsums read back from
- * the stored codes, took ~1.5x as long: docs/performance.md, session 28.) */
+ * [-128, 127]. (Three passes, an |x| pass, a search and the bsums read back from the stored
+ * codes, take ~1.5x as long: docs/performance.md, "Activation quantization".) */
 void spex_act_quant_q8_K_avx512(const float *x, void *dst, int64_t n) {
     block_q8_K *y = (block_q8_K *)dst;
     const int64_t nb = n / QK_K;

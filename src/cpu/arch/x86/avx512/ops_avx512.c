@@ -461,7 +461,8 @@ static inline __attribute__((always_inline)) void attn_accum_impl(int n_q, float
                                                                  int64_t ldp, int n_k, const void *v, int64_t ldv,
                                                                  int d, const int f16, const int ahead) {
     /* V rows are read ahead whole in the first column block: split by column blocks, a 128-row
-     * tile's later blocks found their halves of the rows gone cold (session 29). */
+     * tile's later blocks find their halves of the rows gone cold (docs/performance.md,
+     * "Attention and the KV cache at depth"). */
     const size_t vst = (size_t)ldv * (f16 ? 2 : 4), rowb = (size_t)d * (f16 ? 2 : 4);
     for (int r0 = 0; r0 < n_q; r0 += ATT_RB) {
         const int rb = n_q - r0 < ATT_RB ? n_q - r0 : ATT_RB;
