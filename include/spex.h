@@ -265,8 +265,8 @@ typedef struct spex_cpu_features {
     bool amx_int8;
     /* The x86 matmul kernels' weight read-ahead uses the non-temporal hint (prefetchnta)
      * instead of the L2 one (prefetcht1): on AMD CPUs, where it measured faster (decode ~8-12 %,
-     * verify blocks ~2-3 % on Zen 5; docs/performance.md, session 24). SPEX_PREFETCH=l2|nta
-     * overrides the choice. Results are the same either way. */
+     * verify blocks ~2-3 % on Zen 5; docs/performance.md, "Decode against the streaming-read
+     * probe"). SPEX_PREFETCH=l2|nta overrides the choice. Results are the same either way. */
     bool prefetch_nta;
 } spex_cpu_features;
 
@@ -1161,6 +1161,27 @@ spex_status spex_spec_init_mtp(spex_context *tctx, spex_mtp_context *mc, const s
 void spex_spec_free(spex_spec *s);
 const spex_spec_params *spex_spec_get_params(const spex_spec *s);   /* n_max resolved */
 void spex_spec_set_draft_fn(spex_spec *s, spex_spec_draft_fn fn, void *user);
+
+/* N-gram drafting (prompt lookup; llama.cpp's --spec-type ngram-simple and its
+ * --spec-ngram-size-n / -size-m / --spec-ngram-min-hits): the draft is what followed the most
+ * recent earlier occurrence of the last size_n tokens (the anchor last) in the sequence's own
+ * prompt and output, at most size_m tokens; the key must have stood min_hits times. Free
+ * drafting for code edits, quotes of the prompt, RAG and other repetition. */
+typedef struct spex_ngram_params {
+    int32_t size_n;     /* key length (12)                          */
+    int32_t size_m;     /* most tokens drafted (48; n_max caps it)  */
+    int32_t min_hits;   /* occurrences of the key needed (1)        */
+} spex_ngram_params;
+
+spex_ngram_params spex_ngram_default_params(void);
+/* The draft for toks[0 .. len) (toks[len - 1] the anchor) into out (n_max entries): its length,
+ * 0 when the key does not stand min_hits times before. */
+int32_t spex_ngram_lookup(const int32_t *toks, int32_t len, const spex_ngram_params *p, int32_t n_max, int32_t *out);
+/* Makes s draft by n-gram lookup over each sequence's tokens (the loop keeps them: prompt,
+ * accepted drafts, anchors; allocated here, n_seq x n_ctx tokens). s must have neither a draft
+ * nor an MTP context; it replaces any draft function. Sequences begun before draft nothing
+ * until they are fed from position 0 again. */
+spex_status spex_spec_set_ngram(spex_spec *s, const spex_ngram_params *p, spex_error *err);
 /* Turns spex_spec_params.draft_cut on or off for the steps after this call (what the cut has
  * learned is kept), e.g. once spex_spec_seq_path shows a sequence on the rejection path. */
 void spex_spec_set_draft_cut(spex_spec *s, bool on);

@@ -1458,6 +1458,52 @@ TEST(llama_server_command_line) {
     }
 }
 
+/* --spec-type ngram (prompt lookup) on the server and in `spex run`: greedy texts equal the
+ * target alone's (`spex run` without speculation), drafts are made and some accepted (the
+ * random-weight target repeats itself), /v1/models names the type; with -md it is an error. */
+TEST(ngram_speculation) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    const char *a[] = {"-m", TINY_QWEN3, "--spec-type", "ngram", "--spec-ngram-size-n", "2", "-np", "2", "-c", "1024",
+                       "-t", "1", NULL};
+    server s;
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    const char *prompts[3] = {"Hello", "The cat", "abc def abc def"};
+    gen_result g[3];
+    bool ok = true;
+    for (int i = 0; i < 3; i++) ok = ok && gen(s.port, i == 1, prompts[i], 120, i == 2, NULL, &g[i]) && g[i].status == 200;
+    resp r;
+    bool models = http(s.port, "GET", "/v1/models", NULL, NULL, &r) && strstr(r.body, "\"type\":\"ngram\"");
+    resp_free(&r);
+    bool clean = false;
+    CHECK_EQ_INT(server_stop(&s, &clean), 0);
+    CHECK(ok && clean && models);
+    bool drafted = false;
+    for (int i = 0; i < 3; i++) {
+        char *want = expected(i == 1, prompts[i], 120);
+        CHECK_MSG(want && !strcmp(want, g[i].text), "prompt %d: '%s' vs run '%s'", i, g[i].text, want ? want : "");
+        free(want);
+        drafted = drafted || g[i].has_draft;
+    }
+    CHECK_MSG(drafted, "no request drafted");
+    /* spex run with the same drafting prints the same text, and its acceptance */
+    size_t len;
+    const char *ra[] = {"-m", TINY_QWEN3, "-p", prompts[0], "-n", "120", "--temp", "0", "-t", "1", "--spec-type",
+                        "ngram-simple", "--spec-ngram-size-n", "2", NULL};
+    char *got = spex_run(ra, &len), *want = expected(false, prompts[0], 120);
+    CHECK_MSG(got && want && !strcmp(got, want), "run: '%s' vs '%s'", got ? got : "", want ? want : "");
+    free(got);
+    free(want);
+    const char *bad[] = {"serve", "-m", TINY_QWEN3, "--spec-type", "ngram", "-md", TINY_DRAFT2, NULL};
+    test_proc p;
+    CHECK(test_spex_exec(bad, &p));
+    CHECK_MSG(p.rc == 2 && strstr(p.err, "drop -md"), "exit %d: %s", p.rc, p.err);
+    test_proc_free(&p);
+    const char *bad2[] = {"run", "-m", TINY_QWEN3, "--spec-type", "ngram", "--spec-ngram-size-n", "0", NULL};
+    CHECK(test_spex_exec(bad2, &p));
+    CHECK_MSG(p.rc == 2 && strstr(p.err, "--spec-ngram-size-n"), "exit %d: %s", p.rc, p.err);
+    test_proc_free(&p);
+}
+
 /* Request fields end to end on the shared server: a system message and a user message whose
  * content is an array of text parts equal `spex run --chat --system` with the parts joined by
  * "\n" (as llama.cpp and vLLM join them);

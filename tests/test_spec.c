@@ -923,6 +923,131 @@ TEST(deferred_injection_multi_sequence) {
 /* Errors                                                                    */
 /* ======================================================================== */
 
+/* ======================================================================== */
+/* N-gram drafting (prompt lookup)                                           */
+/* ======================================================================== */
+
+static int lookup(const int32_t *t, int len, int size_n, int size_m, int min_hits, int n_max, int32_t *out) {
+    spex_ngram_params p = {.size_n = size_n, .size_m = size_m, .min_hits = min_hits};
+    return spex_ngram_lookup(t, len, &p, n_max, out);
+}
+
+TEST(ngram_lookup_rules) {
+    int32_t out[8];
+    const int32_t a[] = {1, 2, 3, 4, 5, 1, 2};
+    CHECK_EQ_INT(lookup(a, 7, 2, 3, 1, 8, out), 3);   /* key {1,2} at 0: what followed */
+    CHECK(out[0] == 3 && out[1] == 4 && out[2] == 5);
+    CHECK_EQ_INT(lookup(a, 7, 2, 3, 1, 2, out), 2);   /* n_max caps size_m */
+    CHECK_EQ_INT(lookup(a, 7, 3, 8, 1, 8, out), 0);   /* key {5,1,2}: never before */
+    const int32_t b[] = {1, 2, 9, 1, 2, 7, 1, 2};
+    CHECK_EQ_INT(lookup(b, 8, 2, 3, 1, 8, out), 3);   /* the most recent occurrence wins */
+    CHECK(out[0] == 7 && out[1] == 1 && out[2] == 2);
+    CHECK_EQ_INT(lookup(b, 8, 2, 3, 2, 8, out), 3);   /* two earlier occurrences: enough for 2 hits */
+    CHECK_EQ_INT(lookup(b, 8, 2, 3, 3, 8, out), 0);   /* not for 3 */
+    const int32_t c[] = {5, 6, 5, 6};
+    CHECK_EQ_INT(lookup(c, 4, 2, 8, 1, 8, out), 2);   /* the continuation runs up to the end */
+    CHECK(out[0] == 5 && out[1] == 6);
+    const int32_t d[] = {4, 9, 4};
+    CHECK_EQ_INT(lookup(d, 3, 1, 8, 1, 8, out), 2);
+    CHECK(out[0] == 9 && out[1] == 4);
+    CHECK_EQ_INT(lookup(d, 3, 3, 8, 1, 8, out), 0);   /* no room for a key and one before it */
+    CHECK_EQ_INT(lookup(d, 3, 1, 8, 1, 0, out), 0);
+    CHECK_EQ_INT(lookup(NULL, 3, 1, 8, 1, 8, out), 0);
+}
+
+/* Greedy output with n-gram drafting equals the target alone's, for 3 sequences stepped
+ * together, several key lengths and draft bounds; the random-weight target's greedy text
+ * repeats itself, so drafts are accepted. */
+TEST(ngram_greedy_lossless) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    static int32_t ref[2][MAX_SEQ][N_GEN], got[MAX_SEQ][N_GEN];
+    const char *targets[2] = {TGT_F32, TGT_Q8};
+    for (int t = 0; t < 2; t++)
+        for (int s = 0; s < MAX_SEQ; s++)
+            CHECK(target_only(targets[t], PROMPTS[s], PROMPT_LEN[s], greedy_params(), N_GEN, ref[t][s]));
+    uint64_t drafted = 0, accepted = 0, steps = 0;
+    for (int t = 0; t < 2; t++)
+        for (int size_n = 1; size_n <= 3; size_n++)
+            for (int n_max = 2; n_max <= 8; n_max += 3) {
+                pair p;
+                CHECK(pair_open(&p, targets[t], NULL, MAX_SEQ, n_max, SPEX_TYPE_F32));
+                spex_ngram_params ng = spex_ngram_default_params();
+                ng.size_n = size_n;
+                spex_error e = {0};
+                CHECK_OK(spex_spec_set_ngram(p.s, &ng, &e));
+                int line = 0;
+                bool ok = run_spec(&p, MAX_SEQ, greedy_params(), got, &line);
+                const spex_spec_stats *st = spex_spec_total_stats(p.s);
+                drafted += st->n_drafted, accepted += st->n_accepted, steps += st->n_steps;
+                for (int s = 0; ok && s < MAX_SEQ; s++) {
+                    int d = first_diff(got[s], ref[t][s], N_GEN);
+                    if (d >= 0) printf("  %s n %d n_max %d seq %d: token %d differs\n", targets[t], size_n, n_max, s, d);
+                    ok = d < 0;
+                }
+                pair_close(&p);
+                CHECK_MSG(ok, "target %s, size_n %d, n_max %d (line %d)", targets[t], size_n, n_max, line);
+            }
+    printf("  n-gram: %llu steps, %llu drafted, %llu accepted\n", (unsigned long long)steps,
+           (unsigned long long)drafted, (unsigned long long)accepted);
+    CHECK(accepted > 0 && drafted > accepted);
+}
+
+/* Sampled output with n-gram drafting equals the target alone's for the same seed: the drafts
+ * carry no proposal law, so every row is verified by sample-and-match, which draws what the
+ * target alone draws (with and without penalties). */
+TEST(ngram_sampled_seed_exact) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    for (int pen = 0; pen < 2; pen++) {
+        spex_sampler_params sp = spex_sampler_default_params();
+        sp.temp = 0.7f;
+        sp.top_k = 0;
+        sp.top_p = 1.0f;
+        sp.min_p = 0.0f;
+        sp.seed = 99;
+        if (pen) sp.repeat_penalty = 1.2f;
+        static int32_t ref[MAX_SEQ][N_GEN], got[MAX_SEQ][N_GEN];
+        for (int s = 0; s < MAX_SEQ; s++) {
+            spex_sampler_params q = sp;
+            q.seed = sp.seed + (uint64_t)s;
+            CHECK(target_only(TGT_F32, PROMPTS[s], PROMPT_LEN[s], q, N_GEN, ref[s]));
+        }
+        pair p;
+        CHECK(pair_open(&p, TGT_F32, NULL, MAX_SEQ, 6, SPEX_TYPE_F32));
+        spex_ngram_params ng = spex_ngram_default_params();
+        ng.size_n = 1;
+        spex_error e = {0};
+        CHECK_OK(spex_spec_set_ngram(p.s, &ng, &e));
+        int line = 0;
+        bool ok = run_spec(&p, MAX_SEQ, sp, got, &line);
+        uint64_t acc = spex_spec_total_stats(p.s)->n_accepted;
+        pair_close(&p);
+        CHECK_MSG(ok, "run failed (line %d)", line);
+        for (int s = 0; s < MAX_SEQ; s++) {
+            int d = first_diff(got[s], ref[s], N_GEN);
+            CHECK_MSG(d < 0, "penalties %d seq %d: token %d differs", pen, s, d);
+        }
+        printf("  penalties %d: %llu drafted tokens accepted\n", pen, (unsigned long long)acc);
+        CHECK(acc > 0);
+    }
+}
+
+TEST(ngram_errors) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    pair p;
+    CHECK(pair_open(&p, TGT_F32, DRAFT2, 1, 4, SPEX_TYPE_F32));
+    spex_ngram_params ng = spex_ngram_default_params();
+    spex_error e = {0};
+    CHECK(spex_spec_set_ngram(p.s, &ng, &e) == SPEX_ERR_INVALID_ARG && strstr(e.msg, "replaces the drafter"));
+    pair_close(&p);
+    CHECK(pair_open(&p, TGT_F32, NULL, 1, 4, SPEX_TYPE_F32));
+    ng.size_n = 0;
+    CHECK(spex_spec_set_ngram(p.s, &ng, &e) == SPEX_ERR_RANGE);
+    ng = spex_ngram_default_params();
+    ng.min_hits = 0;
+    CHECK(spex_spec_set_ngram(p.s, &ng, &e) == SPEX_ERR_RANGE);
+    pair_close(&p);
+}
+
 TEST(spec_errors) {
     if (!have_fixtures()) SKIP("fixtures missing");
     pair p;

@@ -88,3 +88,18 @@ bool cli_parse_float(const char *flag, const char *s, float *out) {
     *out = v;
     return true;
 }
+
+bool cli_is_ngram_type(const char *v) {
+    return v && (!strcmp(v, "ngram") || !strcmp(v, "ngram-simple") || !strcmp(v, "ngram-map-k"));
+}
+
+int cli_ngram_flag(const char *a, const char *v, spex_ngram_params *p) {
+    long n;
+    int32_t *dst = !strcmp(a, "--spec-ngram-size-n") ? &p->size_n
+                 : !strcmp(a, "--spec-ngram-size-m") ? &p->size_m
+                 : !strcmp(a, "--spec-ngram-min-hits") ? &p->min_hits : NULL;
+    if (!dst) return 0;
+    if (!cli_parse_int(a, v, 1, dst == &p->size_n ? 1024 : 1L << 20, &n)) return -1;
+    *dst = (int32_t)n;
+    return 1;
+}

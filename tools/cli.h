@@ -41,6 +41,13 @@ bool cli_parse_kv_type(const char *flag, const char *s, spex_type *out);
  * from whichever was given (unchanged when neither); false with an error line when they
  * differ. */
 bool cli_kv_pair(const char *what, bool has_k, spex_type k, bool has_v, spex_type v, spex_type *kv);
+/* --spec-type names of n-gram drafting, llama.cpp's: ngram, ngram-simple, ngram-map-k (the
+ * last with --spec-ngram-min-hits; spex_ngram_lookup covers both). */
+bool cli_is_ngram_type(const char *v);
+/* --spec-ngram-size-n / --spec-ngram-size-m / --spec-ngram-min-hits into *p: 1 when a is one
+ * of them (its value taken), 0 when not, -1 after an error line. */
+int cli_ngram_flag(const char *a, const char *v, spex_ngram_params *p);
+
 /* llama.cpp flags spex accepts without effect (tools/compat.c): 1 when a is one (a "note:"
  * line on stderr says why; *takes: v was its value), 0 when it is not, -1 after an error line
  * (a bad value, or a flag spex cannot honour such as a download). */

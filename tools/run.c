@@ -229,8 +229,8 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
         } else if (flag_is(a, "--spec-type", NULL)) {
             if (!need_value(a, v)) return 2;
             if (strcmp(v, "auto") && strcmp(v, "none") && strcmp(v, "dflash") && strcmp(v, "draft-dflash") &&
-                strcmp(v, "mtp") && strcmp(v, "draft-mtp")) {
-                fprintf(stderr, "error: %s expects auto, none, dflash or mtp, got '%s'\n", a, v);
+                strcmp(v, "mtp") && strcmp(v, "draft-mtp") && !cli_is_ngram_type(v)) {
+                fprintf(stderr, "error: %s expects auto, none, dflash, mtp or ngram, got '%s'\n", a, v);
                 return 2;
             }
             o->spec_type = v, i++;
@@ -283,6 +283,9 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             o->verbose = true;
         } else if (flag_is(a, "-nr", "--no-repack")) {
             o->no_repack = true;
+        } else if ((n = cli_ngram_flag(a, v, &o->ngram)) != 0) {
+            if (n < 0) return 2;
+            i++;
         } else {
             bool takes = false;
             int k = cli_llama_flag(a, v, &takes);   /* llama.cpp's, no effect here */
@@ -310,7 +313,11 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
     if (!cli_kv_pair("target", has_kt, kt, has_vt, vt, &o->kv_type)) return 2;
     if (!cli_kv_pair("draft", has_dkt, dkt, has_dvt, dvt, &o->ctk_draft)) return 2;
     if (o->spec_type && !strcmp(o->spec_type, "none")) o->draft = NULL;
-    else if (o->spec_type && strcmp(o->spec_type, "auto") && !run_spec_is_mtp(o) && !o->draft) {
+    else if (run_spec_is_ngram(o) && o->draft) {
+        fprintf(stderr, "error: --spec-type %s drafts by lookup: it takes no drafter (-md)\n", o->spec_type);
+        return 2;
+    } else if (o->spec_type && strcmp(o->spec_type, "auto") && !run_spec_is_mtp(o) && !run_spec_is_ngram(o) &&
+               !o->draft) {
         fprintf(stderr, "error: --spec-type %s needs a drafter (-md FILE)\n", o->spec_type);
         return 2;
     }
@@ -529,7 +536,7 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
         fprintf(stderr, "\n");
     }
 
-    if (o->draft || run_spec_is_mtp(o)) {
+    if (o->draft || run_spec_is_mtp(o) || run_spec_is_ngram(o)) {
         rc = run_speculative(o, m, tok, ids, n_prompt);
         goto done;
     }
@@ -660,7 +667,7 @@ done:
 
 int cmd_run(int argc, char **argv) {
     run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16,
-                  .kv_type = SPEX_TYPE_F16, .draft_cut = -1, .guard = -1};
+                  .kv_type = SPEX_TYPE_F16, .draft_cut = -1, .guard = -1, .ngram = spex_ngram_default_params()};
     long repeat_last_n = o.sp.repeat_last_n;
     int prc = parse_args(argc, argv, &o, &repeat_last_n);
     if (prc < 0) return 0;

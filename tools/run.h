@@ -39,6 +39,7 @@ typedef struct run_opts {
     int n_overrides;
     spex_type ctk_draft;       /* -ctkd / -ctvd: the draft KV cache type (f16) */
     spex_type kv_type;         /* -ctk / -ctv: the target's KV cache type (f16) */
+    spex_ngram_params ngram;   /* --spec-ngram-size-n / -m / --spec-ngram-min-hits */
 } run_opts;
 
 /* Generation with the drafter o->draft over the tokenized prompt; prints like run.c and
@@ -47,6 +48,8 @@ typedef struct run_opts {
 static inline bool run_spec_is_mtp(const run_opts *o) {
     return o->spec_type && (!strcmp(o->spec_type, "mtp") || !strcmp(o->spec_type, "draft-mtp"));
 }
+/* --spec-type ngram (ngram-simple, ngram-map-k): prompt lookup drafts (no -md). */
+static inline bool run_spec_is_ngram(const run_opts *o) { return cli_is_ngram_type(o->spec_type); }
 /* For targets with recurrent layers (qwen35): one stderr line with the recurrent-state memory
  * of the context: one state copy, the copies kept (1 + n_rs_seq) and the total (targets.md §9). */
 static inline void run_print_recurrent(const spex_model *m, const spex_context *ctx) {

@@ -1,5 +1,6 @@
 /*
- * run_spec.c — `spex run -md DRAFTER`: generation with DFlash speculative decoding.
+ * run_spec.c — `spex run -md DRAFTER`: generation with DFlash speculative decoding (or the
+ * target's MTP block, --spec-type mtp, or prompt lookup, --spec-type ngram).
  *
  * What it is: loads the drafter against the target (the variant comes from the file), builds a
  * target context that taps the drafter's target_layers and a draft context beside it, and runs
@@ -29,14 +30,19 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     spex_draft_context *dc = NULL;
     spex_mtp_context *mc = NULL;
     spex_spec *spec = NULL;
-    const bool mtp = run_spec_is_mtp(o);
+    const bool mtp = run_spec_is_mtp(o), ngram = run_spec_is_ngram(o);
     spex_sampler *smp = NULL;
     spex_detok_stream *ds = NULL;
     const spex_model_hparams *hp = spex_model_get_hparams(m);
 
     const spex_drafter_hparams *dh = NULL;
     int32_t n_max;
-    if (mtp) {
+    if (ngram) {
+        /* llama.cpp's --draft-max default for its n-gram types is 16; --spec-ngram-size-m caps it too */
+        n_max = o->n_draft_max > 0 ? (int32_t)o->n_draft_max : 16;
+        if (n_max > o->ngram.size_m) n_max = o->ngram.size_m;
+        if (n_max > SPEX_DRAFT_MAX_N) n_max = SPEX_DRAFT_MAX_N;
+    } else if (mtp) {
         if (o->draft) fprintf(stderr, "warning: --spec-type mtp drafts with the target's MTP block: -md is ignored\n");
         n_max = o->n_draft_max > 0 ? (int32_t)o->n_draft_max : 3;
         if (n_max > SPEX_DRAFT_MAX_N) n_max = SPEX_DRAFT_MAX_N;
@@ -75,8 +81,8 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     cp.n_threads = n_threads;
     cp.kv_type = o->kv_type;
     const int32_t tap_n = hp->n_layer;   /* MTP: the target's last hidden state */
-    cp.tap_layers = mtp ? &tap_n : dh->target_layers;
-    cp.n_taps = mtp ? 1 : dh->n_taps;
+    cp.tap_layers = ngram ? NULL : mtp ? &tap_n : dh->target_layers;
+    cp.n_taps = ngram ? 0 : mtp ? 1 : dh->n_taps;
     /* recurrent targets (qwen35): state copies for rolling back up to n_max rejected drafts */
     cp.n_rs_seq = hp->n_recurrent > 0 ? n_max : 0;
     if (spex_context_init(m, &cp, &ctx, &err) != SPEX_OK) {
@@ -90,7 +96,9 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
                 n_ctx);
         goto done;
     }
-    if (mtp) {
+    if (ngram) {
+        /* nothing beside the target: the loop keeps each sequence's tokens for the lookup */
+    } else if (mtp) {
         spex_mtp_params mp = spex_mtp_default_params();
         mp.n_ctx_per_seq = n_ctx;
         mp.n_batch_max = spex_context_get_params(ctx)->n_batch_max;
@@ -112,7 +120,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
         }
     }
     spex_spec_params spp = spex_spec_default_params();
-    spp.n_max = (int32_t)o->n_draft_max;
+    spp.n_max = ngram ? n_max : (int32_t)o->n_draft_max;
     spp.n_min = (int32_t)o->n_draft_min;
     spp.p_min = o->p_draft_min;
     spp.sampled_walk = !o->draft_greedy;
@@ -120,7 +128,8 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     spp.guard = o->guard != 0;         /* the same */
     spp.log = run_log_stderr;
     if ((mtp ? spex_spec_init_mtp(ctx, mc, &spp, &spec, &err) : spex_spec_init(ctx, dc, &spp, &spec, &err)) !=
-        SPEX_OK) {
+            SPEX_OK ||
+        (ngram && spex_spec_set_ngram(spec, &o->ngram, &err) != SPEX_OK)) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
@@ -223,7 +232,8 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     fprintf(stderr, "generated: %ld tokens, %.2f ms, %.2f t/s\n", n_gen, (t2 - t1) * 1e3, run_rate(n_gen, t2 - t1));
     fprintf(stderr, "stop:      %s\n", reason);
     fprintf(stderr, "speculative: %s, path %s, n_max %d, p_min %.3g, draft cut %s (%llu tokens cut), %llu verify steps\n",
-            mtp ? "mtp" : dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
+            ngram ? "ngram" : mtp ? "mtp" : dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1",
+            spex_spec_path_name(spex_spec_seq_path(spec, 0)),
             spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, spex_spec_get_params(spec)->draft_cut ? "on" : "off",
             (unsigned long long)st->n_cut, (unsigned long long)st->n_steps);
     const spex_spec_stats *tot = spex_spec_total_stats(spec);

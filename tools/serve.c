@@ -33,8 +33,10 @@ static void usage(FILE *f) {
             "  --reasoning-format F        none, deepseek (auto), deepseek-legacy   -rea on|off|auto\n"
             "  --temp --top-k --top-p --min-p --seed --repeat-penalty --repeat-last-n --presence-penalty\n"
             "  --frequency-penalty --samplers LIST      sampling defaults (llama.cpp's)\n"
-            "  -md, --model-draft FILE     DFlash drafter              --spec-type none|draft-dflash|draft-mtp\n"
+            "  -md, --model-draft FILE     DFlash drafter              --spec-type none|draft-dflash|draft-mtp|ngram\n"
             "                              (draft-mtp: a qwen35 target's own MTP block drafts; no -md; n-max 3)\n"
+            "                              (ngram: prompt lookup in each request's tokens; no -md; n-max 16)\n"
+            "  --spec-ngram-size-n N (12)  --spec-ngram-size-m N (48)  --spec-ngram-min-hits N (1)\n"
             "  --spec-draft-n-max N  --spec-draft-n-min N  --spec-draft-p-min P  --spec-draft-sampling greedy|probabilistic\n"
             "  -ctk/-ctv f16|f32|q8_0      target KV type (f16; K = V)\n"
             "  -ctkd/-ctvd f16|f32|q8_0    draft KV type                        --spec-draft-override-kv KEY=TYPE:VALUE\n"
@@ -84,6 +86,7 @@ int serve_parse(int argc, char **argv, srv_config *out) {
     c.queue_max = 64;
     c.body_max = 8u << 20;
     c.timeout_s = 3600;
+    c.ngram_params = spex_ngram_default_params();
     c.conn_max = 1024;
     c.conn_max_per_ip = 256;
     c.header_timeout_s = 10;
@@ -138,6 +141,8 @@ int serve_parse(int argc, char **argv, srv_config *out) {
         } else if (is(a, "-b", "--batch-size")) {
             if (!cli_parse_int(a, v, 1, 1L << 16, &n)) return 2;
             c.n_batch = (int32_t)n;
+        } else if ((n = cli_ngram_flag(a, v, &c.ngram_params)) != 0) {
+            if (n < 0) return 2;
         } else if ((n = cli_llama_flag(a, v, &compat_takes)) != 0) {   /* llama.cpp's, no effect here */
             if (n < 0) return 2;
             takes = compat_takes;
@@ -240,8 +245,9 @@ int serve_parse(int argc, char **argv, srv_config *out) {
             if (!v) goto need;
             if (!strcmp(v, "none")) spec_none = true;
             else if (!strcmp(v, "draft-mtp") || !strcmp(v, "mtp")) c.mtp = true;
+            else if (cli_is_ngram_type(v)) c.ngram = true;
             else if (strcmp(v, "draft-dflash") && strcmp(v, "dflash") && strcmp(v, "auto")) {
-                fprintf(stderr, "error: --spec-type '%s' is not supported (none, draft-dflash, draft-mtp)\n", v);
+                fprintf(stderr, "error: --spec-type '%s' is not supported (none, draft-dflash, draft-mtp, ngram)\n", v);
                 return 2;
             } else if (strcmp(v, "auto")) {
                 spec_dflash = true;   /* -md may come later: checked after the loop */
@@ -340,7 +346,11 @@ int serve_parse(int argc, char **argv, srv_config *out) {
         fprintf(stderr, "error: --spec-type draft-dflash needs a drafter (-md FILE)\n");
         return 2;
     }
-    if (spec_none) c.draft = NULL, c.mtp = false;
+    if (spec_none) c.draft = NULL, c.mtp = false, c.ngram = false;
+    if (c.ngram && (c.draft || c.mtp)) {
+        fprintf(stderr, "error: --spec-type ngram drafts by lookup in the request's own tokens: drop -md\n");
+        return 2;
+    }
     if (c.mtp && c.draft) {
         fprintf(stderr, "error: --spec-type draft-mtp drafts with the target's MTP block: drop -md\n");
         return 2;

@@ -776,6 +776,13 @@ static enum MHD_Result do_models(srv_server *S, struct MHD_Connection *c) {
         cJSON_AddStringToObject(sp, "draft_model", S->cfg->draft);
         cJSON_AddNumberToObject(sp, "block_size", dh->block_size);
         cJSON_AddNumberToObject(sp, "n_max", S->n_max);
+    } else if (S->cfg->ngram) {
+        cJSON *sp = cJSON_AddObjectToObject(meta, "speculative");
+        cJSON_AddStringToObject(sp, "type", "ngram");
+        cJSON_AddNumberToObject(sp, "n_max", S->n_max);
+        cJSON_AddNumberToObject(sp, "size_n", S->cfg->ngram_params.size_n);
+        cJSON_AddNumberToObject(sp, "size_m", S->cfg->ngram_params.size_m);
+        cJSON_AddNumberToObject(sp, "min_hits", S->cfg->ngram_params.min_hits);
     }
     cJSON *ar = cJSON_AddObjectToObject(m, "architecture");
     cJSON_AddItemToObject(ar, "input_modalities", cJSON_CreateStringArray((const char *[]){"text"}, 1));
@@ -901,7 +908,10 @@ static srv_gen_defaults gen_defaults(const srv_server *S) {
     const srv_config *cfg = S->cfg;
     return (srv_gen_defaults){.sp = cfg->sp, .n_predict = cfg->n_predict, .n_max = S->n_max,
                               .n_min = cfg->n_draft_min, .p_min = cfg->p_draft_min,
-                              .spec_type = S->drafter ? "draft-dflash" : S->mtp ? "draft-mtp" : "none"};
+                              .spec_type = S->drafter         ? "draft-dflash"
+                                           : S->mtp           ? "draft-mtp"
+                                           : S->cfg->ngram    ? "ngram"
+                                                              : "none"};
 }
 
 static enum MHD_Result do_props(srv_server *S, struct MHD_Connection *c, bool post, const srv_conn *cc) {
@@ -1124,6 +1134,11 @@ static int load(srv_server *S) {
         /* llama-server's draft-mtp default n_max is 3 */
         S->n_max = cfg->n_draft_max > 0 ? cfg->n_draft_max : 3;
         if (S->n_max > SPEX_DRAFT_MAX_N) S->n_max = SPEX_DRAFT_MAX_N;
+    } else if (cfg->ngram) {
+        /* llama-server's --draft-max default for its n-gram types is 16; --spec-ngram-size-m caps it */
+        S->n_max = cfg->n_draft_max > 0 ? cfg->n_draft_max : 16;
+        if (S->n_max > cfg->ngram_params.size_m) S->n_max = cfg->ngram_params.size_m;
+        if (S->n_max > SPEX_DRAFT_MAX_N) S->n_max = SPEX_DRAFT_MAX_N;
     }
     int32_t np = cfg->n_slots;
     const spex_model_hparams *hp = spex_model_get_hparams(S->model);
@@ -1148,7 +1163,7 @@ static int load(srv_server *S) {
     if (dh) cp.tap_layers = dh->target_layers, cp.n_taps = dh->n_taps;
     if (cfg->mtp) cp.tap_layers = &tap_n, cp.n_taps = 1;
     /* recurrent targets (qwen35): state copies to roll back rejected drafts */
-    if ((dh || cfg->mtp) && hp->n_recurrent > 0) cp.n_rs_seq = S->n_max;
+    if ((dh || cfg->mtp || cfg->ngram) && hp->n_recurrent > 0) cp.n_rs_seq = S->n_max;
     cp.n_ctx_checkpoints = cfg->n_ctx_checkpoints;
     cp.checkpoint_min_step = cfg->checkpoint_min_step > 0 ? cfg->checkpoint_min_step : 8192;
     if (spex_context_init(S->model, &cp, &S->ctx, &err) != SPEX_OK) {
@@ -1196,7 +1211,8 @@ static int load(srv_server *S) {
     spp.draft_cut = cfg->draft_cut;
     spp.log = log_line;
     if ((S->mtp ? spex_spec_init_mtp(S->ctx, S->mtp, &spp, &S->spec, &err)
-                : spex_spec_init(S->ctx, S->dc, &spp, &S->spec, &err)) != SPEX_OK) {
+                : spex_spec_init(S->ctx, S->dc, &spp, &S->spec, &err)) != SPEX_OK ||
+        (cfg->ngram && spex_spec_set_ngram(S->spec, &cfg->ngram_params, &err) != SPEX_OK)) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
@@ -1215,7 +1231,13 @@ static int load(srv_server *S) {
                 cfg->adaptive ? "on" : "off", (double)cfg->min_gain, cfg->draft_cut ? "on" : "off");
     srv_engine_params ep = {.n_slots = np, .n_ctx_slot = S->n_ctx_slot, .queue_max = cfg->queue_max,
                             .adaptive = cfg->adaptive, .min_gain = cfg->min_gain, .step_delay_ms = cfg->step_delay_ms};
-    if (srv_engine_start(&ep, S->spec, S->tok, dh || S->mtp ? S->n_max : 0, &S->engine, &err) != SPEX_OK) {
+    if (cfg->ngram)
+        fprintf(stderr, "speculative: type ngram (prompt lookup), n_max %d, size n %d, size m %d, min hits %d, "
+                        "adaptive %s (min gain %.2f), draft cut %s\n",
+                S->n_max, cfg->ngram_params.size_n, cfg->ngram_params.size_m, cfg->ngram_params.min_hits,
+                cfg->adaptive ? "on" : "off", (double)cfg->min_gain, cfg->draft_cut ? "on" : "off");
+    if (srv_engine_start(&ep, S->spec, S->tok, dh || S->mtp || cfg->ngram ? S->n_max : 0, &S->engine, &err) !=
+        SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }

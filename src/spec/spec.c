@@ -67,6 +67,8 @@ typedef struct spec_seq {
     float *pend;                /* [pend_cap][feat_w] features not yet injected       */
     int32_t n_pend;             /* they belong to positions draft_len .. + n_pend - 1 */
     float *mtp_h;               /* MTP: [E] target tap N of position len - 1 (carried) */
+    int32_t *hist;              /* n-gram drafting: the tokens at positions 0 .. n_hist - 1 */
+    int32_t n_hist;             /* == the target cache's length; -1 when not known     */
 } spec_seq;
 
 /* Features of prompt tokens and of tokens verified without a draft wait here until the
@@ -92,6 +94,8 @@ struct spex_spec {
     spec_cut cut;               /* the draft cut's price and acceptance model (cut.h) */
     spec_guard guard;           /* the realized-rate guard of single-sequence steps (guard.h) */
     int test_break;             /* spec_test.h modes (tests only): broken rule, eager injection */
+    spex_ngram_params ng;       /* n-gram drafting (spex_spec_set_ngram)               */
+    int32_t *hist_all;          /* [n_seq][n_ctx] the sequences' tokens, with n-gram drafting */
 
     /* scratch, allocated at init */
     spex_batch_token *batch;    /* [n_batch_max]                           */
@@ -321,6 +325,7 @@ spex_status spex_spec_init_mtp(spex_context *tctx, spex_mtp_context *mc, const s
 
 void spex_spec_free(spex_spec *s) {
     if (!s) return;
+    free(s->hist_all);
     free(s->mtp_h_all);
     free(s->m_h);
     free(s->m_tok);
@@ -383,6 +388,22 @@ const spex_spec_stats *spex_spec_seq_stats(const spex_spec *s, int32_t seq) {
 
 const spex_spec_stats *spex_spec_total_stats(const spex_spec *s) { return s ? &s->total : NULL; }
 
+/* The token history of n-gram drafting follows the target cache: cut to what a feed or rewind
+ * keeps, extended by every token a forward writes. A gap (a cut past what it holds) makes it
+ * unknown until the sequence starts over; n-gram drafting then drafts nothing, which is
+ * always lossless. */
+static void hist_cut(spec_seq *q, int32_t n) { q->n_hist = q->n_hist >= n ? n : -1; }
+
+static void hist_push(const spex_spec *s, spec_seq *q, const int32_t *toks, int32_t n) {
+    if (!q->hist || q->n_hist < 0) return;
+    if (q->n_hist + n > s->n_ctx) {
+        q->n_hist = -1;
+        return;
+    }
+    memcpy(q->hist + q->n_hist, toks, sizeof(int32_t) * (size_t)n);
+    q->n_hist += n;
+}
+
 int32_t spex_spec_seq_len(const spex_spec *s, int32_t seq) {
     return seq_ok(s, seq) ? spex_kv_seq_len(s->t, seq) : -1;
 }
@@ -394,6 +415,7 @@ void spex_spec_seq_end(spex_spec *s, int32_t seq) {
     s->seq[seq].active = false;
     s->seq[seq].smp = NULL;
     s->seq[seq].n_pend = 0;
+    s->seq[seq].n_hist = 0;
     spex_kv_seq_clear(s->t, seq, NULL);
     if (s->dc) spex_draft_kv_seq_clear(s->dc, seq, NULL);
     if (s->mtp) spex_mtp_seq_truncate(s->mtp, seq, 0, NULL);
@@ -534,6 +556,7 @@ spex_status spex_spec_seq_rewind(spex_spec *s, int32_t seq, int32_t n_keep, int3
     spex_status st = settle(s, seq, n_keep, err);
     if (st != SPEX_OK) return st;
     spec_seq *q = &s->seq[seq];
+    hist_cut(q, n_keep);
     bind_sampler(s, q, sampler ? sampler : q->smp);
     q->anchor = anchor;
     return SPEX_OK;
@@ -611,7 +634,9 @@ spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const 
     s->seq[seq].active = false;
     s->seq[seq].smp = NULL;
     spex_status st = settle(s, seq, n_keep, err);
+    hist_cut(&s->seq[seq], n_keep);
     if (st == SPEX_OK) st = run_tokens(s, seq, n_keep, tokens, n, false, err);
+    if (st == SPEX_OK) hist_push(s, &s->seq[seq], tokens, n);
     /* recurrent targets: a checkpoint at the prompt's end, for the next request's prefix */
     if (st == SPEX_OK && n > 0) st = spex_kv_seq_checkpoint(s->t, seq, err);
     if (st != SPEX_OK) spex_spec_seq_end(s, seq);
@@ -644,6 +669,7 @@ spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sa
     double t0 = now_s();
     int32_t tok;
     spex_status st = run_tokens(s, seq, pos, &last, 1, true, err);
+    if (st == SPEX_OK) hist_push(s, q, &last, 1);
     if (st == SPEX_OK) st = spex_sampler_sample(sampler, spex_logits(s->t, 0), &tok, err);
     if (st == SPEX_OK) st = spex_sampler_accept(sampler, tok);
     if (st != SPEX_OK) {
@@ -910,13 +936,12 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
                 n_inj++;
             }
         }
-        if (s->mtp) {
-            /* catch-up: [anchor, d_1 .. d_m] at P .. P + m */
-            int32_t toks[SPEX_DRAFT_MAX_N + 1];
-            toks[0] = q->anchor;
-            for (int32_t r = 0; r < m; r++) toks[1 + r] = s->drafts[i].ids[r];
-            n_mtp = mtp_stage(s, n_mtp, sq, toks, s->row0[i], m + 1, P);
-        }
+        /* the cache now holds [anchor, d_1 .. d_m] at P .. P + m */
+        int32_t toks[SPEX_DRAFT_MAX_N + 1];
+        toks[0] = q->anchor;
+        for (int32_t r = 0; r < m; r++) toks[1 + r] = s->drafts[i].ids[r];
+        hist_push(s, q, toks, m + 1);
+        if (s->mtp) n_mtp = mtp_stage(s, n_mtp, sq, toks, s->row0[i], m + 1, P);   /* the MTP catch-up */
         s->seq[sq].anchor = out[i].tokens[out[i].n - 1];
         stats_add(&s->seq[sq].st, n, m, out[i].n);
         stats_add(&s->total, n, m, out[i].n);
@@ -947,5 +972,46 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
         qs->t_verify += tv;
         qs->t_other += to;
     }
+    return SPEX_OK;
+}
+
+/* ======================================================================== */
+/* N-gram drafting (prompt lookup)                                           */
+/* ======================================================================== */
+
+/* The draft function of n-gram drafting: the lookup over the sequence's own history. */
+static spex_status ngram_draft(void *user, int32_t seq, int32_t anchor, int32_t pos, int32_t n_max, spex_draft *out,
+                               spex_error *err) {
+    (void)err;
+    spex_spec *s = user;
+    spec_seq *q = &s->seq[seq];
+    out->n = 0;
+    out->has_q = false;
+    if (q->n_hist != pos || pos + 1 > s->n_ctx) return SPEX_OK;   /* history unknown: no draft */
+    q->hist[pos] = anchor;   /* the anchor's place; the next forward writes it there too */
+    out->n = spex_ngram_lookup(q->hist, pos + 1, &s->ng, n_max, out->ids);
+    for (int32_t j = 0; j < out->n; j++) out->conf[j] = 1.0f, out->kidx[j] = 0;
+    return SPEX_OK;
+}
+
+spex_status spex_spec_set_ngram(spex_spec *s, const spex_ngram_params *p, spex_error *err) {
+    if (!s || !p) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: ngram: NULL argument");
+    if (s->dc || s->mtp)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: n-gram drafting replaces the drafter: create the "
+                                                         "loop without a draft or MTP context");
+    if (p->size_n < 1 || p->size_n > 1024 || p->size_m < 1 || p->min_hits < 1)
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: ngram: size n %d (1..1024), size m %d and min hits %d (>= 1)",
+                              p->size_n, p->size_m, p->min_hits);
+    if (!s->hist_all) {
+        s->hist_all = malloc(sizeof(int32_t) * (size_t)s->n_seq * (size_t)s->n_ctx);
+        if (!s->hist_all) return spex_error_set(err, SPEX_ERR_NOMEM, "spec: ngram: out of memory");
+        for (int32_t i = 0; i < s->n_seq; i++) {
+            s->seq[i].hist = s->hist_all + (size_t)i * (size_t)s->n_ctx;
+            /* a sequence already cached has no history: unknown until it starts over */
+            s->seq[i].n_hist = spex_kv_seq_len(s->t, i) == 0 ? 0 : -1;
+        }
+    }
+    s->ng = *p;
+    spex_spec_set_draft_fn(s, ngram_draft, s);
     return SPEX_OK;
 }
