@@ -296,6 +296,30 @@ TEST(qwen35_mtp_and_quantized_dflash2) {
     CHECK_EQ_INT(count_bench_tmp_dirs(), tmp_before);
 }
 
+/* --ngram: a prompt-lookup row on a target whose greedy text repeats itself (the random-weight
+ * tiny qwen3): drafts accepted (mean length above 1) and the output identical to AR's. */
+TEST(ngram_row) {
+    REQUIRE_BIN();
+    const char *tgt = "tests/data/models/tiny-qwen3.gguf";
+    if (access(tgt, R_OK)) SKIP("tests/data/models fixtures missing");
+    char prompts[512];
+    snprintf(prompts, sizeof prompts, "%s", test_tmp_path("ngram.jsonl"));
+    CHECK(write_text(prompts, "{\"prompt\": \"Once upon a time\"}\n{\"prompt\": \"abc abc abc\"}\n"));
+    bs_result r;
+    RUN(r, "-m", tgt, "--ngram", "--ngram-n", "2", "--prompts", prompts, "-n", "96", "-t", "1", "--verify-k", "2",
+        "--reps", "1");
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK(strstr(r.out, "drafter n-gram: prompt lookup, key 2 tokens, n_max 16"));
+    const char *row = strstr(r.out, "| n-gram | n 2 | 17 | 0 | ");
+    double tps = 0, speedup = 0, acc = 0;
+    CHECK_MSG(row && sscanf(row, "| n-gram | n 2 | 17 | 0 | %lf | %lfx | %lf |", &tps, &speedup, &acc) == 3,
+              "no n-gram row in:\n%s", r.out);
+    printf("  n-gram at T = 0: mean acceptance length %.2f, %.2fx AR\n", acc, speedup);
+    CHECK(acc > 1.0);
+    CHECK_MSG(strstr(r.out, "greedy output identical: yes (n-gram n 2 2/2)"), "in:\n%s", r.out);
+    bs_free(&r);
+}
+
 TEST(mtp_absent_is_a_note) {
     REQUIRE_BIN();
     if (access(DEF_TARGET, R_OK)) SKIP("no default models in models/");

@@ -49,7 +49,8 @@
 #define BS_MTP_N_MAX 3 /* spex_spec_init_mtp's default draft length */
 #define BS_WARM_TOKENS 32
 
-typedef enum { BS_AR, BS_DFLASH, BS_MTP } bs_kind;
+typedef enum { BS_AR, BS_DFLASH, BS_MTP, BS_NGRAM } bs_kind;
+#define BS_NGRAM_N_MAX 16 /* llama.cpp's --draft-max for its n-gram types, as spex run and serve */
 
 typedef struct bs_method {
     bs_kind kind;
@@ -75,6 +76,8 @@ typedef struct bs_opts {
     const char *drafters[BS_MAX_DRAFTERS];
     int n_drafters;
     bool mtp;
+    bool ngram;                /* the n-gram (prompt lookup) row                 */
+    long ngram_n;              /* its key length (--ngram-n)                     */
     long n_predict, n_threads, k_max, reps;
     float temps[BS_MAX_TEMPS];
     int n_temps;
@@ -90,7 +93,8 @@ typedef struct bs_opts {
 
 static void bs_usage(FILE *f) {
     fprintf(f,
-            "usage: spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--prompts FILE.jsonl] [-n N] [-t THREADS]\n"
+            "usage: spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--ngram [--ngram-n N]] [--prompts FILE.jsonl]\n"
+            "                       [-n N] [-t THREADS]\n"
             "                       [--temps LIST] [--verify-k K] [--reps R] [--draft-quant LIST] [--json OUT]\n"
             "                       [--draft-stop LIST] [--probe auto|on|off] [--no-repack]\n"
             "\n"
@@ -98,6 +102,7 @@ static void bs_usage(FILE *f) {
             "  AR       the target alone (spex_spec without a drafter)\n"
             "  DFlash   one row per -md file (repeatable), or per --draft-quant type of each\n"
             "  MTP      the target's own nextn block (--mtp; skipped when the target has none), n_max 3\n"
+            "  n-gram   prompt lookup in each prompt's own tokens (--ngram; key --ngram-n, default 12), n_max 16\n"
             "and prints: the table (Method | Draft quant | Block | Temp | Decode TPS | Decode speedup vs AR at the\n"
             "same T | Acceptance (mean length) | Normal stops = ended by EOS/EOT, not by -n); the cost per step\n"
             "(draft, verify, other: ms and %% of the step; the share of the decode each thread spent waiting\n"
@@ -111,6 +116,7 @@ static void bs_usage(FILE *f) {
             "                      models/drafter.gguf unless -md or --mtp is given)\n"
             "  -md DRAFTER         a DFlash drafter GGUF (up to %d)\n"
             "  --mtp               add the MTP row\n"
+            "  --ngram             add the n-gram row (docs/speculative.md); --ngram-n N its key length\n"
             "  --prompts FILE      JSON lines: {\"user\": ..., \"system\": ...} (chat template applied) or\n"
             "                      {\"prompt\": ...} (plain text); default models/demo.jsonl\n"
             "  -n N                most new tokens per prompt (default 256)\n"
@@ -187,7 +193,7 @@ static bool parse_quants(const char *s, bs_opts *o) {
 static int parse_flags(int argc, char **argv, bs_opts *o) {
     *o = (bs_opts){.prompts = "models/demo.jsonl", .n_predict = 256, .k_max = BS_MAX_K, .reps = 5,
                    .temps = {0.0f, 1.0f}, .n_temps = 2, .n_stops = 1,
-                   .cuts = {true}, .probe = -1};
+                   .cuts = {true}, .probe = -1, .ngram_n = 12};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -195,6 +201,9 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
             return -1;
         } else if (!strcmp(a, "--mtp")) {
             o->mtp = true;
+            continue;
+        } else if (!strcmp(a, "--ngram")) {
+            o->ngram = true;
             continue;
         } else if (!strcmp(a, "--no-repack")) {
             o->no_repack = true;
@@ -213,6 +222,7 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
         else if (!strcmp(a, "-n")) ok = cli_parse_int(a, v, 1, BS_MAX_GEN, &o->n_predict);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_parse_int(a, v, 0, 1024, &o->n_threads);
         else if (!strcmp(a, "--verify-k")) ok = cli_parse_int(a, v, 1, BS_MAX_K, &o->k_max);
+        else if (!strcmp(a, "--ngram-n")) ok = cli_parse_int(a, v, 1, 1024, &o->ngram_n);
         else if (!strcmp(a, "--reps")) ok = cli_parse_int(a, v, 1, 1000, &o->reps);
         else if (!strcmp(a, "--temps") && v) {
             if (!(ok = parse_temps(v, o))) fprintf(stderr, "error: --temps expects a list like 0,1 (at most %d)\n",
@@ -236,7 +246,7 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
     }
     if (!o->target) {
         o->target = "models/target.gguf";
-        if (o->n_drafters == 0 && !o->mtp) o->drafters[o->n_drafters++] = "models/drafter.gguf";
+        if (o->n_drafters == 0 && !o->mtp && !o->ngram) o->drafters[o->n_drafters++] = "models/drafter.gguf";
     }
     if (o->n_threads == 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
@@ -353,8 +363,14 @@ static spex_status method_init(bs_run *r, bs_method *me, spex_error *e) {
     spp.p_min = me->p_min;
     spp.draft_cut = me->cut;
     spp.log = genset_quiet;
-    return me->kind == BS_MTP ? spex_spec_init_mtp(me->ctx, me->mc, &spp, &me->spec, e)
-                              : spex_spec_init(me->ctx, me->dc, &spp, &me->spec, e);
+    st = me->kind == BS_MTP ? spex_spec_init_mtp(me->ctx, me->mc, &spp, &me->spec, e)
+                            : spex_spec_init(me->ctx, me->dc, &spp, &me->spec, e);
+    if (st == SPEX_OK && me->kind == BS_NGRAM) {
+        spex_ngram_params np = spex_ngram_default_params();
+        np.size_n = (int32_t)r->o.ngram_n;
+        st = spex_spec_set_ngram(me->spec, &np, e);
+    }
+    return st;
 }
 
 static bs_method *add_method(bs_run *r, bs_kind kind) {
@@ -427,6 +443,14 @@ static spex_status methods_build(bs_run *r, spex_error *e) {
         } else {
             fprintf(stderr, "note: %s has no MTP block: --mtp ignored\n", o->target);
         }
+    }
+    if (o->ngram) {
+        bs_method *me = add_method(r, BS_NGRAM);
+        snprintf(me->name, sizeof me->name, "n-gram");
+        snprintf(me->quant, sizeof me->quant, "n %ld", o->ngram_n);
+        me->n_max = BS_NGRAM_N_MAX;
+        me->p_min = o->pmins[0];
+        me->cut = o->cuts[0];
     }
     for (int i = 0; i < r->n_meth; i++) {
         spex_status st = method_init(r, &r->meth[i], e);
@@ -908,7 +932,8 @@ int bench_spec(int argc, char **argv) {
         if (me->kind == BS_DFLASH)
             printf("drafter %s: %s %s, block %d, %d layers\n", me->src, me->name, me->quant,
                    spex_drafter_get_hparams(me->d)->block_size, spex_drafter_get_hparams(me->d)->n_layer);
-        else printf("drafter MTP: the target's nextn block, n_max %d\n", me->n_max);
+        else if (me->kind == BS_MTP) printf("drafter MTP: the target's nextn block, n_max %d\n", me->n_max);
+        else printf("drafter n-gram: prompt lookup, key %ld tokens, n_max %d\n", r->o.ngram_n, me->n_max);
     }
     printf("\n");
     fflush(stdout);

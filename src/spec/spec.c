@@ -990,7 +990,10 @@ static spex_status ngram_draft(void *user, int32_t seq, int32_t anchor, int32_t 
     if (q->n_hist != pos || pos + 1 > s->n_ctx) return SPEX_OK;   /* history unknown: no draft */
     q->hist[pos] = anchor;   /* the anchor's place; the next forward writes it there too */
     out->n = spex_ngram_lookup(q->hist, pos + 1, &s->ng, n_max, out->ids);
-    for (int32_t j = 0; j < out->n; j++) out->conf[j] = 1.0f, out->kidx[j] = 0;
+    /* A lookup has no confidence of its own; one per slot position (0.95, 0.85, .. 0.05 from the
+     * tenth on) puts each position in a bin of its own, so the draft cut learns the acceptance of
+     * a lookup's first, second, .. token and verifies only the part that pays (cut.h). */
+    for (int32_t j = 0; j < out->n; j++) out->conf[j] = 0.95f - 0.1f * (float)(j < 9 ? j : 9), out->kidx[j] = 0;
     return SPEX_OK;
 }
 
