@@ -1504,6 +1504,67 @@ TEST(ngram_speculation) {
     test_proc_free(&p);
 }
 
+/* llama.cpp's LLAMA_ARG_* variables, one of each class: a value (context, slots), a boolean
+ * true and false (the /metrics and /slots endpoints), a flag without effect (-fa), the
+ * speculative type; a flag on the command line wins over its variable; a bad value is a
+ * start-up error that names the variable; `spex run` reads the variables it has flags for. */
+TEST(llama_arg_environment) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    setenv("LLAMA_ARG_N_PARALLEL", "3", 1);
+    setenv("LLAMA_ARG_CTX_SIZE", "768", 1);
+    setenv("LLAMA_ARG_ENDPOINT_METRICS", "1", 1);
+    setenv("LLAMA_ARG_ENDPOINT_SLOTS", "off", 1);
+    setenv("LLAMA_ARG_FLASH_ATTN", "on", 1);
+    setenv("LLAMA_ARG_SPEC_TYPE", "ngram", 1);
+    const char *a1[] = {"-m", TINY_QWEN3, "-t", "1", NULL};
+    const char *a2[] = {"-m", TINY_QWEN3, "-t", "1", "-np", "2", NULL};
+    server s;
+    bool started = server_start(&s, a1);
+    resp r;
+    bool metrics = started && http(s.port, "GET", "/metrics", NULL, NULL, &r) && r.status == 200;
+    if (started) resp_free(&r);
+    bool slots_off = started && http(s.port, "GET", "/slots", NULL, NULL, &r) && r.status == 501;
+    if (started) resp_free(&r);
+    size_t len = 0;
+    char *err = started ? test_slurp(s.err_path, &len) : NULL;
+    bool logged = err && strstr(err, "ready: 3 slots x 256 tokens") && strstr(err, "note: -fa on: no effect") &&
+                  strstr(err, "speculative: type ngram");
+    if (!logged) printf("  stderr: %s\n", err ? err : "");
+    free(err);
+    bool clean = false;
+    if (started) server_stop(&s, &clean);
+    bool started2 = server_start(&s, a2);   /* -np 2 on the command line wins */
+    err = started2 ? test_slurp(s.err_path, &len) : NULL;
+    bool wins = err && strstr(err, "ready: 2 slots x 384 tokens");
+    free(err);
+    if (started2) server_stop(&s, &clean);
+    setenv("LLAMA_ARG_CTX_SIZE", "lots", 1);
+    const char *bad[] = {"serve", "-m", TINY_QWEN3, NULL};
+    test_proc p;
+    bool bad_ok = test_spex_exec(bad, &p) && p.rc == 2 && strstr(p.err, "-c") &&
+                  strstr(p.err, "LLAMA_ARG_CTX_SIZE=lots");
+    if (!bad_ok) printf("  bad value: exit %d %s\n", p.rc, p.err);
+    test_proc_free(&p);
+    unsetenv("LLAMA_ARG_CTX_SIZE");
+    setenv("LLAMA_ARG_ENDPOINT_METRICS", "maybe", 1);
+    bool bad_bool = test_spex_exec(bad, &p) && p.rc == 2 && strstr(p.err, "LLAMA_ARG_ENDPOINT_METRICS=maybe");
+    test_proc_free(&p);
+    const char *vars[] = {"LLAMA_ARG_N_PARALLEL", "LLAMA_ARG_ENDPOINT_METRICS", "LLAMA_ARG_ENDPOINT_SLOTS",
+                          "LLAMA_ARG_FLASH_ATTN", "LLAMA_ARG_SPEC_TYPE"};
+    for (int i = 0; i < 5; i++) unsetenv(vars[i]);
+    setenv("LLAMA_ARG_N_PREDICT", "5", 1);
+    const char *run[] = {"run", "-m", TINY_QWEN3, "-p", "Hello", "--temp", "0", "-t", "1", NULL};
+    bool run_ok = test_spex_exec(run, &p) && p.rc == 0 && strstr(p.err, "generated: 5 tokens");
+    if (!run_ok) printf("  run: exit %d %s\n", p.rc, p.err);
+    test_proc_free(&p);
+    unsetenv("LLAMA_ARG_N_PREDICT");
+    CHECK(started && metrics && slots_off && logged);
+    CHECK_MSG(started2 && wins, "the command line's -np did not win");
+    CHECK(bad_ok);
+    CHECK(bad_bool);
+    CHECK(run_ok);
+}
+
 /* Request fields end to end on the shared server: a system message and a user message whose
  * content is an array of text parts equal `spex run --chat --system` with the parts joined by
  * "\n" (as llama.cpp and vLLM join them);

@@ -41,6 +41,13 @@ bool cli_parse_kv_type(const char *flag, const char *s, spex_type *out);
  * from whichever was given (unchanged when neither); false with an error line when they
  * differ. */
 bool cli_kv_pair(const char *what, bool has_k, spex_type k, bool has_v, spex_type v, spex_type *kv);
+/* argv with llama.cpp's LLAMA_ARG_* variables (tools/env.c) that are set and belong to the tool
+ * (serve or run) turned into flags before the command line's own: *out_argv (static storage)
+ * and *out_argc. false after an error line (a boolean variable with another value). */
+bool cli_env_args(bool serve, int argc, char **argv, int *out_argc, char ***out_argv);
+/* After a flag error: one note naming the variables that were applied (none: nothing). */
+void cli_env_explain(void);
+
 /* --spec-type names of n-gram drafting, llama.cpp's: ngram, ngram-simple, ngram-map-k (the
  * last with --spec-ngram-min-hits; spex_ngram_lookup covers both). */
 bool cli_is_ngram_type(const char *v);

@@ -669,7 +669,11 @@ int cmd_run(int argc, char **argv) {
     run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16,
                   .kv_type = SPEX_TYPE_F16, .draft_cut = -1, .guard = -1, .ngram = spex_ngram_default_params()};
     long repeat_last_n = o.sp.repeat_last_n;
-    int prc = parse_args(argc, argv, &o, &repeat_last_n);
+    int n_args = 0;
+    char **args = NULL;
+    if (!cli_env_args(false, argc, argv, &n_args, &args)) return 2;   /* LLAMA_ARG_*: before the flags */
+    int prc = parse_args(n_args, args, &o, &repeat_last_n);
+    if (prc == 2) cli_env_explain();
     if (prc < 0) return 0;
     if (prc > 0) return prc;
     o.sp.repeat_last_n = repeat_last_n < 0 ? -1 : (int32_t)repeat_last_n;

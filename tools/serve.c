@@ -69,7 +69,7 @@ static char *read_key_file(const char *path) {
     return buf;
 }
 
-int serve_parse(int argc, char **argv, srv_config *out) {
+static int serve_parse_args(int argc, char **argv, srv_config *out) {
     static const char *overrides[SERVE_MAX_OVERRIDES];
     srv_config c;
     memset(&c, 0, sizeof c);
@@ -98,18 +98,8 @@ int serve_parse(int argc, char **argv, srv_config *out) {
     c.n_ctx_checkpoints = 32;
     c.checkpoint_min_step = 8192;
     c.overrides = overrides;
-    const char *env = getenv("LLAMA_ARG_MODEL");
-    if (env) c.model = env;
-    spex_type kt = SPEX_TYPE_F16, vt = SPEX_TYPE_F16; /* -ctk / -ctv, or their environment variables */
+    spex_type kt = SPEX_TYPE_F16, vt = SPEX_TYPE_F16; /* -ctk / -ctv */
     bool has_kt = false, has_vt = false;
-    if ((env = getenv("LLAMA_ARG_CACHE_TYPE_K")) != NULL) {
-        if (!cli_parse_kv_type("LLAMA_ARG_CACHE_TYPE_K", env, &kt)) return 2;
-        has_kt = true;
-    }
-    if ((env = getenv("LLAMA_ARG_CACHE_TYPE_V")) != NULL) {
-        if (!cli_parse_kv_type("LLAMA_ARG_CACHE_TYPE_V", env, &vt)) return 2;
-        has_vt = true;
-    }
     long repeat_last_n = c.sp.repeat_last_n;
     bool spec_none = false, spec_dflash = false;
     for (int i = 1; i < argc; i++) {
@@ -367,6 +357,15 @@ int serve_parse(int argc, char **argv, srv_config *out) {
     spex_sampler_free(s);
     *out = c;
     return -1;
+}
+
+int serve_parse(int argc, char **argv, srv_config *c) {
+    int n = 0;
+    char **args = NULL;
+    if (!cli_env_args(true, argc, argv, &n, &args)) return 2;   /* LLAMA_ARG_*: before the flags */
+    int rc = serve_parse_args(n, args, c);
+    if (rc == 2) cli_env_explain();
+    return rc;
 }
 
 int cmd_serve(int argc, char **argv) {
