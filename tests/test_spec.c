@@ -259,15 +259,23 @@ static bool have_fixtures(void) {
            access(DRAFT1, R_OK) == 0;
 }
 
+static const char *const TARGETS[2] = {TGT_F32, TGT_Q8};
+
+/* The target-only greedy references of every prompt on both targets. */
+static bool greedy_refs(int32_t ref[2][MAX_SEQ][N_GEN]) {
+    for (int t = 0; t < 2; t++)
+        for (int s = 0; s < MAX_SEQ; s++)
+            if (!target_only(TARGETS[t], PROMPTS[s], PROMPT_LEN[s], greedy_params(), N_GEN, ref[t][s])) return false;
+    return true;
+}
+
 /* Greedy losslessness for one drafter over both targets, n_max 1..7, 3 sequences; with the
  * real drafter and with the oracle. */
 static void greedy_lossless(const char *drafter) {
     if (!have_fixtures()) SKIP("fixtures missing");
     static int32_t ref[2][MAX_SEQ][N_GEN], got[MAX_SEQ][N_GEN];
-    const char *targets[2] = {TGT_F32, TGT_Q8};
-    for (int t = 0; t < 2; t++)
-        for (int s = 0; s < MAX_SEQ; s++)
-            CHECK(target_only(targets[t], PROMPTS[s], PROMPT_LEN[s], greedy_params(), N_GEN, ref[t][s]));
+    const char *const *targets = TARGETS;
+    CHECK(greedy_refs(ref));
     uint64_t accepted = 0, drafted = 0, steps = 0;
     for (int t = 0; t < 2; t++)
         for (int n_max = 1; n_max <= 7; n_max++)
@@ -961,10 +969,8 @@ TEST(ngram_lookup_rules) {
 TEST(ngram_greedy_lossless) {
     if (!have_fixtures()) SKIP("fixtures missing");
     static int32_t ref[2][MAX_SEQ][N_GEN], got[MAX_SEQ][N_GEN];
-    const char *targets[2] = {TGT_F32, TGT_Q8};
-    for (int t = 0; t < 2; t++)
-        for (int s = 0; s < MAX_SEQ; s++)
-            CHECK(target_only(targets[t], PROMPTS[s], PROMPT_LEN[s], greedy_params(), N_GEN, ref[t][s]));
+    const char *const *targets = TARGETS;
+    CHECK(greedy_refs(ref));
     uint64_t drafted = 0, accepted = 0, steps = 0;
     for (int t = 0; t < 2; t++)
         for (int size_n = 1; size_n <= 3; size_n++)
