@@ -1367,6 +1367,36 @@ TEST(llama_server_fields) {
     cJSON_Delete(o);
     resp_free(&r);
 
+    /* return_tokens, generation_settings, prompt, has_new_line, index; response_fields picks */
+    o = post_json(port, "/completion", "{\"prompt\":\"Hello\",\"n_predict\":6,\"temperature\":0,\"return_tokens\":true}",
+                  200);
+    CHECK(cJSON_GetArraySize(cJSON_GetObjectItem(o, "tokens")) == 6 && cJSON_IsBool(cJSON_GetObjectItem(o, "has_new_line")));
+    CHECK(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "generation_settings"), "n_predict")) == 6);
+    CHECK(!strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "prompt")), "Hello") &&
+          cJSON_GetNumberValue(cJSON_GetObjectItem(o, "index")) == 0);
+    char *text6 = strdup(cJSON_GetStringValue(cJSON_GetObjectItem(o, "content")));
+    cJSON_Delete(o);
+    o = post_json(port, "/completion",
+                  "{\"prompt\":\"Hello\",\"n_predict\":6,\"temperature\":0,\"response_fields\":"
+                  "[\"content\",\"generation_settings/n_predict\",\"no_such_field\"]}",
+                  200);
+    CHECK_MSG(cJSON_GetArraySize(o) == 2 && !strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(o, "content")), text6) &&
+                  cJSON_GetNumberValue(cJSON_GetObjectItem(o, "generation_settings/n_predict")) == 6,
+              "response_fields gave %d fields", cJSON_GetArraySize(o));
+    cJSON_Delete(o);
+    free(text6);
+    cJSON_Delete(post_json(port, "/completion", "{\"prompt\":\"x\",\"response_fields\":\"content\"}", 400));
+    CHECK(http(port, "POST", "/completion", NULL,
+               "{\"prompt\":\"Hello\",\"n_predict\":6,\"temperature\":0,\"stream\":true,\"return_tokens\":true}", &r));
+    int n_tok = 0;
+    for (const char *p = r.body; (p = strstr(p, "data: ")) != NULL; p += 6) {
+        cJSON *event = cJSON_Parse(p + 6);
+        n_tok += cJSON_GetArraySize(cJSON_GetObjectItem(event, "tokens"));
+        cJSON_Delete(event);
+    }
+    resp_free(&r);
+    CHECK_EQ_INT(n_tok, 6);   /* every generated id once over the stream's events */
+
     /* the slot's context (256 tokens: -c 512 over 2 slots) runs out: truncated */
     o = post_json(port, "/completion", "{\"prompt\":\"Hello\",\"n_predict\":-1,\"temperature\":0}", 200);
     double pred = cJSON_GetNumberValue(cJSON_GetObjectItem(o, "tokens_predicted"));

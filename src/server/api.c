@@ -46,6 +46,8 @@ void srv_request_free(srv_request *r) {
     free(r->prompt_ids);
     free(r->model);
     for (int i = 0; i < r->n_stop; i++) free(r->stop[i]);
+    for (int i = 0; i < r->n_response_fields; i++) free(r->response_fields[i]);
+    free(r->response_fields);
     memset(r, 0, sizeof *r);
 }
 
@@ -308,6 +310,24 @@ static int read_stop(srv_request *r, const cJSON *s, char *msg, size_t cap) {
     return 0;
 }
 
+/* response_fields (llama-server's /completion): an array of at most SRV_MAX_FIELDS names, a
+ * nested one written "a/b". */
+static int read_response_fields(srv_request *r, const cJSON *f, char *msg, size_t cap) {
+    if (!f || cJSON_IsNull(f)) return 0;
+    if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > SRV_MAX_FIELDS)
+        return bad(msg, cap, 400, "'response_fields' must be an array of at most %d strings", SRV_MAX_FIELDS);
+    r->response_fields = calloc((size_t)cJSON_GetArraySize(f) + 1, sizeof *r->response_fields);
+    if (!r->response_fields) return bad(msg, cap, 500, "out of memory");
+    const cJSON *it;
+    cJSON_ArrayForEach(it, f) {
+        if (!cJSON_IsString(it) || !it->valuestring[0] || strlen(it->valuestring) > 256)
+            return bad(msg, cap, 400, "'response_fields' entries must be field names of 1 to 256 bytes");
+        if (!(r->response_fields[r->n_response_fields] = dup_str(it->valuestring))) return bad(msg, cap, 500, "out of memory");
+        r->n_response_fields++;
+    }
+    return 0;
+}
+
 /* Fields whose non-default values spex does not implement: 400, never silently ignored (§2.5). */
 static int reject_unsupported(const cJSON *o, char *msg, size_t cap) {
     static const char *const keys[] = {"response_format", "json_schema", "grammar", "logprobs",
@@ -474,10 +494,12 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
     }
     if ((rc = read_stop(r, cJSON_GetObjectItemCaseSensitive(o, "stop"), msg, cap))) goto done;
     if (opt_bool(o, "stream", &r->stream, msg, cap) < 0 ||
-        opt_bool(o, "timings_per_token", &r->timings_per_token, msg, cap) < 0) {
+        opt_bool(o, "timings_per_token", &r->timings_per_token, msg, cap) < 0 ||
+        opt_bool(o, "return_tokens", &r->return_tokens, msg, cap) < 0) {
         rc = 400;
         goto done;
     }
+    if ((rc = read_response_fields(r, cJSON_GetObjectItemCaseSensitive(o, "response_fields"), msg, cap))) goto done;
     if (opt_bool(o, "cache_prompt", &b, msg, cap) < 0) {
         rc = 400;
         goto done;

@@ -108,6 +108,7 @@ void srv_task_release(srv_task *t) {
     spex_detok_stream_free(t->ds);
     free(t->ids);
     free(t->text);
+    free(t->gen_ids);
     free(t);
 }
 
@@ -318,6 +319,12 @@ static bool task_emit(srv_engine *e, srv_task *t, const int32_t *toks, int n) {
         }
         bool stopped = false;
         pthread_mutex_lock(&t->mu);
+        if (t->n_gen_ids == t->cap_gen_ids) {   /* grows like the text: amortized, not per token */
+            int nc = t->cap_gen_ids ? 2 * t->cap_gen_ids : 256;
+            int32_t *p = realloc(t->gen_ids, sizeof *p * (size_t)nc);
+            if (p) t->gen_ids = p, t->cap_gen_ids = nc;
+        }
+        if (t->n_gen_ids < t->cap_gen_ids) t->gen_ids[t->n_gen_ids++] = id;
         size_t from = t->len;
         task_append(t, piece.ptr, piece.len);
         if (piece.len) stopped = task_check_stop(t, from);

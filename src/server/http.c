@@ -232,6 +232,8 @@ typedef struct srv_job {
     char id[48];
     long created;
     const char *model;        /* request's model or the alias                   */
+    srv_gen_defaults defaults; /* the server's, for /completion generation_settings */
+    int ids_sent;             /* stream: gen_ids already sent as "tokens"        */
 } srv_job;
 
 static int tokenize_all(const spex_tokenizer *tok, const char *text, size_t len, bool add_special, int32_t **out,
@@ -402,17 +404,50 @@ static void add_tool_calls(cJSON *m, const srv_toolparse *tp, int from, bool wit
     }
 }
 
+/* "tokens": the generated ids from `from` on when the request asked for them (return_tokens),
+ * else empty, as llama-server sends it (t->mu held). */
+static void add_tokens(cJSON *o, const srv_job *job, int from) {
+    cJSON *a = cJSON_AddArrayToObject(o, "tokens");
+    for (int i = from; job->req.return_tokens && i < job->task->n_gen_ids; i++)
+        cJSON_AddItemToArray(a, cJSON_CreateNumber(job->task->gen_ids[i]));
+}
+
+/* response_fields: a new object with only the named fields of o ("a/b": o.a.b, under the key
+ * "a/b"; a missing one is left out), o freed. */
+static cJSON *pick_fields(cJSON *o, char *const *fields, int n) {
+    if (n <= 0) return o;
+    cJSON *r = cJSON_CreateObject();
+    for (int i = 0; i < n; i++) {
+        const cJSON *v = o;
+        char part[257];
+        for (const char *p = fields[i]; v && *p;) {
+            size_t k = strcspn(p, "/");
+            snprintf(part, sizeof part, "%.*s", (int)k, p);
+            v = cJSON_GetObjectItemCaseSensitive(v, part);
+            p += k + (p[k] == '/');
+        }
+        if (v) cJSON_AddItemToObject(r, fields[i], cJSON_Duplicate(v, true));
+    }
+    cJSON_Delete(o);
+    return r;
+}
+
 /* The final body of a finished task (t->mu held). */
 static cJSON *final_response(const srv_job *job) {
     const srv_task *t = job->task;
     if (job->req.ep == SRV_EP_COMPLETION) {
         cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "index", 0);
         cJSON_AddItemToObject(o, "content", str_n(t->text, t->len));
+        add_tokens(o, job, 0);
         cJSON_AddBoolToObject(o, "stop", true);
         cJSON_AddStringToObject(o, "model", job->model);
+        cJSON_AddBoolToObject(o, "has_new_line", memchr(t->text, '\n', t->len) != NULL);
+        cJSON_AddItemToObject(o, "generation_settings", srv_params_json(&job->defaults, t));
+        if (job->req.prompt) cJSON_AddStringToObject(o, "prompt", job->req.prompt);
         add_completion_end(o, t);
         add_timings(o, &t->tm);
-        return o;
+        return pick_fields(o, job->req.response_fields, job->req.n_response_fields);
     }
     bool chat = job->req.ep == SRV_EP_CHAT;
     cJSON *o = response_head(job, chat ? "chat.completion" : "text_completion");
@@ -566,6 +601,8 @@ static void stream_progress(srv_stream *st) {
             cJSON_Delete(o);
             o = cJSON_CreateObject();
             cJSON_AddItemToObject(o, "content", str_n(t->text + st->c_sent, rel - st->c_sent));
+            add_tokens(o, &st->job, st->job.ids_sent);
+            st->job.ids_sent = t->n_gen_ids;
             cJSON_AddBoolToObject(o, "stop", false);
             cJSON_AddNumberToObject(o, "index", 0);
         } else {
@@ -585,9 +622,15 @@ static void stream_progress(srv_stream *st) {
         }
     } else if (ep == SRV_EP_COMPLETION) {
         cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "index", 0);
         cJSON_AddStringToObject(o, "content", "");
+        add_tokens(o, &st->job, st->job.ids_sent);   /* any not sent with their text yet */
+        st->job.ids_sent = t->n_gen_ids;
         cJSON_AddBoolToObject(o, "stop", true);
         cJSON_AddStringToObject(o, "model", st->job.model);
+        cJSON_AddBoolToObject(o, "has_new_line", memchr(t->text, '\n', t->len) != NULL);
+        cJSON_AddItemToObject(o, "generation_settings", srv_params_json(&st->job.defaults, t));
+        if (st->job.req.prompt) cJSON_AddStringToObject(o, "prompt", st->job.req.prompt);
         add_completion_end(o, t);
         add_timings(o, &t->tm);
         out_event(st, o);
@@ -663,9 +706,12 @@ static void stream_free(void *cls) {
 /* Endpoints                                                                 */
 /* ======================================================================== */
 
+static srv_gen_defaults gen_defaults(const srv_server *S);
+
 static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_endpoint ep, const srv_conn *cc) {
     srv_job job;
     memset(&job, 0, sizeof job);
+    job.defaults = gen_defaults(S);
     srv_request_init(&job.req, ep);
     char msg[512] = "";
     int code = srv_request_parse(&job.req, cc->body ? cc->body : "", cc->len, msg, sizeof msg);

@@ -25,6 +25,7 @@
 
 #define SRV_MAX_STOP 16          /* stop strings per request                          */
 #define SRV_MAX_STOP_LEN 256     /* bytes per stop string                             */
+#define SRV_MAX_FIELDS 32        /* response_fields entries                           */
 
 /* ======================================================================== */
 /* Requests (api.c)                                                          */
@@ -79,6 +80,9 @@ typedef struct srv_request {
     char *stop[SRV_MAX_STOP];
     int n_stop;
     bool stream, include_usage, timings_per_token;
+    bool return_tokens;       /* /completion: the generated ids as "tokens"              */
+    char **response_fields;   /* /completion: only these fields ("a/b" nested), owned     */
+    int n_response_fields;
     int enable_thinking;      /* -1: unset                                             */
     srv_reasoning reasoning_format;
     int32_t spec_n_max;       /* -1: unset (speculative.n_max)                          */
@@ -194,6 +198,8 @@ typedef struct srv_task {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     char *text;               /* generated text (cut at a stop string)                 */
+    int32_t *gen_ids;         /* the generated tokens (return_tokens), n_gen_ids of them */
+    int n_gen_ids, cap_gen_ids;
     size_t len, cap;
     size_t released;          /* bytes that may be sent (no partial stop string)       */
     bool done, cancelled;
