@@ -107,6 +107,19 @@ $(OUT)/tests/harness/%: $(OUT)/obj/tests/harness/%.o $(filter-out $(OUT)/obj/too
 
 tests: $(TEST_BIN) $(OUT)/spex $(HARNESS_BIN)
 
+# The server's build_info / system_fingerprint, llama-server's form b<commits>-<commit>, from git
+# when the tree is a checkout (b0-unknown otherwise); the header is rewritten only when it
+# changes, so a new commit rebuilds http.o and nothing else.
+$(OUT)/build-info.h: FORCE
+	@mkdir -p $(dir $@)
+	@n=$$(git rev-list --count HEAD 2>/dev/null || echo 0); c=$$(git rev-parse --short=7 HEAD 2>/dev/null || echo unknown); \
+	  printf '#define SPEX_BUILD_INFO "b%s-%s"\n' "$$n" "$$c" > $@.tmp; \
+	  if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+$(OUT)/obj/src/server/http.o: $(OUT)/build-info.h
+$(OUT)/obj/src/server/http.o: CFLAGS_ISA := -I$(OUT)
+.PHONY: FORCE
+FORCE:
+
 test:
 	$(MAKE) -j$(JOBS) BUILD=$(BUILD) tests
 	tests/run.sh $(OUT)

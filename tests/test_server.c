@@ -762,6 +762,13 @@ TEST(props_and_slots_idle) {
               cJSON_IsString(jget(o, "chat_template")) && cJSON_IsString(jget(o, "build_info")) &&
               cJSON_IsFalse(jget(o, "modalities/vision")) && cJSON_IsFalse(jget(o, "modalities/audio")) &&
               cJSON_IsTrue(jget(o, "endpoint_slots")) && cJSON_IsFalse(jget(o, "endpoint_props"));
+    /* llama-server's build_info form, b<commits>-<commit> (b0-unknown outside a git checkout) */
+    const char *bi = jstr(o, "build_info");
+    unsigned build = 0;
+    char commit[16] = "";
+    bool bi_ok = bi && (!strcmp(bi, "b0-unknown") ||
+                        (sscanf(bi, "b%u-%15[0-9a-f]", &build, commit) == 2 && build > 0 && strlen(commit) >= 7));
+    CHECK_MSG(bi_ok, "build_info '%s'", bi ? bi : "(none)");
     double n_max = jnum(o, "default_generation_settings/params/speculative.n_max");
     if (!ok) jprint("props", o);
     cJSON_Delete(o);
