@@ -1602,6 +1602,48 @@ TEST(llama_arg_environment) {
     CHECK(run_ok);
 }
 
+/* Draft bounds with llama.cpp's meaning: --spec-draft-n-max 0 drafts nothing (a note, no
+ * drafter loaded, /props says none); an n-min above the draft length is clamped with a
+ * warning, and the start-up line and /props give the clamped value. */
+TEST(draft_bounds_llama_meaning) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    const char *a0[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "--spec-draft-n-max", "0", "-t", "1", NULL};
+    const char *a9[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "--spec-draft-n-min", "9", "-t", "1", NULL};
+    server s;
+    CHECK_MSG(server_start(&s, a0), "the server did not start");
+    cJSON *o = get_json(s.port, "/props", NULL);
+    bool none = o && !strcmp(jstr(o, "default_generation_settings/params/speculative.type"), "none");
+    cJSON_Delete(o);
+    size_t len = 0;
+    char *err = test_slurp(s.err_path, &len);
+    bool note = err && strstr(err, "note: --spec-draft-n-max 0: nothing is drafted") && !strstr(err, "speculative: type");
+    free(err);
+    bool clean = false;
+    CHECK_EQ_INT(server_stop(&s, &clean), 0);
+    CHECK(none && note);
+    CHECK_MSG(server_start(&s, a9), "the server did not start");
+    o = get_json(s.port, "/props", NULL);
+    double n_min = o ? jnum(o, "default_generation_settings/params/speculative.n_min") : -1;
+    double n_max = o ? jnum(o, "default_generation_settings/params/speculative.n_max") : -1;
+    cJSON_Delete(o);
+    err = test_slurp(s.err_path, &len);
+    bool warned = err && strstr(err, "warning: --spec-draft-n-min 9 is above the draft length 7: clamped to 7") &&
+                  strstr(err, "n_max 7, n_min 7");
+    if (!warned) printf("  stderr: %s\n", err ? err : "");
+    free(err);
+    CHECK_EQ_INT(server_stop(&s, &clean), 0);
+    CHECK(warned);
+    CHECK_MSG(n_min == 7 && n_max == 7, "/props n_min %g n_max %g", n_min, n_max);
+    size_t l1, l2;
+    const char *r0[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-p", "Hello", "-n", "16", "--temp", "0", "-t", "1",
+                        "--spec-draft-n-max", "0", NULL};
+    const char *rp[] = {"-m", TINY_QWEN3, "-p", "Hello", "-n", "16", "--temp", "0", "-t", "1", NULL};
+    char *t0 = spex_run(r0, &l1), *tp = spex_run(rp, &l2);
+    CHECK(t0 && tp && !strcmp(t0, tp));
+    free(t0);
+    free(tp);
+}
+
 /* Request fields end to end on the shared server: a system message and a user message whose
  * content is an array of text parts equal `spex run --chat --system` with the parts joined by
  * "\n" (as llama.cpp and vLLM join them);

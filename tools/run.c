@@ -312,6 +312,12 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
     }
     if (!cli_kv_pair("target", has_kt, kt, has_vt, vt, &o->kv_type)) return 2;
     if (!cli_kv_pair("draft", has_dkt, dkt, has_dvt, dvt, &o->ctk_draft)) return 2;
+    if (o->n_draft_max == 0 && (o->draft || run_spec_is_mtp(o) || run_spec_is_ngram(o)) &&
+        !(o->spec_type && !strcmp(o->spec_type, "none"))) {
+        /* llama.cpp's meaning: a draft of at most 0 tokens is no drafting */
+        fprintf(stderr, "note: --spec-draft-n-max 0: nothing is drafted (speculative decoding off)\n");
+        o->spec_type = "none";
+    }
     if (o->spec_type && !strcmp(o->spec_type, "none")) o->draft = NULL;
     else if (run_spec_is_ngram(o) && o->draft) {
         fprintf(stderr, "error: --spec-type %s drafts by lookup: it takes no drafter (-md)\n", o->spec_type);
@@ -667,7 +673,8 @@ done:
 
 int cmd_run(int argc, char **argv) {
     run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16,
-                  .kv_type = SPEX_TYPE_F16, .draft_cut = -1, .guard = -1, .ngram = spex_ngram_default_params()};
+                  .kv_type = SPEX_TYPE_F16, .draft_cut = -1, .guard = -1, .ngram = spex_ngram_default_params(),
+                  .n_draft_max = -1};
     long repeat_last_n = o.sp.repeat_last_n;
     int n_args = 0;
     char **args = NULL;

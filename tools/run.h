@@ -29,7 +29,7 @@ typedef struct run_opts {
     /* speculative decoding */
     const char *draft;         /* -md (NULL: target alone)               */
     const char *spec_type;     /* --spec-type (NULL: auto)               */
-    long n_draft_max;          /* 0: block_size - 1                      */
+    long n_draft_max;          /* -1: the drafter's bound; 0: no drafting */
     long n_draft_min;
     float p_draft_min;
     bool draft_greedy;         /* --spec-draft-sampling greedy           */

@@ -120,8 +120,13 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
         }
     }
     spex_spec_params spp = spex_spec_default_params();
-    spp.n_max = ngram ? n_max : (int32_t)o->n_draft_max;
+    spp.n_max = n_max;
     spp.n_min = (int32_t)o->n_draft_min;
+    if (spp.n_min > n_max) {
+        fprintf(stderr, "warning: --spec-draft-n-min %d is above the draft length %d: clamped to %d\n", spp.n_min, n_max,
+                n_max);
+        spp.n_min = n_max;
+    }
     spp.p_min = o->p_draft_min;
     spp.sampled_walk = !o->draft_greedy;
     spp.draft_cut = o->draft_cut != 0; /* auto: on, unless the path below keeps it off */

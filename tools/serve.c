@@ -87,6 +87,7 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
     c.body_max = 8u << 20;
     c.timeout_s = 3600;
     c.ngram_params = spex_ngram_default_params();
+    c.n_draft_max = -1;   /* unset: the drafter's own bound */
     c.conn_max = 1024;
     c.conn_max_per_ip = 256;
     c.header_timeout_s = 10;
@@ -335,6 +336,11 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
     if (spec_dflash && !c.draft) {
         fprintf(stderr, "error: --spec-type draft-dflash needs a drafter (-md FILE)\n");
         return 2;
+    }
+    if (c.n_draft_max == 0 && (c.draft || c.mtp || c.ngram) && !spec_none) {
+        /* llama.cpp's meaning: a draft of at most 0 tokens is no drafting */
+        fprintf(stderr, "note: --spec-draft-n-max 0: nothing is drafted (speculative decoding off)\n");
+        spec_none = true;
     }
     if (spec_none) c.draft = NULL, c.mtp = false, c.ngram = false;
     if (c.ngram && (c.draft || c.mtp)) {

@@ -52,7 +52,7 @@ typedef struct srv_server {
     spex_spec *spec;
     srv_engine *engine;
     spex_chat_template tmpl;
-    int32_t n_ctx_slot, n_max;
+    int32_t n_ctx_slot, n_max, n_min;   /* the draft bounds in force (n_min <= n_max) */
     long created;
     const char *model_id;
     atomic_int n_live;        /* requests received and not yet completed (their srv_conn) */
@@ -955,7 +955,7 @@ static bool authorized(const srv_server *S, struct MHD_Connection *c) {
 static srv_gen_defaults gen_defaults(const srv_server *S) {
     const srv_config *cfg = S->cfg;
     return (srv_gen_defaults){.sp = cfg->sp, .n_predict = cfg->n_predict, .n_max = S->n_max,
-                              .n_min = cfg->n_draft_min, .p_min = cfg->p_draft_min,
+                              .n_min = S->n_min, .p_min = cfg->p_draft_min,
                               .spec_type = S->drafter         ? "draft-dflash"
                                            : S->mtp           ? "draft-mtp"
                                            : S->cfg->ngram    ? "ngram"
@@ -1188,6 +1188,13 @@ static int load(srv_server *S) {
         if (S->n_max > cfg->ngram_params.size_m) S->n_max = cfg->ngram_params.size_m;
         if (S->n_max > SPEX_DRAFT_MAX_N) S->n_max = SPEX_DRAFT_MAX_N;
     }
+    if ((dh || cfg->mtp || cfg->ngram) && cfg->n_draft_min > S->n_max) {
+        fprintf(stderr, "warning: --spec-draft-n-min %d is above the draft length %d: clamped to %d\n",
+                cfg->n_draft_min, S->n_max, S->n_max);
+        S->n_min = S->n_max;
+    } else {
+        S->n_min = cfg->n_draft_min;
+    }
     int32_t np = cfg->n_slots;
     const spex_model_hparams *hp = spex_model_get_hparams(S->model);
     S->n_ctx_slot = cfg->n_ctx > 0 ? cfg->n_ctx / np : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
@@ -1253,7 +1260,7 @@ static int load(srv_server *S) {
     }
     spex_spec_params spp = spex_spec_default_params();
     spp.n_max = S->n_max;
-    spp.n_min = cfg->n_draft_min;
+    spp.n_min = S->n_min;
     spp.p_min = cfg->p_draft_min;
     spp.sampled_walk = !cfg->draft_greedy;
     spp.draft_cut = cfg->draft_cut;
@@ -1269,13 +1276,13 @@ static int load(srv_server *S) {
                 "speculative: type draft-dflash, drafter %s, variant %s, block size %d, n_max %d, n_min %d, p_min %g, "
                 "sampling %s, draft KV %s, adaptive %s (min gain %.2f), draft cut %s\n",
                 cfg->draft, dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash", dh->block_size, S->n_max,
-                cfg->n_draft_min, (double)cfg->p_draft_min, cfg->draft_greedy ? "greedy" : "probabilistic",
+                S->n_min, (double)cfg->p_draft_min, cfg->draft_greedy ? "greedy" : "probabilistic",
                 spex_type_get_info(cfg->draft_kv)->name, cfg->adaptive ? "on" : "off", (double)cfg->min_gain,
                 cfg->draft_cut ? "on" : "off");
     if (S->mtp)
         fprintf(stderr, "speculative: type draft-mtp (the target's MTP block), n_max %d, n_min %d, p_min %g, draft KV %s, "
                         "adaptive %s (min gain %.2f), draft cut %s\n",
-                S->n_max, cfg->n_draft_min, (double)cfg->p_draft_min, spex_type_get_info(cfg->draft_kv)->name,
+                S->n_max, S->n_min, (double)cfg->p_draft_min, spex_type_get_info(cfg->draft_kv)->name,
                 cfg->adaptive ? "on" : "off", (double)cfg->min_gain, cfg->draft_cut ? "on" : "off");
     srv_engine_params ep = {.n_slots = np, .n_ctx_slot = S->n_ctx_slot, .queue_max = cfg->queue_max,
                             .adaptive = cfg->adaptive, .min_gain = cfg->min_gain, .step_delay_ms = cfg->step_delay_ms};
