@@ -120,7 +120,8 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
         }
     }
     spex_spec_params spp = spex_spec_default_params();
-    spp.n_max = n_max;
+    /* DFlash: the asked length, so that the library's clamp names it in its warning; 0 = its default */
+    spp.n_max = ngram || mtp ? n_max : o->n_draft_max > 0 ? (int32_t)o->n_draft_max : 0;
     spp.n_min = (int32_t)o->n_draft_min;
     if (spp.n_min > n_max) {
         fprintf(stderr, "warning: --spec-draft-n-min %d is above the draft length %d: clamped to %d\n", spp.n_min, n_max,
