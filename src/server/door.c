@@ -44,6 +44,7 @@
 #define DOOR_LINGER_S 2.0        /* reading after an error reply, before the close                */
 #define DOOR_ACCEPT_BURST 64     /* accepts per wake-up, so waiting heads are not starved         */
 #define DOOR_DRAIN_MAX (1 << 20) /* bytes read from one lingering connection per wake-up        */
+#define DOOR_MUTE_S 0.02         /* POLLIN muted after a wake-up that brought no new head bytes   */
 
 typedef enum { DOOR_HEAD, DOOR_LINGER } door_state;
 
@@ -51,6 +52,8 @@ typedef struct door_conn {
     int fd;
     struct sockaddr_in addr;
     double t0, deadline;
+    double mute_until;        /* a wake-up without new bytes: no POLLIN until then      */
+    int seen;                 /* head bytes seen at the last wake-up                    */
     door_state st;
 } door_conn;
 
@@ -100,17 +103,21 @@ static void set_lowat(int fd, int n) {
     (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &n, sizeof n);
 }
 
-/* Reads and discards what the client has sent so far; false when it closed or failed. */
-static bool drain(srv_door *d, int fd) {
+enum { DRAIN_MORE = 1, DRAIN_EOF = 0, DRAIN_ERROR = -1 };
+
+/* Reads and discards what the client has sent so far: DRAIN_MORE (it may send more),
+ * DRAIN_EOF (it has stopped sending: a reply still reaches it) or DRAIN_ERROR. */
+static int drain(srv_door *d, int fd) {
     for (size_t total = 0; total < DOOR_DRAIN_MAX;) {
         ssize_t k = recv(fd, d->scratch, DOOR_HEAD_MAX, MSG_DONTWAIT);
         if (k > 0) {
             total += (size_t)k;
             continue;
         }
-        return k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+        if (k == 0) return DRAIN_EOF;
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? DRAIN_MORE : DRAIN_ERROR;
     }
-    return true;
+    return DRAIN_MORE;
 }
 
 static const char *reason(int code) {
@@ -143,18 +150,21 @@ static void send_reply(int fd, int code, const char *msg, bool no_body) {
     if (n > 0) (void)send(fd, buf, (size_t)n < sizeof buf ? (size_t)n : sizeof buf - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
-/* An error reply to waiting connection i, then the lingering close. */
+/* An error reply to waiting connection i, then the lingering close (a client that has stopped
+ * sending gets the reply and the close at once). */
 static void reply(srv_door *d, int i, int code, const char *msg, bool no_body) {
     door_conn *c = &d->conns[i];
     set_lowat(c->fd, 1);
-    if (!drain(d, c->fd)) {
+    int dr = drain(d, c->fd);
+    if (dr != DRAIN_ERROR) send_reply(c->fd, code, msg, no_body);
+    if (dr != DRAIN_MORE) {
         conn_drop(d, i);
         return;
     }
-    send_reply(c->fd, code, msg, no_body);
     shutdown(c->fd, SHUT_WR);
     c->st = DOOR_LINGER;
     c->deadline = srv_now_s() + DOOR_LINGER_S;
+    c->mute_until = 0;
 }
 
 /* ======================================================================== */
@@ -227,7 +237,7 @@ static void on_head(srv_door *d, int i, size_t end) {
 static void on_event(srv_door *d, int i, short rev) {
     door_conn *c = &d->conns[i];
     if (c->st == DOOR_LINGER) {
-        if (!drain(d, c->fd)) conn_drop(d, i);
+        if (drain(d, c->fd) != DRAIN_MORE) conn_drop(d, i);
         return;
     }
     ssize_t k = recv(c->fd, d->scratch, DOOR_HEAD_MAX, MSG_PEEK | MSG_DONTWAIT);
@@ -244,14 +254,18 @@ static void on_event(srv_door *d, int i, short rev) {
     } else if (k >= DOOR_HEAD_MAX) {
         reply(d, i, 431, "the request head exceeds 16384 bytes", false);
     } else {
-        set_lowat(c->fd, (int)k + 1);   /* wake again only when more has arrived */
+        /* Wake again only when more has arrived. Under memory pressure the kernel may report
+         * POLLIN below the mark; a wake-up that brought nothing new then mutes the socket's
+         * POLLIN for a moment instead of spinning. */
+        if ((int)k == c->seen) c->mute_until = srv_now_s() + DOOR_MUTE_S;
+        c->seen = (int)k;
+        set_lowat(c->fd, (int)k + 1);
     }
 }
 
 static void on_deadline(srv_door *d, int i) {
-    door_conn *c = &d->conns[i];
-    if (c->st == DOOR_HEAD && drain(d, c->fd)) send_reply(c->fd, 408, "the request head was not complete in time", false);
-    conn_drop(d, i);
+    if (d->conns[i].st == DOOR_HEAD) reply(d, i, 408, "the request head was not complete in time", false);
+    else conn_drop(d, i);
 }
 
 static void accept_some(srv_door *d) {
@@ -261,10 +275,9 @@ static void accept_some(srv_door *d) {
         int fd = accept4(d->lfd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED) continue;
-            if (errno == EMFILE || errno == ENFILE) {
-                if (evict_oldest(d, 0, true)) continue;
-                usleep(50 * 1000);   /* out of descriptors with nothing to give up: no busy loop */
-            }
+            if ((errno == EMFILE || errno == ENFILE) && evict_oldest(d, 0, true)) continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                usleep(50 * 1000);   /* out of descriptors or memory with nothing to give up: no busy loop */
             return;
         }
         if (al != sizeof a || a.sin_family != AF_INET) {
@@ -288,8 +301,11 @@ static void *door_main(void *arg) {
         d->pfd[1] = (struct pollfd){.fd = d->wake[0], .events = POLLIN};
         double now = srv_now_s(), next = now + 1.0;
         for (int i = 0; i < d->n_conns; i++) {
-            d->pfd[2 + i] = (struct pollfd){.fd = d->conns[i].fd, .events = POLLIN | POLLRDHUP};
-            if (d->conns[i].deadline < next) next = d->conns[i].deadline;
+            const door_conn *c = &d->conns[i];
+            bool muted = c->mute_until > now;
+            d->pfd[2 + i] = (struct pollfd){.fd = c->fd, .events = (short)(muted ? POLLRDHUP : POLLIN | POLLRDHUP)};
+            if (c->deadline < next) next = c->deadline;
+            if (muted && c->mute_until < next) next = c->mute_until;
         }
         int n = d->n_conns;
         int ms = next <= now ? 0 : (int)((next - now) * 1e3) + 1;

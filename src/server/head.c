@@ -15,7 +15,8 @@
  * before the colon, no control bytes but HTAB, no obs-fold (400); Content-Length is one or
  * more digits (400), at most the body limit (413), repeated only with the same value (400),
  * never a comma list (400); Transfer-Encoding is "chunked" alone (501 otherwise), at most once,
- * never with Content-Length or in HTTP/1.0 (400). Leading empty lines before the request line
+ * never with Content-Length or in HTTP/1.0 (400); neither of the two takes trailing blanks
+ * (libmicrohttpd would misread them). Leading empty lines (CRLF or LF) before the request line
  * are skipped (RFC 9112 §2.2). Lines may end in CRLF or a bare LF.
  */
 #include "server/server.h"
@@ -30,10 +31,14 @@ static bool is_tchar(unsigned char c) {   /* RFC 9110 §5.6.2 token characters *
     return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
 }
 
+/* CRLF or bare LF only, as libmicrohttpd skips them (a lone CR is part of the request line). */
 static size_t skip_empty_lines(const char *b, size_t n) {
     size_t s = 0;
-    while (s < n && (b[s] == '\r' || b[s] == '\n')) s++;
-    return s;
+    for (;;) {
+        if (s < n && b[s] == '\n') s++;
+        else if (s + 1 < n && b[s] == '\r' && b[s + 1] == '\n') s += 2;
+        else return s;
+    }
 }
 
 size_t srv_head_end(const char *buf, size_t n) {
@@ -110,7 +115,10 @@ int srv_head_check(const char *buf, size_t n, size_t body_max, srv_head *h, char
                 return fail(msg, cap, 400, "control character in a header value");
         const char *v = p + c + 1, *ve = p + len;
         while (v < ve && (*v == ' ' || *v == '\t')) v++;
-        while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
+        /* The framing headers keep their trailing blanks: libmicrohttpd 0.9.75 strips only the
+         * leading ones, so "chunked " or "5 " would pass here and be misread there. */
+        bool framing = name_is(p, c, "Content-Length") || name_is(p, c, "Transfer-Encoding");
+        while (!framing && ve > v && (ve[-1] == ' ' || ve[-1] == '\t')) ve--;
         size_t vl = (size_t)(ve - v);
         if (name_is(p, c, "Content-Length")) {
             if (vl == 0) return fail(msg, cap, 400, "empty Content-Length");

@@ -1046,6 +1046,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!cc) return MHD_NO;
         *con_cls = cc;
         atomic_fetch_add(&S->n_live, 1);
+        /* While the body arrives, a silence of --header-timeout ends the request (a client
+         * dripping its body would otherwise hold a place in service for --timeout); route()
+         * restores --timeout for the answer. */
+        unsigned body_idle = (unsigned)S->cfg->header_timeout_s + 1;
+        MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, body_idle);
         return MHD_YES;   /* Content-Length was checked by the door (head.c); chunked bodies below */
     }
     if (*upload_size) {
@@ -1071,6 +1076,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         cc->body[cc->len] = 0;
         return MHD_YES;
     }
+    MHD_set_connection_option(c, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)S->cfg->timeout_s);
     return route(S, c, url, method, cc);
 }
 
