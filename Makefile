@@ -110,7 +110,7 @@ tests: $(TEST_BIN) $(OUT)/spex $(HARNESS_BIN)
 # The server's build_info / system_fingerprint, llama-server's form b<commits>-<commit>, from git
 # when the tree is a checkout (b0-unknown otherwise); the header is rewritten only when it
 # changes, so a new commit rebuilds http.o and nothing else.
-$(OUT)/build-info.h: FORCE
+%/build-info.h: FORCE
 	@mkdir -p $(dir $@)
 	@n=$$(git rev-list --count HEAD 2>/dev/null || echo 0); c=$$(git rev-parse --short=7 HEAD 2>/dev/null || echo unknown); \
 	  printf '#define SPEX_BUILD_INFO "b%s-%s"\n' "$$n" "$$c" > $@.tmp; \
@@ -167,6 +167,8 @@ $(FUZZ_OUT)/obj/%.o: %.c
 $(FUZZ_OUT)/obj/src/cpu/arch/x86/avx2/%.o: CFLAGS_ISA := $(AVX2_FLAGS)
 $(FUZZ_OUT)/obj/src/cpu/arch/x86/avx2/%_avxvnni.o: CFLAGS_ISA := $(AVX2_FLAGS) -mavxvnni
 $(FUZZ_OUT)/obj/src/cpu/arch/x86/avx512/%.o: CFLAGS_ISA := $(AVX512_FLAGS)
+$(FUZZ_OUT)/obj/src/server/http.o: $(FUZZ_OUT)/build-info.h
+$(FUZZ_OUT)/obj/src/server/http.o: CFLAGS_ISA := -I$(FUZZ_OUT)
 $(FUZZ_OUT)/libspex.a: $(FUZZ_FULL_OBJ)
 	rm -f $@
 	ar rcs $@ $^
