@@ -1,6 +1,6 @@
 /*
  * sampler.c — the token sampler: penalties, top-k, top-p, min-p and temperature in a
- * configurable order, the final distribution p they leave, and the RNG.
+ * configurable order, and the final distribution p they leave (the RNG is src/core/rng.c).
  *
  * What it is: the contract of spex.h's "Sampler" section, with llama.cpp's semantics for each
  * stage (src/llama-sampler.cpp: penalties, top_k, top_p, min_p, temp) and llama.cpp's default
@@ -29,50 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-/* ======================================================================== */
-/* RNG: xoshiro256** (Blackman & Vigna 2018), seeded by splitmix64          */
-/* ======================================================================== */
-
-static uint64_t splitmix64(uint64_t *x) {
-    uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static inline uint64_t rotl64(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
-
-void spex_rng_seed(spex_rng *r, uint64_t seed) {
-    /* splitmix64 never yields four zero words in a row, so the state is never all zero
-     * (the one state xoshiro cannot leave). */
-    uint64_t x = seed;
-    for (int i = 0; i < 4; i++) r->s[i] = splitmix64(&x);
-}
-
-void spex_rng_seed_stream(spex_rng *r, uint64_t seed, uint64_t stream) {
-    /* Hash the pair instead of adding: seed + stream would make (s, t + 1) equal (s + c, t). */
-    uint64_t a = seed, b = stream ^ 0xd1b54a32d192ed03ull;
-    uint64_t h = splitmix64(&a) ^ rotl64(splitmix64(&b), 29);
-    spex_rng_seed(r, h);
-}
-
-uint64_t spex_rng_next(spex_rng *r) {
-    uint64_t *s = r->s;
-    const uint64_t result = rotl64(s[1] * 5, 7) * 9;
-    const uint64_t t = s[1] << 17;
-    s[2] ^= s[0];
-    s[3] ^= s[1];
-    s[1] ^= s[2];
-    s[0] ^= s[3];
-    s[2] ^= t;
-    s[3] = rotl64(s[3], 45);
-    return result;
-}
-
-float spex_rng_uniform(spex_rng *r) { return (float)(spex_rng_next(r) >> 40) * 0x1p-24f; }
-
-double spex_rng_uniform_f64(spex_rng *r) { return (double)(spex_rng_next(r) >> 11) * 0x1p-53; }
 
 /* ======================================================================== */
 /* Params                                                                    */
@@ -191,7 +147,9 @@ static uint64_t random_seed(void) {
     static atomic_uint salt;
     unsigned k = atomic_fetch_add(&salt, 1u) + 1u;
     x ^= (uint64_t)(uintptr_t)&salt ^ ((uint64_t)k << 32);
-    return splitmix64(&x);
+    spex_rng mix;   /* its first word is splitmix64 of x: the bits mixed into one seed */
+    spex_rng_seed(&mix, x);
+    return mix.s[0];
 }
 
 static void reseed(spex_sampler *s) {
