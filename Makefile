@@ -9,7 +9,8 @@
 #   make demo       the README's main job (see README.md)
 #
 # Sources are found by wildcard: a new .c file under src/ is part of the library, one under
-# tools/ is part of the CLI, tests/test_*.c is a test program, fuzz/fuzz_*.c a fuzz target.
+# tools/ is part of the CLI, tests/test_*.c is a test program, fuzz/fuzz_*.c a fuzz target,
+# examples/*.c an example program (built with the tests; `make examples` alone).
 # Files under src/cpu/arch/<isa>/ are compiled with that ISA's flags only.
 
 BUILD ?= release
@@ -61,7 +62,7 @@ TEST_BIN := $(TEST_SRC:tests/%.c=$(OUT)/tests/%)
 HARNESS_BIN := $(HARNESS_SRC:tests/harness/%.c=$(OUT)/tests/harness/%)
 LIB := $(OUT)/libspex.a
 
-.PHONY: all release debug asan test test-asan fuzz fuzz-run demo clean tests objs
+.PHONY: all release debug asan test test-asan fuzz fuzz-run demo clean tests objs examples
 all: $(OUT)/spex
 
 # Every object without linking (the aarch64 cross check: no arm64 PCRE2/cJSON to link against).
@@ -105,7 +106,19 @@ $(OUT)/tests/harness/%: $(OUT)/obj/tests/harness/%.o $(filter-out $(OUT)/obj/too
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
 
-tests: $(TEST_BIN) $(OUT)/spex $(HARNESS_BIN)
+tests: $(TEST_BIN) $(OUT)/spex $(HARNESS_BIN) examples
+
+# examples/*.c: programs an embedder would write, compiled against include/ alone (no -Isrc,
+# no _GNU_SOURCE) so that they can use nothing but the public header; linked with the library.
+EXAMPLE_SRC := $(sort $(wildcard examples/*.c))
+EXAMPLE_BIN := $(EXAMPLE_SRC:examples/%.c=$(OUT)/examples/%)
+examples: $(EXAMPLE_BIN)
+$(EXAMPLE_SRC:%.c=$(OUT)/obj/%.o): $(OUT)/obj/examples/%.o: examples/%.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 $(OPT) $(WARN) -Iinclude -MMD -MP $(EXTRA_CFLAGS) -c $< -o $@
+$(EXAMPLE_BIN): $(OUT)/examples/%: $(OUT)/obj/examples/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -o $@ $< $(LIB) $(LDLIBS)
 
 # The server's build_info / system_fingerprint, llama-server's form b<commits>-<commit>, from git
 # when the tree is a checkout (b0-unknown otherwise); the header is rewritten only when it

@@ -1,0 +1,112 @@
+/*
+ * chat_stream.c — an embedding example: streams a chat reply with DFlash2 speculative
+ * decoding, using nothing but the public header include/spex.h.
+ *
+ * Usage: chat_stream TARGET.gguf DRAFTER.gguf "user message" [max tokens, default 256]
+ *   e.g. build/examples/chat_stream models/target.gguf models/drafter.gguf "What is 7 times 6?"
+ *
+ * What it is: the whole path an embedder needs — load the target and its drafter, render one
+ * user turn with the model's chat template, tokenize, and print each step's tokens as they
+ * arrive. Greedy (T = 0), so the reply equals the target alone's token for token.
+ * What it is not: a CLI (`spex run -m T -md D --chat` is that) or a tour of the parameters.
+ */
+#include "spex.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Every call reports failure the same way: its status, and a message in err naming the cause. */
+#define TRY(call, what) \
+    do { if ((call) != SPEX_OK) { fprintf(stderr, "chat_stream: %s: %s\n", (what), err.msg); goto done; } } while (0)
+
+int main(int argc, char **argv) {
+    long n_max = argc == 5 ? strtol(argv[4], NULL, 10) : 256;
+    if (argc < 4 || argc > 5 || n_max <= 0) {
+        fprintf(stderr, "usage: %s TARGET.gguf DRAFTER.gguf \"message\" [max tokens]\n", argv[0]);
+        return 2;
+    }
+    static char text[1 << 16], jinja[1 << 16];   /* the rendered prompt; the GGUF's template */
+    static int32_t ids[1 << 14];
+    int rc = 1, n_prompt = 0;
+    spex_error err = {0};
+    spex_model *m = NULL;
+    spex_drafter *d = NULL;
+    spex_tokenizer *tok = NULL;
+    spex_context *ctx = NULL;
+    spex_draft_context *dc = NULL;
+    spex_spec *spec = NULL;
+    spex_sampler *smp = NULL;
+    spex_detok_stream *ds = NULL;
+
+    TRY(spex_model_load(argv[1], NULL, &m, &err), "target");
+    TRY(spex_drafter_load(argv[2], m, NULL, &d, &err), "drafter");
+    TRY(spex_tokenizer_load_gguf(spex_model_gguf(m), &tok, &err), "tokenizer");
+
+    /* One user turn through the model's chat template (GGUF strings are not NUL-terminated). */
+    spex_str js = {0};
+    (void)spex_gguf_get_str(spex_model_gguf(m), "tokenizer.chat_template", &js, NULL);
+    snprintf(jinja, sizeof jinja, "%.*s", (int)js.len, js.ptr ? js.ptr : "");
+    spex_chat_template tmpl;
+    bool guessed;
+    spex_chat_detect(jinja, spex_token_find(tok, "<|im_start|>", 12) != SPEX_TOKEN_NONE, &tmpl, &guessed);
+    const spex_chat_msg msg = {.role = SPEX_CHAT_USER, .content = argv[3]};
+    size_t len = 0;
+    TRY(spex_chat_apply(tmpl, &msg, 1, true, true, text, sizeof text, &len, &err), "chat template");
+    TRY(spex_tokenize(tok, text, len, true, true, ids, (int)(sizeof ids / sizeof *ids), &n_prompt, &err), "prompt");
+
+    /* The target context taps the layers the drafter reads; the draft context shares its pool. */
+    const spex_drafter_hparams *dh = spex_drafter_get_hparams(d);
+    spex_context_params cp = spex_context_default_params();
+    cp.tap_layers = dh->target_layers;
+    cp.n_taps = dh->n_taps;
+    cp.n_outputs_max = dh->block_size;   /* a step verifies its anchor and block_size - 1 drafts */
+    cp.n_rs_seq = spex_model_get_hparams(m)->n_recurrent > 0 ? dh->block_size - 1 : 0;
+    cp.n_threads = 0;                    /* every CPU */
+    TRY(spex_context_init(m, &cp, &ctx, &err), "target context");
+    spex_draft_context_params dcp = spex_draft_context_default_params();
+    dcp.n_ctx_per_seq = spex_context_get_params(ctx)->n_ctx_per_seq;
+    dcp.pool = spex_context_pool(ctx);
+    TRY(spex_draft_context_init(d, &dcp, &dc, &err), "draft context");
+    spex_spec_params spp = spex_spec_default_params();   /* n_max 0: drafts of block_size - 1 */
+    TRY(spex_spec_init(ctx, dc, &spp, &spec, &err), "speculative decoding");
+    spex_sampler_params sp = spex_sampler_default_params();
+    sp.temp = 0.0f;
+    TRY(spex_sampler_init(&sp, spex_model_get_hparams(m)->n_vocab, &smp, &err), "sampler");
+    TRY(spex_detok_stream_create(tok, SPEX_DETOK_STRIP_SPACE, &ds, &err), "detokenizer");
+
+    spex_str piece;   /* the prompt primes the stream (its text is not printed) */
+    for (int i = 0; i < n_prompt; i++) TRY(spex_detok_stream_push(ds, ids[i], &piece, &err), "detokenize");
+    (void)spex_detok_stream_flush(ds);
+    int32_t seq = 0, first;
+    TRY(spex_spec_seq_begin(spec, seq, ids, n_prompt, smp, &first, &err), "prompt");
+    spex_spec_out out = {.n = 1, .tokens = {first}};
+    long n_gen = 0;
+    for (;;) {   /* print what a step emitted, up to end of generation or n_max; step again */
+        int32_t k = 0;
+        for (; k < out.n && n_gen < n_max && !spex_token_is_eog(tok, out.tokens[k]); k++, n_gen++) {
+            TRY(spex_detok_stream_push(ds, out.tokens[k], &piece, &err), "detokenize");
+            fwrite(piece.ptr, 1, piece.len, stdout);
+        }
+        fflush(stdout);
+        if (k < out.n || n_gen >= n_max || spex_spec_seq_len(spec, seq) >= dcp.n_ctx_per_seq) break;
+        int32_t max_emit = (int32_t)(n_max - n_gen);   /* never draft past n_max */
+        TRY(spex_spec_step(spec, &seq, 1, &max_emit, &out, &err), "speculative step");
+    }
+    piece = spex_detok_stream_flush(ds);
+    printf("%.*s\n", (int)piece.len, piece.ptr);
+    fflush(stdout);
+    fprintf(stderr, "chat_stream: %ld tokens, mean acceptance length %.2f\n", n_gen,
+            spex_spec_stats_mean_len(spex_spec_seq_stats(spec, seq)));
+    rc = 0;
+done:
+    spex_detok_stream_free(ds);
+    spex_sampler_free(smp);
+    spex_spec_free(spec);
+    spex_draft_context_free(dc);
+    spex_context_free(ctx);
+    spex_tokenizer_free(tok);
+    spex_drafter_free(d);
+    spex_model_free(m);
+    return rc;
+}
