@@ -1158,8 +1158,18 @@ spex_status spex_spec_init(spex_context *tctx, spex_draft_context *dc, const spe
  * n_max when it has recurrent layers, and as many sequences as mc. n_max 0 means 3. */
 spex_status spex_spec_init_mtp(spex_context *tctx, spex_mtp_context *mc, const spex_spec_params *params,
                                spex_spec **out, spex_error *err);
+/* The same loop with a small model of the target's vocabulary drafting autoregressively in its
+ * own context dctx (--spec-type draft-simple; e.g. Qwen3-0.6B for Qwen3-8B): greedy drafts
+ * (T > 0 verifies by sample-and-match), p_min stops a draft where the draft model's top
+ * probability falls below it. dctx: the same n_seq_max as the target's, a row per sequence in
+ * n_batch_max and n_outputs_max; its cache catches up from the sequence's tokens right before
+ * each draft and keeps only accepted tokens. n_max 0 means 16. Both contexts are borrowed. */
+spex_status spex_spec_init_draft_model(spex_context *tctx, spex_context *dctx, const spex_spec_params *params,
+                                       spex_spec **out, spex_error *err);
 void spex_spec_free(spex_spec *s);
 const spex_spec_params *spex_spec_get_params(const spex_spec *s);   /* n_max resolved */
+/* The drafter's name: "dflash", "mtp", "draft-simple", "ngram", "function" or "none". */
+const char *spex_spec_drafter_name(const spex_spec *s);
 void spex_spec_set_draft_fn(spex_spec *s, spex_spec_draft_fn fn, void *user);
 
 /* N-gram drafting (prompt lookup; llama.cpp's --spec-type ngram-simple and its

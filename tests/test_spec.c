@@ -653,7 +653,26 @@ fail:
     return false;
 }
 
-/* broken: SPEX_SPEC_TEST_NONE or a spec_test.h mode; cut: spex_spec_params.draft_cut. */
+/* The broken rules the distribution test must catch, injected through spec_test.h. */
+enum { RULE_SOUND, RULE_ACCEPT_ALWAYS, RULE_CUT_PEEK };
+
+static bool verdict_always(void *user, bool verdict) {
+    (void)user, (void)verdict;
+    return true;
+}
+
+/* A draft cut that reads the drafted token itself (keeps a proposal-q draft only when d_1 is
+ * q_1's mode): not a stopping time of the draft, so not lossless at T > 0. */
+static int32_t cut_peek(void *user, const spex_draft *d, int32_t n_rule) {
+    (void)user;
+    if (!d->has_q) return n_rule;
+    int32_t mode = 0;
+    for (int32_t k = 1; k < d->n_cand; k++)
+        if (d->q[0][k] > d->q[0][mode]) mode = k;
+    return d->kidx[0] == mode ? d->n : 0;
+}
+
+/* broken: a RULE_*; cut: spex_spec_params.draft_cut. */
 static void sampled_lossless(bool use_qdraft, int broken, bool cut, bool expect_pass, float temp) {
     if (!have_fixtures()) SKIP("fixtures missing");
     enum { V = 256 };
@@ -712,7 +731,8 @@ static void sampled_lossless(bool use_qdraft, int broken, bool cut, bool expect_
         spex_rng_seed(&qd.rng, 99);
         spex_spec_set_draft_fn(p.s, qdraft_fn, &qd);
     }
-    if (broken) spex_spec_test_break(p.s, broken);
+    if (broken == RULE_ACCEPT_ALWAYS) spex_spec_test_set_verdict(p.s, verdict_always, NULL);
+    if (broken == RULE_CUT_PEEK) spex_spec_test_set_cut(p.s, cut_peek, NULL);
 
     static long c1[V], c2[V];
     memset(c1, 0, sizeof c1);
@@ -729,8 +749,8 @@ static void sampled_lossless(bool use_qdraft, int broken, bool cut, bool expect_
     printf("  T %.2f, %s%s%s: acceptance %.3f, %llu cut; first token chi2 %.1f (df %d, crit %.1f); second | "
            "first=%d (%ld trials) chi2 %.1f (df %d, crit %.1f)\n",
            (double)temp, use_qdraft ? "proposal q" : "dflash2 drafter", cut ? " + draft cut" : "",
-           broken == SPEX_SPEC_TEST_ACCEPT_ALWAYS ? " [accept always]"
-           : broken == SPEX_SPEC_TEST_CUT_PEEK  ? " [peeking cut]"
+           broken == RULE_ACCEPT_ALWAYS ? " [accept always]"
+           : broken == RULE_CUT_PEEK  ? " [peeking cut]"
                                                 : "",
            acc, (unsigned long long)n_cut, x1, df1, k1, mode, n_cond, x2, df2, k2);
     spex_sampler_free(g);
@@ -749,10 +769,10 @@ TEST(sampled_lossless_dflash2_drafter) { sampled_lossless(false, 0, false, true,
 
 TEST(sampled_lossless_proposal_q) { sampled_lossless(true, 0, false, true, 0.6f); }
 
-TEST(sampled_broken_rule_is_detected) { sampled_lossless(true, SPEX_SPEC_TEST_ACCEPT_ALWAYS, false, false, 0.6f); }
+TEST(sampled_broken_rule_is_detected) { sampled_lossless(true, RULE_ACCEPT_ALWAYS, false, false, 0.6f); }
 
 TEST(sampled_broken_rule_detected_with_drafter) {
-    sampled_lossless(false, SPEX_SPEC_TEST_ACCEPT_ALWAYS, false, false, 1.3f);
+    sampled_lossless(false, RULE_ACCEPT_ALWAYS, false, false, 1.3f);
 }
 
 /* The draft cut keeps rejection sampling exact (its decisions are stopping times of the
@@ -762,7 +782,7 @@ TEST(sampled_lossless_draft_cut) { sampled_lossless(true, 0, true, true, 0.6f); 
 
 TEST(sampled_lossless_draft_cut_drafter) { sampled_lossless(false, 0, true, true, 1.3f); }
 
-TEST(sampled_peeking_cut_is_detected) { sampled_lossless(true, SPEX_SPEC_TEST_CUT_PEEK, true, false, 0.6f); }
+TEST(sampled_peeking_cut_is_detected) { sampled_lossless(true, RULE_CUT_PEEK, true, false, 0.6f); }
 
 /* Prompt-prefix reuse and chunked prompts (spex_spec_seq_feed / start): keeping a cached
  * prefix, or feeding the prompt in pieces, gives the same greedy output as a fresh begin. */
@@ -823,7 +843,7 @@ TEST(deferred_injection_equals_eager) {
     pair a, b;
     CHECK(pair_open(&a, TGT_F32, DRAFT2, 1, 7, SPEX_TYPE_F32));
     CHECK(pair_open(&b, TGT_F32, DRAFT2, 1, 7, SPEX_TYPE_F32));
-    spex_spec_test_break(b.s, SPEX_SPEC_TEST_NO_DEFER);
+    CHECK_EQ_INT(spex_spec_test_pend_cap(b.s, 0), 0);   /* eager injection: the reference */
     CHECK_EQ_INT(spex_spec_test_pend_cap(a.s, 32), 32);   /* so the schedule below overflows it */
     spex_sampler *sa = make_sampler(greedy_params(), 256), *sb = make_sampler(greedy_params(), 256);
     CHECK(sa && sb);

@@ -1,7 +1,8 @@
 /*
- * spec_test.h — a test-only switch of the speculative loop (spec.c): deliberately broken
- * acceptance rules, so that tests/test_spec.c can show its distribution test fails them, and
- * eager injection as the reference of deferred injection.
+ * spec_test.h — test seams of the speculative loop (spec.c), for tests/test_spec.c only: a
+ * verdict hook that can break the acceptance rule and a cut hook that can peek at the draft
+ * (so the distribution test can show it catches both), and the DFlash drafter's pending-feature
+ * capacity (0 = eager injection, the reference of deferred injection).
  * Not part of the public API; nothing outside tests calls it.
  */
 #ifndef SPEX_SPEC_SPEC_TEST_H
@@ -9,19 +10,19 @@
 
 #include "spex.h"
 
-#define SPEX_SPEC_TEST_NONE 0
-#define SPEX_SPEC_TEST_ACCEPT_ALWAYS 1   /* every drafted token accepted, whatever p and q */
-#define SPEX_SPEC_TEST_NO_DEFER 2        /* inject every verified row at once (the reference for
-                                          * deferred injection), not a broken rule */
-#define SPEX_SPEC_TEST_CUT_PEEK 3        /* a draft cut that reads the drafted token itself (keeps
-                                          * a proposal-q draft only when d_1 is q_1's mode): not a
-                                          * stopping time of the draft, so not lossless at T > 0 */
+/* Gets the acceptance rule's verdict on one drafted token and returns the one the loop uses
+ * (the loop's own hook returns it unchanged). */
+typedef bool (*spex_spec_test_verdict_fn)(void *user, bool verdict);
+void spex_spec_test_set_verdict(spex_spec *s, spex_spec_test_verdict_fn fn, void *user);
 
-void spex_spec_test_break(spex_spec *s, int mode);
+/* Gets a single sequence's draft and the length the draft cut chose; returns the length
+ * verified (the loop's own hook returns the cut's choice). */
+typedef int32_t (*spex_spec_test_cut_fn)(void *user, const spex_draft *d, int32_t n_cut_rule);
+void spex_spec_test_set_cut(spex_spec *s, spex_spec_test_cut_fn fn, void *user);
 
-/* Lowers the pending-feature capacity per sequence (tests: a small cap makes the overflow
- * flush happen on tiny models, whose natural cap is the whole context); returns the cap in
- * force (the natural one when cap is not below it). */
+/* Lowers the DFlash drafter's pending-feature capacity per sequence (a small cap makes the
+ * overflow flush happen on tiny models, whose natural cap is the whole context; 0 injects
+ * every row at once); returns the cap in force (0 without a DFlash drafter). */
 int32_t spex_spec_test_pend_cap(spex_spec *s, int32_t cap);
 
 #endif
