@@ -44,11 +44,15 @@ typedef struct pair {
     spex_drafter *d;
     spex_context *ctx;
     spex_draft_context *dc;
+    spex_model *dm;          /* draft-simple: the draft model and its context */
+    spex_context *dctx;
     spex_spec *s;
 } pair;
 
 static void pair_close(pair *p) {
     spex_spec_free(p->s);
+    spex_context_free(p->dctx);
+    spex_model_free(p->dm);
     spex_draft_context_free(p->dc);
     spex_context_free(p->ctx);
     spex_drafter_free(p->d);
@@ -99,6 +103,36 @@ static bool pair_open(pair *p, const char *target, const char *drafter, int n_se
     return true;
 fail:
     printf("  open %s + %s: %s\n", target, drafter ? drafter : "-", e.msg);
+    pair_close(p);
+    return false;
+}
+
+/* Target + a draft model of the same vocabulary (draft-simple) + spec with n_max. */
+static bool pair_open_model(pair *p, const char *target, const char *draft_model, int n_seq, int n_max) {
+    memset(p, 0, sizeof *p);
+    spex_error e = {0};
+    spex_context_params cp = spex_context_default_params();
+    cp.n_seq_max = n_seq;
+    cp.n_ctx_per_seq = N_CTX;
+    cp.n_batch_max = 64;
+    cp.n_outputs_max = 64;
+    cp.kv_type = SPEX_TYPE_F32;
+    cp.n_threads = 2;
+    if (spex_model_load(target, NULL, &p->m, &e) != SPEX_OK || spex_model_load(draft_model, NULL, &p->dm, &e) ||
+        spex_context_init(p->m, &cp, &p->ctx, &e) != SPEX_OK)
+        goto fail;
+    cp.n_batch_max = 16;   /* catch-up batches smaller than the target's: the prompt takes several */
+    cp.n_outputs_max = n_seq;
+    cp.pool = spex_context_pool(p->ctx);
+    if (spex_context_init(p->dm, &cp, &p->dctx, &e) != SPEX_OK) goto fail;
+    spex_spec_params sp = spex_spec_default_params();
+    sp.n_max = n_max;
+    sp.draft_cut = g_draft_cut;
+    sp.log = quiet_log;
+    if (spex_spec_init_draft_model(p->ctx, p->dctx, &sp, &p->s, &e) != SPEX_OK) goto fail;
+    return true;
+fail:
+    printf("  open %s + draft model %s: %s\n", target, draft_model, e.msg);
     pair_close(p);
     return false;
 }
@@ -230,7 +264,8 @@ static bool run_spec(pair *p, int n_seq, spex_sampler_params spp, int32_t out[][
             /* Invariant A and the target length: prompt + emitted - 1 (the anchor is pending). */
             int32_t tl = spex_kv_seq_len(p->ctx, s);
             if (tl != PROMPT_LEN[s] + have[s] - 1 ||
-                (p->dc && spex_draft_kv_seq_len(p->dc, s) + spex_spec_seq_pending(p->s, s) != tl)) {
+                (p->dc && spex_draft_kv_seq_len(p->dc, s) + spex_spec_seq_pending(p->s, s) != tl) ||
+                (p->dctx && spex_kv_seq_len(p->dctx, s) > tl)) {
                 printf("  seq %d: target %d, draft %d, expected %d\n", s, tl,
                        p->dc ? spex_draft_kv_seq_len(p->dc, s) : -1, PROMPT_LEN[s] + have[s] - 1);
                 *fail_line = __LINE__;
@@ -1072,6 +1107,154 @@ TEST(ngram_errors) {
     ng.min_hits = 0;
     CHECK(spex_spec_set_ngram(p.s, &ng, &e) == SPEX_ERR_RANGE);
     pair_close(&p);
+}
+
+/* ======================================================================== */
+/* draft-simple: a small model of the target's vocabulary drafts                */
+/* ======================================================================== */
+
+#define DM_Q8 TGT_Q8                                        /* nearly the target: high acceptance */
+#define DM_OTHER "tests/data/models/qwen3-e256-q4_k_m.gguf"   /* another model, same vocabulary     */
+
+/* Greedy output with a draft model equals the target alone's, for a close and an unrelated
+ * draft model, several draft lengths, three sequences stepping together; its cache never
+ * holds more than the target's. */
+TEST(draft_model_greedy_lossless) {
+    if (!have_fixtures() || access(DM_OTHER, R_OK) != 0) SKIP("fixtures missing");
+    static int32_t ref[2][MAX_SEQ][N_GEN], got[MAX_SEQ][N_GEN];
+    CHECK(greedy_refs(ref));
+    const char *drafts[2][2] = {{DM_Q8, DM_OTHER}, {TGT_F32, DM_OTHER}};
+    for (int t = 0; t < 2; t++)
+        for (int dm = 0; dm < 2; dm++)
+            for (int n_max = 1; n_max <= 16; n_max = n_max * 3 + 1) {
+                pair p;
+                CHECK(pair_open_model(&p, TARGETS[t], drafts[t][dm], MAX_SEQ, n_max));
+                CHECK(!strcmp(spex_spec_drafter_name(p.s), "draft-simple"));
+                int line = 0;
+                bool ok = run_spec(&p, MAX_SEQ, greedy_params(), got, &line);
+                const spex_spec_stats *st = spex_spec_total_stats(p.s);
+                for (int s = 0; ok && s < MAX_SEQ; s++) {
+                    int d = first_diff(got[s], ref[t][s], N_GEN);
+                    if (d >= 0) printf("  %s + %s n_max %d seq %d: token %d differs\n", TARGETS[t], drafts[t][dm],
+                                       n_max, s, d);
+                    ok = d < 0;
+                }
+                if (ok && dm == 0 && n_max >= 4)
+                    printf("  %s + %s, n_max %d: acceptance %.3f, mean length %.2f\n", TARGETS[t], drafts[t][dm],
+                           n_max, spex_spec_stats_acceptance(st), spex_spec_stats_mean_len(st));
+                /* the close draft model agrees with the target nearly always */
+                if (ok && dm == 0 && spex_spec_stats_acceptance(st) < 0.5) ok = false;
+                pair_close(&p);
+                CHECK_MSG(ok, "target %s, draft %s, n_max %d (line %d)", TARGETS[t], drafts[t][dm], n_max, line);
+            }
+}
+
+/* Sampled output equals the target alone's for the same seed (greedy drafts verify by
+ * sample-and-match, which draws what the target alone draws), with and without penalties. */
+TEST(draft_model_sampled_seed_exact) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    for (int pen = 0; pen < 2; pen++) {
+        spex_sampler_params sp = spex_sampler_default_params();
+        sp.temp = 0.7f;
+        sp.seed = 7;
+        if (pen) sp.repeat_penalty = 1.2f;
+        static int32_t ref[MAX_SEQ][N_GEN], got[MAX_SEQ][N_GEN];
+        for (int s = 0; s < MAX_SEQ; s++) {
+            spex_sampler_params q = sp;
+            q.seed = sp.seed + (uint64_t)s;
+            CHECK(target_only(TGT_F32, PROMPTS[s], PROMPT_LEN[s], q, N_GEN, ref[s]));
+        }
+        pair p;
+        CHECK(pair_open_model(&p, TGT_F32, DM_Q8, MAX_SEQ, 5));
+        int line = 0;
+        bool ok = run_spec(&p, MAX_SEQ, sp, got, &line);
+        uint64_t acc = spex_spec_total_stats(p.s)->n_accepted;
+        pair_close(&p);
+        CHECK_MSG(ok, "run failed (line %d)", line);
+        for (int s = 0; s < MAX_SEQ; s++) {
+            int d = first_diff(got[s], ref[s], N_GEN);
+            CHECK_MSG(d < 0, "penalties %d seq %d: token %d differs", pen, s, d);
+        }
+        CHECK(acc > 0);
+    }
+}
+
+/* Prefix reuse and a rewind inside an emitted run: the draft model's cache follows the
+ * target back and the output still equals the target alone's. */
+TEST(draft_model_feed_keep_and_rewind) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    static int32_t ref[N_GEN];
+    CHECK(target_only(TGT_F32, PROMPTS[2], PROMPT_LEN[2], greedy_params(), 64, ref));
+    pair p;
+    CHECK(pair_open_model(&p, TGT_F32, DM_Q8, 1, 6));
+    spex_sampler *smp = make_sampler(greedy_params(), 256);
+    CHECK(smp);
+    spex_error e = {0};
+    int32_t first = -1, got[80];
+    CHECK_OK(spex_spec_seq_begin(p.s, 0, PROMPTS[0], PROMPT_LEN[0], smp, &first, &e));
+    for (int k = 0; k < 3; k++) {
+        int32_t seq = 0;
+        spex_spec_out so;
+        CHECK_OK(spex_spec_step(p.s, &seq, 1, NULL, &so, &e));
+    }
+    CHECK(spex_kv_seq_len(p.dctx, 0) > PROMPT_LEN[0]);   /* it drafted */
+    /* prompt 2 shares nothing with prompt 0: keep 0, then feed it in two pieces */
+    CHECK_OK(spex_spec_seq_feed(p.s, 0, 0, PROMPTS[2], 6, &e));
+    CHECK_OK(spex_spec_seq_feed(p.s, 0, 6, PROMPTS[2] + 6, PROMPT_LEN[2] - 7, &e));
+    CHECK_OK(spex_spec_seq_start(p.s, 0, PROMPTS[2][PROMPT_LEN[2] - 1], smp, &first, &e));
+    int have = 0, rewound = 0;
+    got[have++] = first;
+    while (have < 64) {
+        int32_t seq = 0, budget = 64 - have;
+        spex_spec_out so;
+        CHECK_OK(spex_spec_step(p.s, &seq, 1, &budget, &so, &e));
+        for (int k = 0; k < so.n; k++) got[have++] = so.tokens[k];
+        if (!rewound && so.n >= 3) {
+            /* stop after the first emitted token of this run: rewind to it */
+            have -= so.n - 1;
+            int32_t len = spex_spec_seq_len(p.s, 0) - (so.n - 1);
+            CHECK_OK(spex_spec_seq_rewind(p.s, 0, len, got[have - 1], NULL, &e));
+            CHECK(spex_kv_seq_len(p.dctx, 0) <= len);
+            rewound = 1;
+        }
+    }
+    CHECK_MSG(rewound, "no step emitted 3 tokens");
+    int d = first_diff(got, ref, 64);
+    CHECK_MSG(d < 0, "token %d differs", d);
+    spex_sampler_free(smp);
+    pair_close(&p);
+}
+
+TEST(draft_model_errors) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    spex_error e = {0};
+    spex_model *t = NULL, *other = NULL;
+    spex_context *tc = NULL, *oc = NULL, *two = NULL;
+    spex_spec *s = NULL;
+    CHECK_OK(spex_model_load(TGT_F32, NULL, &t, &e));
+    CHECK_OK(spex_model_load("tests/data/models/tiny-llama-tied.gguf", NULL, &other, &e));
+    spex_context_params cp = spex_context_default_params();
+    cp.n_ctx_per_seq = 64;
+    cp.n_threads = 1;
+    CHECK_OK(spex_context_init(t, &cp, &tc, &e));
+    CHECK_OK(spex_context_init(other, &cp, &oc, &e));
+    CHECK(spex_spec_init_draft_model(tc, oc, NULL, &s, &e) == SPEX_ERR_INVALID_ARG && strstr(e.msg, "vocabulary"));
+    CHECK(spex_spec_init_draft_model(tc, tc, NULL, &s, &e) == SPEX_ERR_INVALID_ARG && strstr(e.msg, "its own"));
+    CHECK(spex_spec_init_draft_model(tc, NULL, NULL, &s, &e) == SPEX_ERR_INVALID_ARG && !s);
+    cp.n_seq_max = 2;
+    CHECK_OK(spex_context_init(t, &cp, &two, &e));
+    CHECK(spex_spec_init_draft_model(tc, two, NULL, &s, &e) == SPEX_ERR_INVALID_ARG && strstr(e.msg, "sequences"));
+    spex_context_free(two);
+    cp.n_seq_max = 1;
+    CHECK_OK(spex_context_init(t, &cp, &two, &e));
+    CHECK_OK(spex_spec_init_draft_model(tc, two, NULL, &s, &e));
+    CHECK_EQ_INT(spex_spec_get_params(s)->n_max, 16);   /* llama.cpp's draft-max default */
+    spex_spec_free(s);
+    spex_context_free(two);
+    spex_context_free(oc);
+    spex_context_free(tc);
+    spex_model_free(other);
+    spex_model_free(t);
 }
 
 TEST(spec_errors) {
