@@ -85,7 +85,10 @@ TEST(chat_stream_streams_the_target_alone_reply) {
 
     /* the same reply as the CLI's target-only greedy run (which ends without a newline) */
     const char *args[] = {"run", "-m", TARGET, "--chat", "-p", MESSAGE, "-n", "96", "--temp", "0", NULL};
-    if (!test_spex_bin()) SKIP("no spex binary in this build folder to compare with");
+    if (!test_spex_bin()) {
+        test_proc_free(&ex);
+        SKIP("no spex binary in this build folder to compare with");
+    }
     CHECK(test_spex_exec(args, &ar));
     CHECK_MSG(ar.rc == 0, "spex run exited with %d:\n%s", ar.rc, ar.err);
     CHECK_MSG(ex.out_len == ar.out_len + 1 && ex.out[ar.out_len] == '\n' && !memcmp(ex.out, ar.out, ar.out_len),
