@@ -1261,6 +1261,77 @@ int32_t spex_spec_seq_len(const spex_spec *s, int32_t seq);
 int32_t spex_spec_seq_pending(const spex_spec *s, int32_t seq);
 
 /* ======================================================================== */
+/* Speculative sessions: drafter + contexts + loop, every size resolved once  */
+/* ======================================================================== */
+
+/* What drafts (llama.cpp's --spec-type names, spex_spec_type_parse): none; auto (a DFlash
+ * drafter or a draft model, told by the file's general.architecture; none without a file);
+ * dflash / draft-dflash; mtp / draft-mtp (the target's own MTP block); ngram / ngram-simple /
+ * ngram-map-k (prompt lookup); draft-simple / draft (a small model of the target's vocabulary). */
+typedef enum spex_spec_type {
+    SPEX_SPEC_NONE = 0,
+    SPEX_SPEC_AUTO,
+    SPEX_SPEC_DFLASH,
+    SPEX_SPEC_MTP,
+    SPEX_SPEC_NGRAM,
+    SPEX_SPEC_DRAFT_MODEL,
+} spex_spec_type;
+
+bool spex_spec_type_parse(const char *name, spex_spec_type *out);
+const char *spex_spec_type_name(spex_spec_type t);   /* "none", "draft-dflash", ... */
+
+typedef struct spex_session_params {
+    spex_spec_type type;            /* AUTO (default)                                              */
+    const char *draft_path;         /* DFlash drafter or draft model file                           */
+    const spex_drafter *drafter;    /* or a loaded DFlash drafter (borrowed; for this target)       */
+    const char *const *draft_overrides;   /* spex_drafter_params.overrides                        */
+    int32_t n_draft_overrides;
+    bool no_repack;
+    int32_t n_seq;                  /* sequences (server slots), default 1                          */
+    int32_t n_ctx_per_seq;          /* 0: min(the training context, 4096)                           */
+    int32_t n_batch;                /* prompt batch rows (default 512; raised to the verify rows)   */
+    int32_t n_threads;              /* 0: every CPU; ignored with pool                              */
+    spex_pool *pool;                /* borrowed: run everything on it                               */
+    spex_type kv_type, draft_kv_type;   /* F16 (default)                                           */
+    int32_t n_ctx_checkpoints, checkpoint_min_step;   /* spex_context_params                       */
+    int32_t n_draft_max;            /* 0: the type's default (below)                                */
+    int32_t n_draft_min;            /* clamped to n_max with a warning                              */
+    float p_min;
+    bool draft_greedy;              /* greedy walk at T > 0 (spex_spec_params.sampled_walk false)   */
+    bool draft_cut, guard;          /* spex_spec_params (draft_cut on by default)                   */
+    spex_ngram_params ngram;
+    bool verbose;                   /* load lines of the drafter / draft model                      */
+    spex_log_fn log;                /* warnings (clamped lengths); NULL: stderr                     */
+    void *log_user;
+} spex_session_params;
+
+/* What the session resolved. n_max: the asked length, else DFlash block_size - 1, MTP 3,
+ * n-gram 16 within size_m, draft model 16; never above SPEX_DRAFT_MAX_N (0 for none). */
+typedef struct spex_session_info {
+    spex_spec_type type;            /* AUTO resolved                                   */
+    const char *variant;            /* "dflash2", "dflash1", "mtp", "ngram", "draft-simple", "none" */
+    int32_t block_size;             /* DFlash; else 0                                  */
+    int32_t n_max, n_min, n_seq, n_ctx_per_seq;
+} spex_session_info;
+
+typedef struct spex_session spex_session;
+
+spex_session_params spex_session_default_params(void);
+/* Loads the drafter or draft model, creates the target context (taps, verify rows n_seq x
+ * (n_max + 1), state ring n_max on recurrent targets), the drafter's context on the target's
+ * pool, and the loop. The target model must outlive the session. */
+spex_status spex_session_create(const spex_model *target, const spex_session_params *params, spex_session **out,
+                                spex_error *err);
+void spex_session_free(spex_session *s);
+const spex_session_info *spex_session_get_info(const spex_session *s);
+spex_spec *spex_session_spec(spex_session *s);
+spex_context *spex_session_context(spex_session *s);                 /* the target's           */
+spex_draft_context *spex_session_draft_context(spex_session *s);     /* DFlash; else NULL      */
+spex_context *spex_session_draft_model_context(spex_session *s);     /* draft-simple; else NULL */
+const spex_drafter *spex_session_drafter(const spex_session *s);     /* DFlash; else NULL      */
+const spex_model *spex_session_draft_model(const spex_session *s);   /* draft-simple; else NULL */
+
+/* ======================================================================== */
 /* Chat templates                                                            */
 /* ======================================================================== */
 

@@ -574,6 +574,36 @@ TEST(speculative_greedy_equals_target_only) {
     CHECK(ok);
 }
 
+/* draft-simple: a small model of the target's vocabulary drafts (named, or told from the file
+ * by auto); greedy text equals the target alone's; a model of another vocabulary is refused. */
+TEST(draft_simple_equals_target_only) {
+    REQUIRE_BIN();
+    const char *small = "tests/data/models/tiny-qwen3-q8_0.gguf";
+    run_result a, b;
+    RUN(a, "-m", TINY_QWEN3, "-p", "Once upon a time", "-n", "100", "--temp", "0", "-t", "2");
+    CHECK_EQ_INT(a.rc, 0);
+    bool ok = true;
+    for (int k = 0; k < 2 && ok; k++) {
+        if (k == 0)
+            RUN(b, "-m", TINY_QWEN3, "-md", small, "--spec-type", "draft-simple", "--spec-draft-n-max", "6", "-p",
+                "Once upon a time", "-n", "100", "--temp", "0", "-t", "2");
+        else RUN(b, "-m", TINY_QWEN3, "-md", small, "-p", "Once upon a time", "-n", "100", "--temp", "0", "-t", "2");
+        if (b.rc != 0 || b.out_len != a.out_len || memcmp(a.out, b.out, a.out_len) != 0 ||
+            !strstr(b.err, "speculative: draft-simple") || !strstr(b.err, "draft acceptance rate = ") ||
+            (k == 1 && !strstr(b.err, "auto-detected speculative type 'draft-simple'")) ||
+            (k == 0 && !strstr(b.err, "n_max 6")) || !sanitizer_clean(b.err)) {
+            printf("  k %d: rc %d, output or statistics wrong\n%s\n", k, b.rc, b.err);
+            ok = false;
+        }
+        run_free(&b);
+    }
+    run_free(&a);
+    CHECK(ok);
+    EXPECT_ERROR(1, "vocabulary", "-m", TINY_QWEN3, "-md", "tests/data/models/tiny-llama-tied.gguf", "--spec-type",
+                 "draft-simple", "-p", "hi");
+    EXPECT_ERROR(2, "needs a drafter", "-m", TINY_QWEN3, "--spec-type", "draft-simple", "-p", "hi");
+}
+
 /* --spec-draft-cut auto (the default): a fixed seed at T > 0 on the rejection path keeps the
  * cut off (with a note), and --spec-guard auto the guard, so two runs print the same tokens;
  * without a seed and at T = 0 both stay on, and with --spec-draft-cut on the cut does. (With the cut on, a seeded rejection-path run is exact in

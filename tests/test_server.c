@@ -1541,6 +1541,42 @@ TEST(ngram_speculation) {
     test_proc_free(&p);
 }
 
+/* draft-simple: a small model of the target's vocabulary drafts for every slot; the text equals
+ * spex run's target-only text, /v1/models and /props name the type, and a request can turn
+ * drafting off with speculative.n_max 0. */
+TEST(draft_simple_speculation) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    const char *a[] = {"-m", TINY_QWEN3, "-md", "tests/data/models/tiny-qwen3-q8_0.gguf", "--spec-type", "draft-simple",
+                       "--spec-draft-n-max", "5", "-np", "2", "-c", "1024", "-t", "1", NULL};
+    server s;
+    CHECK_MSG(server_start(&s, a), "the server did not start");
+    const char *prompts[3] = {"Hello", "The cat", "Once upon a time"};
+    gen_result g[3];
+    bool ok = true;
+    for (int i = 0; i < 3; i++) ok = ok && gen(s.port, i == 1, prompts[i], 100, i == 2, NULL, &g[i]) && g[i].status == 200;
+    resp r;
+    bool models = http(s.port, "GET", "/v1/models", NULL, NULL, &r) && strstr(r.body, "\"type\":\"draft-simple\"");
+    resp_free(&r);
+    bool props = http(s.port, "GET", "/props", NULL, NULL, &r) && strstr(r.body, "draft-simple");
+    resp_free(&r);
+    bool clean = false;
+    CHECK_EQ_INT(server_stop(&s, &clean), 0);
+    CHECK(ok && clean && models && props);
+    bool drafted = false;
+    for (int i = 0; i < 3; i++) {
+        char *want = expected(i == 1, prompts[i], 100);
+        CHECK_MSG(want && !strcmp(want, g[i].text), "prompt %d: '%s' vs run '%s'", i, g[i].text, want ? want : "");
+        free(want);
+        drafted = drafted || g[i].has_draft;
+    }
+    CHECK_MSG(drafted, "no request drafted");
+    const char *bad[] = {"serve", "-m", TINY_QWEN3, "--spec-type", "draft-simple", NULL};
+    test_proc p;
+    CHECK(test_spex_exec(bad, &p));
+    CHECK_MSG(p.rc == 2 && strstr(p.err, "needs a drafter"), "exit %d: %s", p.rc, p.err);
+    test_proc_free(&p);
+}
+
 /* llama.cpp's LLAMA_ARG_* variables, one of each class: a value (context, slots), a boolean
  * true and false (the /metrics and /slots endpoints), a flag without effect (-fa), the
  * speculative type; a flag on the command line wins over its variable; a bad value is a

@@ -74,9 +74,12 @@ static void usage(FILE *f) {
             "  -s, --seed S               RNG seed; -1 = from the clock (-1)\n"
             "\n"
             "speculative decoding (DFlash v1 / DFlash2, detected from the draft file; docs/speculative.md):\n"
-            "  -md, --model-draft FILE    drafter GGUF (arch dflash); the target's head and embedding are borrowed\n"
-            "      --spec-type T          auto (from the draft file), none (ignore -md), dflash (auto), mtp (the\n"
-            "                             target's own MTP block, qwen35; no -md; n-max default 3)\n"
+            "  -md, --model-draft FILE    drafter GGUF (arch dflash; the target's head and embedding are\n"
+            "                             borrowed), or a small model of the target's vocabulary (draft-simple)\n"
+            "      --spec-type T          auto (from the draft file), none (ignore -md), dflash, mtp (the\n"
+            "                             target's own MTP block, qwen35; no -md; n-max default 3), ngram\n"
+            "                             (prompt lookup; no -md; n-max 16), draft-simple (-md a small model of\n"
+            "                             the target's family drafts autoregressively; n-max 16)\n"
             "      --spec-draft-n-max N   tokens drafted per step; clamped to block_size - 1 (block_size - 1)\n"
             "      --spec-draft-n-min N   drop drafts shorter than N (0)\n"
             "      --spec-draft-p-min P   stop the walk below this confidence (0 = off)\n"
@@ -228,9 +231,9 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             o->draft = v, i++;
         } else if (flag_is(a, "--spec-type", NULL)) {
             if (!need_value(a, v)) return 2;
-            if (strcmp(v, "auto") && strcmp(v, "none") && strcmp(v, "dflash") && strcmp(v, "draft-dflash") &&
-                strcmp(v, "mtp") && strcmp(v, "draft-mtp") && !cli_is_ngram_type(v)) {
-                fprintf(stderr, "error: %s expects auto, none, dflash, mtp or ngram, got '%s'\n", a, v);
+            spex_spec_type t;
+            if (!spex_spec_type_parse(v, &t)) {
+                fprintf(stderr, "error: %s expects auto, none, dflash, mtp, ngram or draft-simple, got '%s'\n", a, v);
                 return 2;
             }
             o->spec_type = v, i++;

@@ -1,10 +1,10 @@
 /*
  * run_spec.c — `spex run -md DRAFTER`: generation with DFlash speculative decoding (or the
- * target's MTP block, --spec-type mtp, or prompt lookup, --spec-type ngram).
+ * target's MTP block, --spec-type mtp; prompt lookup, --spec-type ngram; a small draft model,
+ * --spec-type draft-simple).
  *
- * What it is: loads the drafter against the target (the variant comes from the file), builds a
- * target context that taps the drafter's target_layers and a draft context beside it, and runs
- * spex_spec steps on sequence 0, printing the emitted tokens as run.c prints target-only
+ * What it is: a speculative session (spex_session_create: drafter, contexts and every size)
+ * and spex_spec steps on sequence 0, printing the emitted tokens as run.c prints target-only
  * tokens (same stop rules: end of generation, BOS, -n, full context), then the speculative
  * statistics on stderr. What it is not: flag parsing or prompt rendering (run.c).
  *
@@ -25,118 +25,52 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
                     int n_prompt) {
     int rc = 1;
     spex_error err = {0};
-    spex_drafter *d = NULL;
-    spex_context *ctx = NULL;
-    spex_draft_context *dc = NULL;
-    spex_mtp_context *mc = NULL;
-    spex_spec *spec = NULL;
-    const bool mtp = run_spec_is_mtp(o), ngram = run_spec_is_ngram(o);
+    spex_session *ses = NULL;
     spex_sampler *smp = NULL;
     spex_detok_stream *ds = NULL;
     const spex_model_hparams *hp = spex_model_get_hparams(m);
 
-    const spex_drafter_hparams *dh = NULL;
-    int32_t n_max;
-    if (ngram) {
-        /* llama.cpp's --draft-max default for its n-gram types is 16; --spec-ngram-size-m caps it too */
-        n_max = o->n_draft_max > 0 ? (int32_t)o->n_draft_max : 16;
-        if (n_max > o->ngram.size_m) n_max = o->ngram.size_m;
-        if (n_max > SPEX_DRAFT_MAX_N) n_max = SPEX_DRAFT_MAX_N;
-    } else if (mtp) {
-        if (o->draft) fprintf(stderr, "warning: --spec-type mtp drafts with the target's MTP block: -md is ignored\n");
-        n_max = o->n_draft_max > 0 ? (int32_t)o->n_draft_max : 3;
-        if (n_max > SPEX_DRAFT_MAX_N) n_max = SPEX_DRAFT_MAX_N;
-    } else {
-        spex_drafter_params dp = spex_drafter_default_params();
-        dp.verbose = true;
-        dp.log = run_log_stderr;
-        dp.overrides = o->overrides;
-        dp.n_overrides = o->n_overrides;
-        dp.no_repack = o->no_repack;
-        if (spex_drafter_load(o->draft, m, &dp, &d, &err) != SPEX_OK) {
-            fprintf(stderr, "error: %s\n", err.msg);
-            goto done;
-        }
-        dh = spex_drafter_get_hparams(d);
-        if (!o->spec_type || !strcmp(o->spec_type, "auto"))
-            fprintf(stderr, "auto-detected speculative type 'draft-dflash' (%s) from the draft model metadata\n",
-                    dh->variant == SPEX_DFLASH2 ? "DFlash2" : "DFlash v1");
-        if (o->ctk_draft != SPEX_TYPE_F16 && o->ctk_draft != SPEX_TYPE_F32)
-            fprintf(stderr, "warning: quantized draft KV (%s) is known to destroy acceptance (dflash2.md §21 item 10)\n",
-                    spex_type_get_info(o->ctk_draft)->name);
-
-        n_max = (int32_t)o->n_draft_max;
-        if (n_max <= 0 || n_max > dh->block_size - 1) n_max = dh->block_size - 1;
-        if (n_max > SPEX_DRAFT_MAX_N) n_max = SPEX_DRAFT_MAX_N;
+    spex_session_params pp = spex_session_default_params();
+    if (o->spec_type && !spex_spec_type_parse(o->spec_type, &pp.type)) {
+        fprintf(stderr, "error: unknown --spec-type '%s'\n", o->spec_type);
+        return 1;
     }
-    int32_t n_threads = (int32_t)o->n_threads;
-    if (n_threads <= 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        n_threads = (int32_t)(cpus > 0 ? cpus : 1);
+    pp.draft_path = o->draft;
+    if (pp.type == SPEX_SPEC_MTP && o->draft) {
+        fprintf(stderr, "warning: --spec-type mtp drafts with the target's MTP block: -md is ignored\n");
+        pp.draft_path = NULL;
     }
-    spex_context_params cp = spex_context_default_params();
-    if (o->n_ctx > 0) cp.n_ctx_per_seq = (int32_t)o->n_ctx;
-    cp.n_batch_max = (int32_t)(o->n_batch > n_max + 1 ? o->n_batch : n_max + 1);
-    cp.n_outputs_max = n_max + 1;
-    cp.n_threads = n_threads;
-    cp.kv_type = o->kv_type;
-    const int32_t tap_n = hp->n_layer;   /* MTP: the target's last hidden state */
-    cp.tap_layers = ngram ? NULL : mtp ? &tap_n : dh->target_layers;
-    cp.n_taps = ngram ? 0 : mtp ? 1 : dh->n_taps;
-    /* recurrent targets (qwen35): state copies for rolling back up to n_max rejected drafts */
-    cp.n_rs_seq = hp->n_recurrent > 0 ? n_max : 0;
-    if (spex_context_init(m, &cp, &ctx, &err) != SPEX_OK) {
+    pp.draft_overrides = o->overrides;
+    pp.n_draft_overrides = o->n_overrides;
+    pp.no_repack = o->no_repack;
+    pp.n_ctx_per_seq = (int32_t)o->n_ctx;
+    pp.n_batch = (int32_t)o->n_batch;
+    pp.n_threads = (int32_t)o->n_threads;
+    pp.kv_type = o->kv_type;
+    pp.draft_kv_type = o->ctk_draft;
+    pp.n_draft_max = o->n_draft_max > 0 ? (int32_t)o->n_draft_max : 0;
+    pp.n_draft_min = (int32_t)o->n_draft_min;
+    pp.p_min = o->p_draft_min;
+    pp.draft_greedy = o->draft_greedy;
+    pp.draft_cut = o->draft_cut != 0; /* auto: on, unless the path below keeps it off */
+    pp.guard = o->guard != 0;         /* the same */
+    pp.ngram = o->ngram;
+    pp.verbose = true;
+    pp.log = run_log_stderr;
+    if (spex_session_create(m, &pp, &ses, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
-    run_print_recurrent(m, ctx);
-    int32_t n_ctx = spex_context_get_params(ctx)->n_ctx_per_seq;
+    const spex_session_info *info = spex_session_get_info(ses);
+    if (info->type == SPEX_SPEC_DFLASH && o->ctk_draft != SPEX_TYPE_F16 && o->ctk_draft != SPEX_TYPE_F32)
+        fprintf(stderr, "warning: quantized draft KV (%s) is known to destroy acceptance (dflash2.md §21 item 10)\n",
+                spex_type_get_info(o->ctk_draft)->name);
+    spex_spec *spec = spex_session_spec(ses);
+    run_print_recurrent(m, spex_session_context(ses));
+    const int32_t n_ctx = info->n_ctx_per_seq;
     if (n_prompt >= n_ctx) {
         fprintf(stderr, "error: the prompt is %d tokens, too long for the context of %d (raise -c)\n", n_prompt,
                 n_ctx);
-        goto done;
-    }
-    if (ngram) {
-        /* nothing beside the target: the loop keeps each sequence's tokens for the lookup */
-    } else if (mtp) {
-        spex_mtp_params mp = spex_mtp_default_params();
-        mp.n_ctx_per_seq = n_ctx;
-        mp.n_batch_max = spex_context_get_params(ctx)->n_batch_max;
-        mp.kv_type = o->ctk_draft;
-        mp.pool = spex_context_pool(ctx);
-        if (spex_mtp_init(m, &mp, &mc, &err) != SPEX_OK) {
-            fprintf(stderr, "error: %s\n", err.msg);
-            goto done;
-        }
-    } else {
-        spex_draft_context_params dcp = spex_draft_context_default_params();
-        dcp.n_ctx_per_seq = n_ctx;
-        dcp.kv_type = o->ctk_draft;
-        dcp.pool = spex_context_pool(ctx);
-        dcp.n_threads = n_threads;
-        if (spex_draft_context_init(d, &dcp, &dc, &err) != SPEX_OK) {
-            fprintf(stderr, "error: %s\n", err.msg);
-            goto done;
-        }
-    }
-    spex_spec_params spp = spex_spec_default_params();
-    /* DFlash: the asked length, so that the library's clamp names it in its warning; 0 = its default */
-    spp.n_max = ngram || mtp ? n_max : o->n_draft_max > 0 ? (int32_t)o->n_draft_max : 0;
-    spp.n_min = (int32_t)o->n_draft_min;
-    if (spp.n_min > n_max) {
-        fprintf(stderr, "warning: --spec-draft-n-min %d is above the draft length %d: clamped to %d\n", spp.n_min, n_max,
-                n_max);
-        spp.n_min = n_max;
-    }
-    spp.p_min = o->p_draft_min;
-    spp.sampled_walk = !o->draft_greedy;
-    spp.draft_cut = o->draft_cut != 0; /* auto: on, unless the path below keeps it off */
-    spp.guard = o->guard != 0;         /* the same */
-    spp.log = run_log_stderr;
-    if ((mtp ? spex_spec_init_mtp(ctx, mc, &spp, &spec, &err) : spex_spec_init(ctx, dc, &spp, &spec, &err)) !=
-            SPEX_OK ||
-        (ngram && spex_spec_set_ngram(spec, &o->ngram, &err) != SPEX_OK)) {
-        fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
 
@@ -238,7 +172,7 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     fprintf(stderr, "generated: %ld tokens, %.2f ms, %.2f t/s\n", n_gen, (t2 - t1) * 1e3, run_rate(n_gen, t2 - t1));
     fprintf(stderr, "stop:      %s\n", reason);
     fprintf(stderr, "speculative: %s, path %s, n_max %d, p_min %.3g, draft cut %s (%llu tokens cut), %llu verify steps\n",
-            ngram ? "ngram" : mtp ? "mtp" : dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1",
+            info->variant,
             spex_spec_path_name(spex_spec_seq_path(spec, 0)),
             spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, spex_spec_get_params(spec)->draft_cut ? "on" : "off",
             (unsigned long long)st->n_cut, (unsigned long long)st->n_steps);
@@ -257,10 +191,6 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
 done:
     spex_detok_stream_free(ds);
     spex_sampler_free(smp);
-    spex_spec_free(spec);
-    spex_draft_context_free(dc);
-    spex_mtp_free(mc);
-    spex_context_free(ctx);
-    spex_drafter_free(d);
+    spex_session_free(ses);
     return rc;
 }

@@ -33,9 +33,10 @@ static void usage(FILE *f) {
             "  --reasoning-format F        none, deepseek (auto), deepseek-legacy   -rea on|off|auto\n"
             "  --temp --top-k --top-p --min-p --seed --repeat-penalty --repeat-last-n --presence-penalty\n"
             "  --frequency-penalty --samplers LIST      sampling defaults (llama.cpp's)\n"
-            "  -md, --model-draft FILE     DFlash drafter              --spec-type none|draft-dflash|draft-mtp|ngram\n"
+            "  -md, --model-draft FILE     DFlash drafter or draft model  --spec-type none|draft-dflash|draft-mtp|ngram|draft-simple\n"
             "                              (draft-mtp: a qwen35 target's own MTP block drafts; no -md; n-max 3)\n"
             "                              (ngram: prompt lookup in each request's tokens; no -md; n-max 16)\n"
+            "                              (draft-simple: -md is a small model of the target's vocabulary; n-max 16)\n"
             "  --spec-ngram-size-n N (12)  --spec-ngram-size-m N (48)  --spec-ngram-min-hits N (1)\n"
             "  --spec-draft-n-max N  --spec-draft-n-min N  --spec-draft-p-min P  --spec-draft-sampling greedy|probabilistic\n"
             "  -ctk/-ctv f16|f32|q8_0      target KV type (f16; K = V)\n"
@@ -87,6 +88,7 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
     c.body_max = 8u << 20;
     c.timeout_s = 3600;
     c.ngram_params = spex_ngram_default_params();
+    c.spec_type = SPEX_SPEC_AUTO;
     c.n_draft_max = -1;   /* unset: the drafter's own bound */
     c.conn_max = 1024;
     c.conn_max_per_ip = 256;
@@ -102,7 +104,7 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
     spex_type kt = SPEX_TYPE_F16, vt = SPEX_TYPE_F16; /* -ctk / -ctv */
     bool has_kt = false, has_vt = false;
     long repeat_last_n = c.sp.repeat_last_n;
-    bool spec_none = false, spec_dflash = false;
+    bool spec_none = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         long n;
@@ -234,15 +236,13 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
             c.sp.seed = n < 0 ? SPEX_SEED_RANDOM : (uint64_t)n;
         } else if (is(a, "--spec-type", NULL)) {
             if (!v) goto need;
-            if (!strcmp(v, "none")) spec_none = true;
-            else if (!strcmp(v, "draft-mtp") || !strcmp(v, "mtp")) c.mtp = true;
-            else if (cli_is_ngram_type(v)) c.ngram = true;
-            else if (strcmp(v, "draft-dflash") && strcmp(v, "dflash") && strcmp(v, "auto")) {
-                fprintf(stderr, "error: --spec-type '%s' is not supported (none, draft-dflash, draft-mtp, ngram)\n", v);
+            if (!spex_spec_type_parse(v, &c.spec_type)) {
+                fprintf(stderr,
+                        "error: --spec-type '%s' is not supported (none, draft-dflash, draft-mtp, ngram, draft-simple)\n",
+                        v);
                 return 2;
-            } else if (strcmp(v, "auto")) {
-                spec_dflash = true;   /* -md may come later: checked after the loop */
             }
+            spec_none = c.spec_type == SPEX_SPEC_NONE;
         } else if (is(a, "--spec-draft-n-max", NULL)) {
             if (!cli_parse_int(a, v, 0, 1024, &n)) return 2;
             c.n_draft_max = (int32_t)n;
@@ -333,21 +333,23 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
         fprintf(stderr, "error: -m MODEL is required (see 'spex serve --help')\n");
         return 2;
     }
-    if (spec_dflash && !c.draft) {
-        fprintf(stderr, "error: --spec-type draft-dflash needs a drafter (-md FILE)\n");
+    const spex_spec_type t = c.spec_type;
+    const bool needs_file = t == SPEX_SPEC_DFLASH || t == SPEX_SPEC_DRAFT_MODEL;
+    if (needs_file && !c.draft) {
+        fprintf(stderr, "error: --spec-type %s needs a drafter (-md FILE)\n", spex_spec_type_name(t));
         return 2;
     }
-    if (c.n_draft_max == 0 && (c.draft || c.mtp || c.ngram) && !spec_none) {
+    if (c.n_draft_max == 0 && (c.draft || t == SPEX_SPEC_MTP || t == SPEX_SPEC_NGRAM) && !spec_none) {
         /* llama.cpp's meaning: a draft of at most 0 tokens is no drafting */
         fprintf(stderr, "note: --spec-draft-n-max 0: nothing is drafted (speculative decoding off)\n");
         spec_none = true;
     }
-    if (spec_none) c.draft = NULL, c.mtp = false, c.ngram = false;
-    if (c.ngram && (c.draft || c.mtp)) {
+    if (spec_none) c.draft = NULL, c.spec_type = SPEX_SPEC_NONE;
+    if (t == SPEX_SPEC_NGRAM && c.draft) {
         fprintf(stderr, "error: --spec-type ngram drafts by lookup in the request's own tokens: drop -md\n");
         return 2;
     }
-    if (c.mtp && c.draft) {
+    if (t == SPEX_SPEC_MTP && c.draft) {
         fprintf(stderr, "error: --spec-type draft-mtp drafts with the target's MTP block: drop -md\n");
         return 2;
     }

@@ -45,11 +45,11 @@ typedef struct srv_server {
     volatile int ready;       /* 0 loading, 1 ready, -1 shutting down */
     spex_model *model;
     spex_tokenizer *tok;
-    spex_drafter *drafter;
+    spex_session *ses;        /* drafter, contexts and loop (the target's context: ctx)  */
+    const spex_drafter *drafter;   /* DFlash: the session's; else NULL                 */
     spex_context *ctx;
-    spex_draft_context *dc;
-    spex_mtp_context *mtp;
     spex_spec *spec;
+    spex_spec_type spec_type; /* resolved                                             */
     srv_engine *engine;
     spex_chat_template tmpl;
     int32_t n_ctx_slot, n_max, n_min;   /* the draft bounds in force (n_min <= n_max) */
@@ -824,7 +824,12 @@ static enum MHD_Result do_models(srv_server *S, struct MHD_Connection *c) {
         cJSON_AddStringToObject(sp, "draft_model", S->cfg->draft);
         cJSON_AddNumberToObject(sp, "block_size", dh->block_size);
         cJSON_AddNumberToObject(sp, "n_max", S->n_max);
-    } else if (S->cfg->ngram) {
+    } else if (S->spec_type == SPEX_SPEC_DRAFT_MODEL) {
+        cJSON *sp = cJSON_AddObjectToObject(meta, "speculative");
+        cJSON_AddStringToObject(sp, "type", "draft-simple");
+        cJSON_AddStringToObject(sp, "draft_model", S->cfg->draft);
+        cJSON_AddNumberToObject(sp, "n_max", S->n_max);
+    } else if (S->spec_type == SPEX_SPEC_NGRAM) {
         cJSON *sp = cJSON_AddObjectToObject(meta, "speculative");
         cJSON_AddStringToObject(sp, "type", "ngram");
         cJSON_AddNumberToObject(sp, "n_max", S->n_max);
@@ -956,10 +961,7 @@ static srv_gen_defaults gen_defaults(const srv_server *S) {
     const srv_config *cfg = S->cfg;
     return (srv_gen_defaults){.sp = cfg->sp, .n_predict = cfg->n_predict, .n_max = S->n_max,
                               .n_min = S->n_min, .p_min = cfg->p_draft_min,
-                              .spec_type = S->drafter         ? "draft-dflash"
-                                           : S->mtp           ? "draft-mtp"
-                                           : S->cfg->ngram    ? "ngram"
-                                                              : "none"};
+                              .spec_type = spex_spec_type_name(S->spec_type)};
 }
 
 static enum MHD_Result do_props(srv_server *S, struct MHD_Connection *c, bool post, const srv_conn *cc) {
@@ -979,7 +981,8 @@ static enum MHD_Result do_props(srv_server *S, struct MHD_Connection *c, bool po
                          .model_path = cfg->model, .model_alias = S->model_id, .gguf = spex_model_gguf(S->model),
                          .tmpl = S->tmpl, .tmpl_from_flag = cfg->chat_template != NULL,
                          .spec_variant = dh ? (dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash")
-                                            : S->mtp ? "mtp" : NULL,
+                                            : S->spec_type == SPEX_SPEC_MTP ? "mtp"
+                                            : S->spec_type == SPEX_SPEC_DRAFT_MODEL ? "draft-simple" : NULL,
                          .build_info = SRV_FINGERPRINT, .endpoint_slots = cfg->slots, .endpoint_props = cfg->props,
                          .endpoint_metrics = cfg->metrics};
     return send_text(c, 200, "application/json; charset=utf-8", srv_props_json(&pi));
@@ -1166,41 +1169,6 @@ static int load(srv_server *S) {
         if (warned) fprintf(stderr, "warning: using the %s chat template\n", spex_chat_template_name(S->tmpl));
         free(jinja);
     }
-    const spex_drafter_hparams *dh = NULL;
-    if (cfg->draft) {
-        spex_drafter_params dp = spex_drafter_default_params();
-        dp.verbose = true;
-        dp.log = log_line;
-        dp.overrides = cfg->overrides;
-        dp.n_overrides = cfg->n_overrides;
-        dp.no_repack = cfg->no_repack;
-        if (spex_drafter_load(cfg->draft, S->model, &dp, &S->drafter, &err) != SPEX_OK) {
-            fprintf(stderr, "error: %s\n", err.msg);
-            return 1;
-        }
-        dh = spex_drafter_get_hparams(S->drafter);
-        S->n_max = cfg->n_draft_max > 0 && cfg->n_draft_max < dh->block_size - 1 ? cfg->n_draft_max : dh->block_size - 1;
-        if (cfg->n_draft_max > dh->block_size - 1)
-            fprintf(stderr, "warning: requested draft size %d exceeds the trained block size %d, clamping to %d\n",
-                    cfg->n_draft_max, dh->block_size, dh->block_size - 1);
-        if (S->n_max > SPEX_DRAFT_MAX_N) S->n_max = SPEX_DRAFT_MAX_N;
-    } else if (cfg->mtp) {
-        /* llama-server's draft-mtp default n_max is 3 */
-        S->n_max = cfg->n_draft_max > 0 ? cfg->n_draft_max : 3;
-        if (S->n_max > SPEX_DRAFT_MAX_N) S->n_max = SPEX_DRAFT_MAX_N;
-    } else if (cfg->ngram) {
-        /* llama-server's --draft-max default for its n-gram types is 16; --spec-ngram-size-m caps it */
-        S->n_max = cfg->n_draft_max > 0 ? cfg->n_draft_max : 16;
-        if (S->n_max > cfg->ngram_params.size_m) S->n_max = cfg->ngram_params.size_m;
-        if (S->n_max > SPEX_DRAFT_MAX_N) S->n_max = SPEX_DRAFT_MAX_N;
-    }
-    if ((dh || cfg->mtp || cfg->ngram) && cfg->n_draft_min > S->n_max) {
-        fprintf(stderr, "warning: --spec-draft-n-min %d is above the draft length %d: clamped to %d\n",
-                cfg->n_draft_min, S->n_max, S->n_max);
-        S->n_min = S->n_max;
-    } else {
-        S->n_min = cfg->n_draft_min;
-    }
     int32_t np = cfg->n_slots;
     const spex_model_hparams *hp = spex_model_get_hparams(S->model);
     S->n_ctx_slot = cfg->n_ctx > 0 ? cfg->n_ctx / np : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
@@ -1208,76 +1176,49 @@ static int load(srv_server *S) {
         fprintf(stderr, "error: -c %d leaves %d tokens per slot with -np %d\n", cfg->n_ctx, S->n_ctx_slot, np);
         return 1;
     }
-    int32_t rows = np * (S->n_max + 1);
-    spex_context_params cp = spex_context_default_params();
-    cp.n_seq_max = np;
-    cp.n_ctx_per_seq = S->n_ctx_slot;
-    cp.n_batch_max = cfg->n_batch > rows ? cfg->n_batch : rows;
-    cp.n_outputs_max = rows;
-    cp.kv_type = cfg->kv_type;
-    cp.n_threads = cfg->n_threads > 0 ? cfg->n_threads : 0;
-    if (cp.n_threads <= 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        cp.n_threads = (int32_t)(cpus > 0 ? cpus : 1);
-    }
-    const int32_t tap_n = hp->n_layer;   /* MTP: the target's last hidden state */
-    if (dh) cp.tap_layers = dh->target_layers, cp.n_taps = dh->n_taps;
-    if (cfg->mtp) cp.tap_layers = &tap_n, cp.n_taps = 1;
-    /* recurrent targets (qwen35): state copies to roll back rejected drafts */
-    if ((dh || cfg->mtp || cfg->ngram) && hp->n_recurrent > 0) cp.n_rs_seq = S->n_max;
-    cp.n_ctx_checkpoints = cfg->n_ctx_checkpoints;
-    cp.checkpoint_min_step = cfg->checkpoint_min_step > 0 ? cfg->checkpoint_min_step : 8192;
-    if (spex_context_init(S->model, &cp, &S->ctx, &err) != SPEX_OK) {
+    spex_session_params pp = spex_session_default_params();
+    pp.type = cfg->spec_type;
+    pp.draft_path = cfg->draft;
+    pp.draft_overrides = cfg->overrides;
+    pp.n_draft_overrides = cfg->n_overrides;
+    pp.no_repack = cfg->no_repack;
+    pp.n_seq = np;
+    pp.n_ctx_per_seq = S->n_ctx_slot;
+    pp.n_batch = cfg->n_batch;
+    pp.n_threads = cfg->n_threads;
+    pp.kv_type = cfg->kv_type;
+    pp.draft_kv_type = cfg->draft_kv;
+    pp.n_ctx_checkpoints = cfg->n_ctx_checkpoints;
+    pp.checkpoint_min_step = cfg->checkpoint_min_step > 0 ? cfg->checkpoint_min_step : 8192;
+    pp.n_draft_max = cfg->n_draft_max > 0 ? cfg->n_draft_max : 0;
+    pp.n_draft_min = cfg->n_draft_min;
+    pp.p_min = cfg->p_draft_min;
+    pp.draft_greedy = cfg->draft_greedy;
+    pp.draft_cut = cfg->draft_cut;
+    pp.ngram = cfg->ngram_params;
+    pp.verbose = true;
+    pp.log = log_line;
+    if (spex_session_create(S->model, &pp, &S->ses, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
     }
+    const spex_session_info *si = spex_session_get_info(S->ses);
+    S->ctx = spex_session_context(S->ses);
+    S->spec = spex_session_spec(S->ses);
+    S->drafter = spex_session_drafter(S->ses);
+    S->spec_type = si->type;
+    S->n_max = si->n_max;
+    S->n_min = si->n_min;
     spex_memory_usage mu = spex_context_memory(S->ctx);
     fprintf(stderr, "memory: target weights %.1f MiB, target KV %s %.1f MiB (%d slots x %d tokens), compute %.1f MiB\n",
             (double)mu.weights / 1048576.0, spex_type_get_info(cfg->kv_type)->name, (double)mu.kv / 1048576.0, np,
             S->n_ctx_slot, (double)mu.compute / 1048576.0);
+    const spex_drafter_hparams *dh = S->drafter ? spex_drafter_get_hparams(S->drafter) : NULL;
     if (dh) {
-        spex_draft_context_params dcp = spex_draft_context_default_params();
-        dcp.n_seq_max = np;
-        dcp.n_ctx_per_seq = S->n_ctx_slot;
-        dcp.n_blocks_max = np;
-        dcp.kv_type = cfg->draft_kv;
-        dcp.pool = spex_context_pool(S->ctx);
-        dcp.n_threads = cp.n_threads;
-        if (spex_draft_context_init(S->drafter, &dcp, &S->dc, &err) != SPEX_OK) {
-            fprintf(stderr, "error: %s\n", err.msg);
-            return 1;
-        }
-        spex_memory_usage dm = spex_draft_context_memory(S->dc);
+        spex_memory_usage dm = spex_draft_context_memory(spex_session_draft_context(S->ses));
         fprintf(stderr, "memory: drafter weights %.1f MiB, draft KV %.1f MiB, draft compute %.1f MiB\n",
                 (double)spex_drafter_weight_bytes(S->drafter) / 1048576.0, (double)dm.kv / 1048576.0,
                 (double)dm.compute / 1048576.0);
-    }
-    if (cfg->mtp) {
-        spex_mtp_params mtpp = spex_mtp_default_params();
-        mtpp.n_seq_max = np;
-        mtpp.n_ctx_per_seq = S->n_ctx_slot;
-        mtpp.n_batch_max = spex_context_get_params(S->ctx)->n_batch_max;
-        mtpp.kv_type = cfg->draft_kv;
-        mtpp.pool = spex_context_pool(S->ctx);
-        if (spex_mtp_init(S->model, &mtpp, &S->mtp, &err) != SPEX_OK) {
-            fprintf(stderr, "error: %s\n", err.msg);
-            return 1;
-        }
-    }
-    spex_spec_params spp = spex_spec_default_params();
-    spp.n_max = S->n_max;
-    spp.n_min = S->n_min;
-    spp.p_min = cfg->p_draft_min;
-    spp.sampled_walk = !cfg->draft_greedy;
-    spp.draft_cut = cfg->draft_cut;
-    spp.log = log_line;
-    if ((S->mtp ? spex_spec_init_mtp(S->ctx, S->mtp, &spp, &S->spec, &err)
-                : spex_spec_init(S->ctx, S->dc, &spp, &S->spec, &err)) != SPEX_OK ||
-        (cfg->ngram && spex_spec_set_ngram(S->spec, &cfg->ngram_params, &err) != SPEX_OK)) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        return 1;
-    }
-    if (dh)
         fprintf(stderr,
                 "speculative: type draft-dflash, drafter %s, variant %s, block size %d, n_max %d, n_min %d, p_min %g, "
                 "sampling %s, draft KV %s, adaptive %s (min gain %.2f), draft cut %s\n",
@@ -1285,19 +1226,28 @@ static int load(srv_server *S) {
                 S->n_min, (double)cfg->p_draft_min, cfg->draft_greedy ? "greedy" : "probabilistic",
                 spex_type_get_info(cfg->draft_kv)->name, cfg->adaptive ? "on" : "off", (double)cfg->min_gain,
                 cfg->draft_cut ? "on" : "off");
-    if (S->mtp)
+    }
+    if (S->spec_type == SPEX_SPEC_MTP)
         fprintf(stderr, "speculative: type draft-mtp (the target's MTP block), n_max %d, n_min %d, p_min %g, draft KV %s, "
                         "adaptive %s (min gain %.2f), draft cut %s\n",
                 S->n_max, S->n_min, (double)cfg->p_draft_min, spex_type_get_info(cfg->draft_kv)->name,
                 cfg->adaptive ? "on" : "off", (double)cfg->min_gain, cfg->draft_cut ? "on" : "off");
+    if (S->spec_type == SPEX_SPEC_DRAFT_MODEL) {
+        spex_memory_usage dm = spex_context_memory(spex_session_draft_model_context(S->ses));
+        fprintf(stderr, "speculative: type draft-simple, draft model %s, n_max %d, n_min %d, p_min %g, draft KV %s "
+                        "%.1f MiB, weights %.1f MiB, adaptive %s (min gain %.2f), draft cut %s\n",
+                cfg->draft, S->n_max, S->n_min, (double)cfg->p_draft_min, spex_type_get_info(cfg->draft_kv)->name,
+                (double)dm.kv / 1048576.0, (double)dm.weights / 1048576.0, cfg->adaptive ? "on" : "off",
+                (double)cfg->min_gain, cfg->draft_cut ? "on" : "off");
+    }
     srv_engine_params ep = {.n_slots = np, .n_ctx_slot = S->n_ctx_slot, .queue_max = cfg->queue_max,
                             .adaptive = cfg->adaptive, .min_gain = cfg->min_gain, .step_delay_ms = cfg->step_delay_ms};
-    if (cfg->ngram)
+    if (S->spec_type == SPEX_SPEC_NGRAM)
         fprintf(stderr, "speculative: type ngram (prompt lookup), n_max %d, size n %d, size m %d, min hits %d, "
                         "adaptive %s (min gain %.2f), draft cut %s\n",
                 S->n_max, cfg->ngram_params.size_n, cfg->ngram_params.size_m, cfg->ngram_params.min_hits,
                 cfg->adaptive ? "on" : "off", (double)cfg->min_gain, cfg->draft_cut ? "on" : "off");
-    if (srv_engine_start(&ep, S->spec, S->tok, dh || S->mtp || cfg->ngram ? S->n_max : 0, &S->engine, &err) !=
+    if (srv_engine_start(&ep, S->spec, S->tok, S->spec_type != SPEX_SPEC_NONE ? S->n_max : 0, &S->engine, &err) !=
         SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
@@ -1371,11 +1321,7 @@ int srv_main(const srv_config *cfg) {
     MHD_stop_daemon(S.daemon);
     srv_door_free(S.door);
     srv_engine_free(S.engine);
-    spex_spec_free(S.spec);
-    spex_draft_context_free(S.dc);
-    spex_mtp_free(S.mtp);
-    spex_context_free(S.ctx);
-    spex_drafter_free(S.drafter);
+    spex_session_free(S.ses);
     spex_tokenizer_free(S.tok);
     spex_model_free(S.model);
     if (rc == 0) fprintf(stderr, "server: stopped\n");

@@ -343,8 +343,7 @@ void srv_door_free(srv_door *d);
 
 typedef struct srv_config {
     const char *model, *draft, *alias, *host;
-    bool mtp;                 /* --spec-type draft-mtp: the target's own MTP block drafts (qwen35) */
-    bool ngram;               /* --spec-type ngram: prompt lookup drafts (spex_spec_set_ngram) */
+    spex_spec_type spec_type; /* --spec-type (AUTO: from -md's file; NONE without one)           */
     spex_ngram_params ngram_params;
     int port;
     const char *api_keys;     /* comma list or NULL                                    */
