@@ -320,6 +320,32 @@ TEST(ngram_row) {
     bs_free(&r);
 }
 
+/* draft-simple: a small model of the target's vocabulary drafts in a row of its own, with
+ * greedy output identical to AR's. */
+TEST(draft_model_row) {
+    REQUIRE_BIN();
+    const char *tgt = "tests/data/models/tiny-qwen3.gguf", *small = "tests/data/models/tiny-qwen3-q8_0.gguf";
+    if (access(tgt, R_OK) || access(small, R_OK)) SKIP("tests/data/models fixtures missing");
+    char prompts[512];
+    snprintf(prompts, sizeof prompts, "%s", test_tmp_path("draft_model.jsonl"));
+    CHECK(write_text(prompts, "{\"prompt\": \"Once upon a time\"}\n{\"prompt\": \"The cat\"}\n"));
+    bs_result r;
+    RUN(r, "-m", tgt, "--draft-model", small, "--prompts", prompts, "-n", "96", "-t", "1", "--verify-k", "2",
+        "--reps", "1");
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK_MSG(strstr(r.out, "drafter draft-simple: tests/data/models/tiny-qwen3-q8_0.gguf (Q8_0), autoregressive, "
+                            "n_max 16"),
+              "in:\n%s", r.out);
+    const char *row = strstr(r.out, "| draft-simple | Q8_0 | 17 | 0 | ");
+    double tps = 0, speedup = 0, acc = 0;
+    CHECK_MSG(row && sscanf(row, "| draft-simple | Q8_0 | 17 | 0 | %lf | %lfx | %lf |", &tps, &speedup, &acc) == 3,
+              "no draft-simple row in:\n%s", r.out);
+    printf("  draft-simple at T = 0: mean acceptance length %.2f, %.2fx AR\n", acc, speedup);
+    CHECK(acc > 2.0);
+    CHECK_MSG(strstr(r.out, "greedy output identical: yes"), "in:\n%s", r.out);
+    bs_free(&r);
+}
+
 TEST(mtp_absent_is_a_note) {
     REQUIRE_BIN();
     if (access(DEF_TARGET, R_OK)) SKIP("no default models in models/");

@@ -46,11 +46,9 @@
 #define BS_MAX_METHODS (1 + BS_MAX_DRAFTERS * BS_MAX_QUANTS * BS_MAX_STOPS + 1)
 #define BS_MAX_TEMPS 8
 #define BS_MAX_K 16
-#define BS_MTP_N_MAX 3 /* spex_spec_init_mtp's default draft length */
 #define BS_WARM_TOKENS 32
 
-typedef enum { BS_AR, BS_DFLASH, BS_MTP, BS_NGRAM } bs_kind;
-#define BS_NGRAM_N_MAX 16 /* llama.cpp's --draft-max for its n-gram types, as spex run and serve */
+typedef enum { BS_AR, BS_DFLASH, BS_MTP, BS_NGRAM, BS_DRAFT_MODEL } bs_kind;
 
 typedef struct bs_method {
     bs_kind kind;
@@ -63,9 +61,7 @@ typedef struct bs_method {
     bool cut;           /* the cost-aware draft cut (spex_spec_params)        */
     spex_drafter *d;
     bool owns_d;        /* rows differing only in draft stop share one drafter */
-    spex_context *ctx;
-    spex_draft_context *dc;
-    spex_mtp_context *mc;
+    spex_session *ses;  /* its drafter's contexts and loop (spex_session_create) */
     spex_spec *spec;
     genset_row rows[BS_MAX_TEMPS];
     int identical;      /* T = 0 prompts whose tokens equal AR's             */
@@ -77,6 +73,7 @@ typedef struct bs_opts {
     int n_drafters;
     bool mtp;
     bool ngram;                /* the n-gram (prompt lookup) row                 */
+    const char *draft_model;   /* the draft-simple row's model (--draft-model)   */
     long ngram_n;              /* its key length (--ngram-n)                     */
     long n_predict, n_threads, k_max, reps;
     float temps[BS_MAX_TEMPS];
@@ -93,7 +90,8 @@ typedef struct bs_opts {
 
 static void bs_usage(FILE *f) {
     fprintf(f,
-            "usage: spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--ngram [--ngram-n N]] [--prompts FILE.jsonl]\n"
+            "usage: spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--ngram [--ngram-n N]] [--draft-model FILE]\n"
+            "                       [--prompts FILE.jsonl]\n"
             "                       [-n N] [-t THREADS]\n"
             "                       [--temps LIST] [--verify-k K] [--reps R] [--draft-quant LIST] [--json OUT]\n"
             "                       [--draft-stop LIST] [--probe auto|on|off] [--no-repack]\n"
@@ -103,6 +101,7 @@ static void bs_usage(FILE *f) {
             "  DFlash   one row per -md file (repeatable), or per --draft-quant type of each\n"
             "  MTP      the target's own nextn block (--mtp; skipped when the target has none), n_max 3\n"
             "  n-gram   prompt lookup in each prompt's own tokens (--ngram; key --ngram-n, default 12), n_max 16\n"
+            "  draft-simple  a small model of the target's vocabulary (--draft-model FILE), n_max 16\n"
             "and prints: the table (Method | Draft quant | Block | Temp | Decode TPS | Decode speedup vs AR at the\n"
             "same T | Acceptance (mean length) | Normal stops = ended by EOS/EOT, not by -n); the cost per step\n"
             "(draft, verify, other: ms and %% of the step; the share of the decode each thread spent waiting\n"
@@ -218,6 +217,7 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
             }
             o->drafters[o->n_drafters++] = v;
         } else if (!strcmp(a, "--prompts") && v) o->prompts = v;
+        else if (!strcmp(a, "--draft-model") && v) o->draft_model = v;
         else if (!strcmp(a, "--json") && v) o->json = v;
         else if (!strcmp(a, "-n")) ok = cli_parse_int(a, v, 1, BS_MAX_GEN, &o->n_predict);
         else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_parse_int(a, v, 0, 1024, &o->n_threads);
@@ -324,53 +324,29 @@ typedef struct bs_run {
     bool greedy_checked, greedy_ok;
 } bs_run;
 
-/* The target and draft contexts and the spec of one method, all on the run's pool. */
+/* The session of one method (target and drafter contexts, loop), on the run's pool. */
 static spex_status method_init(bs_run *r, bs_method *me, spex_error *e) {
-    const spex_model_hparams *hp = r->hp;
-    const int32_t tap_n = hp->n_layer; /* MTP: the target's last hidden state (tap id N) */
-    const spex_drafter_hparams *dh = me->d ? spex_drafter_get_hparams(me->d) : NULL;
-    spex_context_params cp = spex_context_default_params();
-    cp.n_ctx_per_seq = r->max_ids + (int32_t)r->o.n_predict + SPEX_DRAFT_MAX_N + 8;
-    cp.n_batch_max = 512;
-    cp.n_outputs_max = me->n_max + 1;
-    cp.pool = r->pool;
-    if (me->kind == BS_DFLASH) {
-        cp.tap_layers = dh->target_layers;
-        cp.n_taps = dh->n_taps;
-    } else if (me->kind == BS_MTP) {
-        cp.tap_layers = &tap_n;
-        cp.n_taps = 1;
-    }
-    /* recurrent targets: state copies for rolling back up to n_max rejected drafts */
-    cp.n_rs_seq = hp->n_recurrent > 0 ? me->n_max : 0;
-    spex_status st = spex_context_init(r->m, &cp, &me->ctx, e);
+    spex_session_params pp = spex_session_default_params();
+    pp.type = me->kind == BS_DFLASH ? SPEX_SPEC_DFLASH
+            : me->kind == BS_MTP ? SPEX_SPEC_MTP
+            : me->kind == BS_NGRAM ? SPEX_SPEC_NGRAM
+            : me->kind == BS_DRAFT_MODEL ? SPEX_SPEC_DRAFT_MODEL
+                                          : SPEX_SPEC_NONE;
+    pp.drafter = me->d;
+    pp.draft_path = me->kind == BS_DRAFT_MODEL ? me->path : NULL;
+    pp.no_repack = r->o.no_repack;
+    pp.n_ctx_per_seq = r->max_ids + (int32_t)r->o.n_predict + SPEX_DRAFT_MAX_N + 8;
+    pp.pool = r->pool;
+    pp.n_draft_max = me->n_max;
+    pp.p_min = me->p_min;
+    pp.draft_cut = me->cut;
+    pp.ngram.size_n = (int32_t)r->o.ngram_n;
+    pp.log = genset_quiet;
+    spex_status st = spex_session_create(r->m, &pp, &me->ses, e);
     if (st != SPEX_OK) return st;
-    if (me->kind == BS_DFLASH) {
-        spex_draft_context_params dcp = spex_draft_context_default_params();
-        dcp.n_ctx_per_seq = cp.n_ctx_per_seq;
-        dcp.pool = r->pool;
-        st = spex_draft_context_init(me->d, &dcp, &me->dc, e);
-    } else if (me->kind == BS_MTP) {
-        spex_mtp_params mp = spex_mtp_default_params();
-        mp.n_ctx_per_seq = cp.n_ctx_per_seq;
-        mp.n_batch_max = cp.n_batch_max;
-        mp.pool = r->pool;
-        st = spex_mtp_init(r->m, &mp, &me->mc, e);
-    }
-    if (st != SPEX_OK) return st;
-    spex_spec_params spp = spex_spec_default_params();
-    spp.n_max = me->n_max;
-    spp.p_min = me->p_min;
-    spp.draft_cut = me->cut;
-    spp.log = genset_quiet;
-    st = me->kind == BS_MTP ? spex_spec_init_mtp(me->ctx, me->mc, &spp, &me->spec, e)
-                            : spex_spec_init(me->ctx, me->dc, &spp, &me->spec, e);
-    if (st == SPEX_OK && me->kind == BS_NGRAM) {
-        spex_ngram_params np = spex_ngram_default_params();
-        np.size_n = (int32_t)r->o.ngram_n;
-        st = spex_spec_set_ngram(me->spec, &np, e);
-    }
-    return st;
+    me->spec = spex_session_spec(me->ses);
+    me->n_max = spex_session_get_info(me->ses)->n_max;
+    return SPEX_OK;
 }
 
 static bs_method *add_method(bs_run *r, bs_kind kind) {
@@ -418,7 +394,7 @@ static spex_status methods_build(bs_run *r, spex_error *e) {
             snprintf(me->name, sizeof me->name, "%s", dh->variant == SPEX_DFLASH2 ? "DFlash2" : "DFlash v1");
             if (o->n_quants > 0) snprintf(me->quant, sizeof me->quant, "%s", spex_ftype_name(o->quants[qi]));
             else quant_label(spex_drafter_gguf(me->d), me->quant, sizeof me->quant);
-            me->n_max = dh->block_size - 1 < SPEX_DRAFT_MAX_N ? dh->block_size - 1 : SPEX_DRAFT_MAX_N;
+            me->n_max = 0;   /* the session's: block_size - 1 */
             me->p_min = o->pmins[0];
             me->cut = o->cuts[0];
             /* the other draft stops: the same drafter (and file) in rows of their own */
@@ -437,18 +413,31 @@ static spex_status methods_build(bs_run *r, spex_error *e) {
             bs_method *me = add_method(r, BS_MTP);
             snprintf(me->name, sizeof me->name, "MTP");
             quant_label(spex_model_gguf(r->m), me->quant, sizeof me->quant);
-            me->n_max = BS_MTP_N_MAX;
+            me->n_max = 0;   /* the session's: 3 */
             me->p_min = o->pmins[0]; /* the first --draft-stop entry (default: the cut) */
             me->cut = o->cuts[0];
         } else {
             fprintf(stderr, "note: %s has no MTP block: --mtp ignored\n", o->target);
         }
     }
+    if (o->draft_model) {
+        bs_method *me = add_method(r, BS_DRAFT_MODEL);
+        snprintf(me->name, sizeof me->name, "draft-simple");
+        snprintf(me->path, sizeof me->path, "%s", o->draft_model);
+        spex_gguf *g = NULL;
+        spex_status st = spex_gguf_open(o->draft_model, &g, e);
+        if (st != SPEX_OK) return st;
+        quant_label(g, me->quant, sizeof me->quant);
+        spex_gguf_close(g);
+        me->n_max = 0;   /* the session's default (16) */
+        me->p_min = o->pmins[0];
+        me->cut = o->cuts[0];
+    }
     if (o->ngram) {
         bs_method *me = add_method(r, BS_NGRAM);
         snprintf(me->name, sizeof me->name, "n-gram");
         snprintf(me->quant, sizeof me->quant, "n %ld", o->ngram_n);
-        me->n_max = BS_NGRAM_N_MAX;
+        me->n_max = 0;   /* the session's: 16 */
         me->p_min = o->pmins[0];
         me->cut = o->cuts[0];
     }
@@ -933,6 +922,8 @@ int bench_spec(int argc, char **argv) {
             printf("drafter %s: %s %s, block %d, %d layers\n", me->src, me->name, me->quant,
                    spex_drafter_get_hparams(me->d)->block_size, spex_drafter_get_hparams(me->d)->n_layer);
         else if (me->kind == BS_MTP) printf("drafter MTP: the target's nextn block, n_max %d\n", me->n_max);
+        else if (me->kind == BS_DRAFT_MODEL)
+            printf("drafter draft-simple: %s (%s), autoregressive, n_max %d\n", me->path, me->quant, me->n_max);
         else printf("drafter n-gram: prompt lookup, key %ld tokens, n_max %d\n", r->o.ngram_n, me->n_max);
     }
     printf("\n");
@@ -948,10 +939,7 @@ fail:
 done:
     for (int mi = 0; mi < r->n_meth; mi++) {
         bs_method *me = &r->meth[mi];
-        spex_spec_free(me->spec);
-        spex_draft_context_free(me->dc);
-        spex_mtp_free(me->mc);
-        spex_context_free(me->ctx);
+        spex_session_free(me->ses);
         if (me->owns_d) {
             spex_drafter_free(me->d);
             if (r->tmpdir[0] && me->src) unlink(me->path);
