@@ -5,9 +5,9 @@
  * Usage: chat_stream TARGET.gguf DRAFTER.gguf "user message" [max tokens, default 256]
  *   e.g. build/examples/chat_stream models/target.gguf models/drafter.gguf "What is 7 times 6?"
  *
- * What it is: the whole path an embedder needs — load the target and its drafter, render one
- * user turn with the model's chat template, tokenize, and print each step's tokens as they
- * arrive. Greedy (T = 0), so the reply equals the target alone's token for token.
+ * What it is: the whole path an embedder needs — load the target, open a speculative session
+ * (drafter, contexts and sizes in one call), render one user turn with the model's chat
+ * template, tokenize, and print each step's tokens as they arrive. Greedy (T = 0), so the reply equals the target alone's token for token.
  * What it is not: a CLI (`spex run -m T -md D --chat` is that) or a tour of the parameters.
  */
 #include "spex.h"
@@ -31,17 +31,19 @@ int main(int argc, char **argv) {
     int rc = 1, n_prompt = 0;
     spex_error err = {0};
     spex_model *m = NULL;
-    spex_drafter *d = NULL;
     spex_tokenizer *tok = NULL;
-    spex_context *ctx = NULL;
-    spex_draft_context *dc = NULL;
-    spex_spec *spec = NULL;
+    spex_session *ses = NULL;
     spex_sampler *smp = NULL;
     spex_detok_stream *ds = NULL;
 
     TRY(spex_model_load(argv[1], NULL, &m, &err), "target");
-    TRY(spex_drafter_load(argv[2], m, NULL, &d, &err), "drafter");
     TRY(spex_tokenizer_load_gguf(spex_model_gguf(m), &tok, &err), "tokenizer");
+    /* The session loads the drafter and sizes everything: contexts, taps, draft length. */
+    spex_session_params pp = spex_session_default_params();
+    pp.type = SPEX_SPEC_DFLASH;
+    pp.draft_path = argv[2];
+    TRY(spex_session_create(m, &pp, &ses, &err), "drafter");
+    spex_spec *spec = spex_session_spec(ses);
 
     /* One user turn through the model's chat template (GGUF strings are not NUL-terminated). */
     spex_str js = {0};
@@ -55,21 +57,6 @@ int main(int argc, char **argv) {
     TRY(spex_chat_apply(tmpl, &msg, 1, true, true, text, sizeof text, &len, &err), "chat template");
     TRY(spex_tokenize(tok, text, len, true, true, ids, (int)(sizeof ids / sizeof *ids), &n_prompt, &err), "prompt");
 
-    /* The target context taps the layers the drafter reads; the draft context shares its pool. */
-    const spex_drafter_hparams *dh = spex_drafter_get_hparams(d);
-    spex_context_params cp = spex_context_default_params();
-    cp.tap_layers = dh->target_layers;
-    cp.n_taps = dh->n_taps;
-    cp.n_outputs_max = dh->block_size;   /* a step verifies its anchor and block_size - 1 drafts */
-    cp.n_rs_seq = spex_model_get_hparams(m)->n_recurrent > 0 ? dh->block_size - 1 : 0;
-    cp.n_threads = 0;                    /* every CPU */
-    TRY(spex_context_init(m, &cp, &ctx, &err), "target context");
-    spex_draft_context_params dcp = spex_draft_context_default_params();
-    dcp.n_ctx_per_seq = spex_context_get_params(ctx)->n_ctx_per_seq;
-    dcp.pool = spex_context_pool(ctx);
-    TRY(spex_draft_context_init(d, &dcp, &dc, &err), "draft context");
-    spex_spec_params spp = spex_spec_default_params();   /* n_max 0: drafts of block_size - 1 */
-    TRY(spex_spec_init(ctx, dc, &spp, &spec, &err), "speculative decoding");
     spex_sampler_params sp = spex_sampler_default_params();
     sp.temp = 0.0f;
     TRY(spex_sampler_init(&sp, spex_model_get_hparams(m)->n_vocab, &smp, &err), "sampler");
@@ -89,7 +76,7 @@ int main(int argc, char **argv) {
             fwrite(piece.ptr, 1, piece.len, stdout);
         }
         fflush(stdout);
-        if (k < out.n || n_gen >= n_max || spex_spec_seq_len(spec, seq) >= dcp.n_ctx_per_seq) break;
+        if (k < out.n || n_gen >= n_max || spex_spec_seq_len(spec, seq) >= spex_session_get_info(ses)->n_ctx_per_seq) break;
         int32_t max_emit = (int32_t)(n_max - n_gen);   /* never draft past n_max */
         TRY(spex_spec_step(spec, &seq, 1, &max_emit, &out, &err), "speculative step");
     }
@@ -102,11 +89,8 @@ int main(int argc, char **argv) {
 done:
     spex_detok_stream_free(ds);
     spex_sampler_free(smp);
-    spex_spec_free(spec);
-    spex_draft_context_free(dc);
-    spex_context_free(ctx);
+    spex_session_free(ses);
     spex_tokenizer_free(tok);
-    spex_drafter_free(d);
     spex_model_free(m);
     return rc;
 }

@@ -1192,6 +1192,17 @@ int32_t spex_ngram_lookup(const int32_t *toks, int32_t len, const spex_ngram_par
  * nor an MTP context; it replaces any draft function. Sequences begun before draft nothing
  * until they are fed from position 0 again. */
 spex_status spex_spec_set_ngram(spex_spec *s, const spex_ngram_params *p, spex_error *err);
+/* Hybrid drafting (--spec-type hybrid): the DFlash drafter and n-gram lookup compete in every
+ * step; a sequence takes the lookup's draft when its expected accepted length (the lookup's
+ * learned per-token acceptance over the draft's length) exceeds the mean accepted length of
+ * recent DFlash steps, else the DFlash draft. The choice reads nothing of the step's DFlash
+ * draft, so every path stays lossless. init_hybrid: as spex_spec_init with a draft context,
+ * n_max up to SPEX_DRAFT_MAX_N (DFlash drafts stay within its block; 0 means block_size - 1);
+ * set_hybrid_ngram: the same on a loop made by spex_spec_init with a draft context (its n_max
+ * stays). */
+spex_status spex_spec_init_hybrid(spex_context *tctx, spex_draft_context *dc, const spex_ngram_params *ng,
+                                  const spex_spec_params *params, spex_spec **out, spex_error *err);
+spex_status spex_spec_set_hybrid_ngram(spex_spec *s, const spex_ngram_params *p, spex_error *err);
 /* Turns spex_spec_params.draft_cut on or off for the steps after this call (what the cut has
  * learned is kept), e.g. once spex_spec_seq_path shows a sequence on the rejection path. */
 void spex_spec_set_draft_cut(spex_spec *s, bool on);
@@ -1267,7 +1278,8 @@ int32_t spex_spec_seq_pending(const spex_spec *s, int32_t seq);
 /* What drafts (llama.cpp's --spec-type names, spex_spec_type_parse): none; auto (a DFlash
  * drafter or a draft model, told by the file's general.architecture; none without a file);
  * dflash / draft-dflash; mtp / draft-mtp (the target's own MTP block); ngram / ngram-simple /
- * ngram-map-k (prompt lookup); draft-simple / draft (a small model of the target's vocabulary). */
+ * ngram-map-k (prompt lookup); draft-simple / draft (a small model of the target's vocabulary);
+ * hybrid / dflash+ngram (spex_spec_set_hybrid_ngram). */
 typedef enum spex_spec_type {
     SPEX_SPEC_NONE = 0,
     SPEX_SPEC_AUTO,
@@ -1275,6 +1287,7 @@ typedef enum spex_spec_type {
     SPEX_SPEC_MTP,
     SPEX_SPEC_NGRAM,
     SPEX_SPEC_DRAFT_MODEL,
+    SPEX_SPEC_HYBRID,               /* DFlash + n-gram lookup, the better draft per step */
 } spex_spec_type;
 
 bool spex_spec_type_parse(const char *name, spex_spec_type *out);
@@ -1309,7 +1322,8 @@ typedef struct spex_session_params {
  * n-gram 16 within size_m, draft model 16; never above SPEX_DRAFT_MAX_N (0 for none). */
 typedef struct spex_session_info {
     spex_spec_type type;            /* AUTO resolved                                   */
-    const char *variant;            /* "dflash2", "dflash1", "mtp", "ngram", "draft-simple", "none" */
+    const char *variant;            /* "dflash2", "dflash1", "mtp", "ngram", "draft-simple", "none";
+                                     * hybrid: "dflash2+ngram" or "dflash1+ngram"                    */
     int32_t block_size;             /* DFlash; else 0                                  */
     int32_t n_max, n_min, n_seq, n_ctx_per_seq;
 } spex_session_info;

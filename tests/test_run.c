@@ -604,6 +604,24 @@ TEST(draft_simple_equals_target_only) {
     EXPECT_ERROR(2, "needs a drafter", "-m", TINY_QWEN3, "--spec-type", "draft-simple", "-p", "hi");
 }
 
+/* hybrid: -md's DFlash2 drafter and n-gram lookup; greedy text equals the target alone's. */
+TEST(hybrid_equals_target_only) {
+    REQUIRE_BIN();
+    run_result a, b;
+    const char *prompt = "one two three one two three one two";
+    RUN(a, "-m", TINY_QWEN3, "-p", prompt, "-n", "120", "--temp", "0", "-t", "2");
+    CHECK_EQ_INT(a.rc, 0);
+    RUN(b, "-m", TINY_QWEN3, "-md", TINY_DRAFT2, "--spec-type", "hybrid", "--spec-ngram-size-n", "2", "-p", prompt,
+        "-n", "120", "--temp", "0", "-t", "2");
+    bool ok = b.rc == 0 && b.out_len == a.out_len && !memcmp(a.out, b.out, a.out_len) &&
+              strstr(b.err, "speculative: dflash2+ngram") && strstr(b.err, "n_max 16") && sanitizer_clean(b.err);
+    if (!ok) printf("  rc %d, output or statistics wrong\n%s\n", b.rc, b.err);
+    run_free(&a);
+    run_free(&b);
+    CHECK(ok);
+    EXPECT_ERROR(2, "needs a drafter", "-m", TINY_QWEN3, "--spec-type", "hybrid", "-p", "hi");
+}
+
 /* --spec-draft-cut auto (the default): a fixed seed at T > 0 on the rejection path keeps the
  * cut off (with a note), and --spec-guard auto the guard, so two runs print the same tokens;
  * without a seed and at T = 0 both stay on, and with --spec-draft-cut on the cut does. (With the cut on, a seeded rejection-path run is exact in

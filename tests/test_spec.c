@@ -707,6 +707,8 @@ static int32_t cut_peek(void *user, const spex_draft *d, int32_t n_rule) {
     return d->kidx[0] == mode ? d->n : 0;
 }
 
+static bool g_hybrid;   /* sampled_lossless: DFlash + n-gram (spex_spec_set_hybrid_ngram) */
+
 /* broken: a RULE_*; cut: spex_spec_params.draft_cut. */
 static void sampled_lossless(bool use_qdraft, int broken, bool cut, bool expect_pass, float temp) {
     if (!have_fixtures()) SKIP("fixtures missing");
@@ -728,8 +730,16 @@ static void sampled_lossless(bool use_qdraft, int broken, bool cut, bool expect_
     spex_error e = {0};
     const int32_t *prompt = PROMPTS[1];
     int np = PROMPT_LEN[1];
+    if (g_hybrid) {
+        spex_ngram_params ng = spex_ngram_default_params();
+        ng.size_n = 1;
+        CHECK_OK(spex_spec_set_hybrid_ngram(p.s, &ng, &e));
+    }
     CHECK_OK(spex_spec_seq_begin(p.s, 0, prompt, np, g, &anchor, &e));
     CHECK_EQ_INT(spex_spec_seq_path(p.s, 0), SPEX_SPEC_PATH_GREEDY);
+    /* hybrid: an anchor the prompt holds twice, so the lookup drafts in every trial and competes
+     * with DFlash's drafts (the trials rewind to it; the reference uses it too) */
+    if (g_hybrid) anchor = 64;
 
     static double p1[V], p2[V];
     int32_t hist[16];
@@ -778,6 +788,11 @@ static void sampled_lossless(bool use_qdraft, int broken, bool cut, bool expect_
     const spex_spec_stats *st = spex_spec_seq_stats(p.s, 0);
     double acc = spex_spec_stats_acceptance(st);
     const uint64_t n_cut = st->n_cut;
+    /* one sequence, every step drafts: steps without a drafter forward took the lookup */
+    const spex_spec_stats *tot = spex_spec_total_stats(p.s);
+    const uint64_t n_lookup = tot->n_steps - tot->n_draft_batches, n_dflash = tot->n_draft_batches;
+    if (g_hybrid) printf("  hybrid: %llu lookup steps, %llu DFlash steps\n", (unsigned long long)n_lookup,
+                         (unsigned long long)n_dflash);
     int df1, df2;
     double x1 = chi2(c1, p1, V, trials, &df1), x2 = chi2(c2, p2, V, n_cond, &df2);
     double k1 = chi2_crit(df1), k2 = chi2_crit(df2);
@@ -795,6 +810,7 @@ static void sampled_lossless(bool use_qdraft, int broken, bool cut, bool expect_
         CHECK_MSG(x1 < k1 && x2 < k2, "distribution differs from target-only sampling");
         CHECK(n_cond > 1000);
         if (cut) CHECK_MSG(n_cut > 0, "the draft cut never removed a token");
+        if (g_hybrid) CHECK_MSG(n_lookup > 1000 && n_dflash > 0, "the hybrid did not mix its two drafters");
     } else {
         CHECK_MSG(x1 >= k1 || x2 >= k2, "the broken rule was not detected");
     }
@@ -816,6 +832,14 @@ TEST(sampled_broken_rule_detected_with_drafter) {
 TEST(sampled_lossless_draft_cut) { sampled_lossless(true, 0, true, true, 0.6f); }
 
 TEST(sampled_lossless_draft_cut_drafter) { sampled_lossless(false, 0, true, true, 1.3f); }
+
+/* Hybrid drafting mixes rejection-sampled DFlash steps with sample-and-match lookup steps, the
+ * choice made from earlier steps only: still the target's distribution. */
+TEST(sampled_lossless_hybrid) {
+    g_hybrid = true;
+    sampled_lossless(false, 0, false, true, 1.3f);
+    g_hybrid = false;
+}
 
 TEST(sampled_peeking_cut_is_detected) { sampled_lossless(true, RULE_CUT_PEEK, true, false, 0.6f); }
 
@@ -1106,6 +1130,56 @@ TEST(ngram_errors) {
     ng = spex_ngram_default_params();
     ng.min_hits = 0;
     CHECK(spex_spec_set_ngram(p.s, &ng, &e) == SPEX_ERR_RANGE);
+    pair_close(&p);
+}
+
+/* Hybrid (DFlash2 + n-gram lookup) at T = 0: the text equals the target alone's over three
+ * sequences, with the lookup's drafts inside and beyond DFlash's block (n_max 16 via
+ * spex_spec_init_hybrid), and the lookup takes part (steps without a drafter forward). */
+TEST(hybrid_greedy_lossless) {
+    if (!have_fixtures()) SKIP("fixtures missing");
+    static int32_t ref[2][MAX_SEQ][N_GEN], got[MAX_SEQ][N_GEN];
+    CHECK(greedy_refs(ref));
+    uint64_t skipped = 0;
+    for (int t = 0; t < 2; t++)
+        for (int v = 0; v < 3; v++) {
+            pair p;
+            spex_ngram_params ng = spex_ngram_default_params();
+            ng.size_n = v == 0 ? 1 : 2;
+            spex_error e = {0};
+            if (v < 2) {
+                CHECK(pair_open(&p, TARGETS[t], DRAFT2, MAX_SEQ, v == 0 ? 3 : 7, SPEX_TYPE_F32));
+                CHECK_OK(spex_spec_set_hybrid_ngram(p.s, &ng, &e));
+            } else {
+                CHECK(pair_open(&p, TARGETS[t], DRAFT2, MAX_SEQ, 7, SPEX_TYPE_F32));
+                spex_spec_free(p.s);
+                p.s = NULL;
+                spex_spec_params sp = spex_spec_default_params();
+                sp.n_max = 16;
+                sp.log = quiet_log;
+                CHECK_OK(spex_spec_init_hybrid(p.ctx, p.dc, &ng, &sp, &p.s, &e));
+                CHECK_EQ_INT(spex_spec_get_params(p.s)->n_max, 16);
+            }
+            CHECK(!strcmp(spex_spec_drafter_name(p.s), "hybrid"));
+            int line = 0;
+            bool ok = run_spec(&p, MAX_SEQ, greedy_params(), got, &line);
+            const spex_spec_stats *st = spex_spec_total_stats(p.s);
+            skipped += st->n_steps - st->n_draft_batches;
+            for (int s = 0; ok && s < MAX_SEQ; s++) {
+                int d = first_diff(got[s], ref[t][s], N_GEN);
+                if (d >= 0) printf("  %s variant %d seq %d: token %d differs\n", TARGETS[t], v, s, d);
+                ok = d < 0;
+            }
+            pair_close(&p);
+            CHECK_MSG(ok, "target %s, variant %d (line %d)", TARGETS[t], v, line);
+        }
+    printf("  %llu steps ran no drafter forward (every sequence took the lookup)\n", (unsigned long long)skipped);
+    CHECK(skipped > 0);
+    pair p;
+    CHECK(pair_open(&p, TGT_F32, NULL, 1, 4, SPEX_TYPE_F32));
+    spex_ngram_params ng = spex_ngram_default_params();
+    spex_error e = {0};
+    CHECK(spex_spec_set_hybrid_ngram(p.s, &ng, &e) == SPEX_ERR_INVALID_ARG && strstr(e.msg, "DFlash"));
     pair_close(&p);
 }
 

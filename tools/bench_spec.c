@@ -48,11 +48,11 @@
 #define BS_MAX_K 16
 #define BS_WARM_TOKENS 32
 
-typedef enum { BS_AR, BS_DFLASH, BS_MTP, BS_NGRAM, BS_DRAFT_MODEL } bs_kind;
+typedef enum { BS_AR, BS_DFLASH, BS_MTP, BS_NGRAM, BS_DRAFT_MODEL, BS_HYBRID } bs_kind;
 
 typedef struct bs_method {
     bs_kind kind;
-    char name[16];      /* "AR", "DFlash2", "DFlash v1", "MTP"              */
+    char name[24];      /* "AR", "DFlash2", "DFlash v1", "MTP", "DFlash2+ngram" */
     char quant[32];     /* the drafter's weight format, "-" for AR           */
     char path[1024];    /* the drafter file run (a temporary one with -q)    */
     const char *src;    /* the -md file it comes from (NULL: AR, MTP)        */
@@ -74,6 +74,7 @@ typedef struct bs_opts {
     bool mtp;
     bool ngram;                /* the n-gram (prompt lookup) row                 */
     const char *draft_model;   /* the draft-simple row's model (--draft-model)   */
+    bool hybrid;               /* the hybrid row: the first -md + n-gram lookup  */
     long ngram_n;              /* its key length (--ngram-n)                     */
     long n_predict, n_threads, k_max, reps;
     float temps[BS_MAX_TEMPS];
@@ -90,7 +91,8 @@ typedef struct bs_opts {
 
 static void bs_usage(FILE *f) {
     fprintf(f,
-            "usage: spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--ngram [--ngram-n N]] [--draft-model FILE]\n"
+            "usage: spex bench spec [-m TARGET] [-md DRAFTER ...] [--mtp] [--ngram [--ngram-n N]] [--hybrid]\n"
+            "                       [--draft-model FILE]\n"
             "                       [--prompts FILE.jsonl]\n"
             "                       [-n N] [-t THREADS]\n"
             "                       [--temps LIST] [--verify-k K] [--reps R] [--draft-quant LIST] [--json OUT]\n"
@@ -102,6 +104,7 @@ static void bs_usage(FILE *f) {
             "  MTP      the target's own nextn block (--mtp; skipped when the target has none), n_max 3\n"
             "  n-gram   prompt lookup in each prompt's own tokens (--ngram; key --ngram-n, default 12), n_max 16\n"
             "  draft-simple  a small model of the target's vocabulary (--draft-model FILE), n_max 16\n"
+            "  hybrid   the first -md drafter and n-gram lookup (--hybrid; key --ngram-n), the better draft per step\n"
             "and prints: the table (Method | Draft quant | Block | Temp | Decode TPS | Decode speedup vs AR at the\n"
             "same T | Acceptance (mean length) | Normal stops = ended by EOS/EOT, not by -n); the cost per step\n"
             "(draft, verify, other: ms and %% of the step; the share of the decode each thread spent waiting\n"
@@ -203,6 +206,9 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
             continue;
         } else if (!strcmp(a, "--ngram")) {
             o->ngram = true;
+            continue;
+        } else if (!strcmp(a, "--hybrid")) {
+            o->hybrid = true;
             continue;
         } else if (!strcmp(a, "--no-repack")) {
             o->no_repack = true;
@@ -331,6 +337,7 @@ static spex_status method_init(bs_run *r, bs_method *me, spex_error *e) {
             : me->kind == BS_MTP ? SPEX_SPEC_MTP
             : me->kind == BS_NGRAM ? SPEX_SPEC_NGRAM
             : me->kind == BS_DRAFT_MODEL ? SPEX_SPEC_DRAFT_MODEL
+            : me->kind == BS_HYBRID ? SPEX_SPEC_HYBRID
                                           : SPEX_SPEC_NONE;
     pp.drafter = me->d;
     pp.draft_path = me->kind == BS_DRAFT_MODEL ? me->path : NULL;
@@ -419,6 +426,20 @@ static spex_status methods_build(bs_run *r, spex_error *e) {
         } else {
             fprintf(stderr, "note: %s has no MTP block: --mtp ignored\n", o->target);
         }
+    }
+    if (o->hybrid) {
+        if (r->n_meth < 2 || r->meth[1].kind != BS_DFLASH)
+            return spex_error_set(e, SPEX_ERR_INVALID_ARG, "--hybrid pairs the first -md drafter with n-gram lookup");
+        bs_method *me = add_method(r, BS_HYBRID);
+        const bs_method *df = &r->meth[1];
+        snprintf(me->name, sizeof me->name, "%.16s+ngram", df->name);
+        snprintf(me->quant, sizeof me->quant, "%s", df->quant);
+        snprintf(me->path, sizeof me->path, "%s", df->path);
+        me->src = df->src;
+        me->d = df->d;   /* shared: the DFlash row owns it */
+        me->n_max = 0;   /* the session's: max(block_size - 1, 16) */
+        me->p_min = o->pmins[0];
+        me->cut = o->cuts[0];
     }
     if (o->draft_model) {
         bs_method *me = add_method(r, BS_DRAFT_MODEL);
@@ -922,6 +943,9 @@ int bench_spec(int argc, char **argv) {
             printf("drafter %s: %s %s, block %d, %d layers\n", me->src, me->name, me->quant,
                    spex_drafter_get_hparams(me->d)->block_size, spex_drafter_get_hparams(me->d)->n_layer);
         else if (me->kind == BS_MTP) printf("drafter MTP: the target's nextn block, n_max %d\n", me->n_max);
+        else if (me->kind == BS_HYBRID)
+            printf("drafter %s + n-gram lookup (key %ld tokens), the better draft per step, n_max %d\n", me->src,
+                   r->o.ngram_n, me->n_max);
         else if (me->kind == BS_DRAFT_MODEL)
             printf("drafter draft-simple: %s (%s), autoregressive, n_max %d\n", me->path, me->quant, me->n_max);
         else printf("drafter n-gram: prompt lookup, key %ld tokens, n_max %d\n", r->o.ngram_n, me->n_max);

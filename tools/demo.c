@@ -104,9 +104,7 @@ static int run_table(const char *label, const char *tpath, const char *dpath, ge
     spex_model *m = NULL;
     spex_tokenizer *tok = NULL;
     spex_drafter *d = NULL;
-    spex_context *ctx = NULL, *ctx_plain = NULL;
-    spex_draft_context *dc = NULL;
-    spex_spec *spec = NULL, *plain = NULL;
+    spex_session *ses = NULL, *ses_plain = NULL;
     spex_sampler *smp[2] = {NULL, NULL};
     probe_buf probe = {0};
     static int32_t ref[DEMO_MAX_PROBLEMS][DEMO_MAX_GEN], got[DEMO_MAX_GEN];
@@ -121,27 +119,21 @@ static int run_table(const char *label, const char *tpath, const char *dpath, ge
     const spex_model_hparams *hp = spex_model_get_hparams(m);
     spex_chat_template tmpl = genset_template(m, tok);
 
-    spex_context_params cp = spex_context_default_params();
-    cp.n_ctx_per_seq = 2048 + DEMO_MAX_GEN + 64;
-    cp.n_batch_max = 512;
-    cp.n_outputs_max = dh->block_size;
-    cp.n_threads = (int32_t)n_threads;
-    cp.tap_layers = dh->target_layers;
-    cp.n_taps = dh->n_taps;
-    if (spex_context_init(m, &cp, &ctx, &e)) goto fail;
-    spex_context_params cp0 = cp;
-    cp0.tap_layers = NULL;
-    cp0.n_taps = 0;
-    cp0.pool = spex_context_pool(ctx);
-    if (spex_context_init(m, &cp0, &ctx_plain, &e)) goto fail;
-    spex_draft_context_params dcp = spex_draft_context_default_params();
-    dcp.n_ctx_per_seq = cp.n_ctx_per_seq;
-    dcp.pool = spex_context_pool(ctx);
-    if (spex_draft_context_init(d, &dcp, &dc, &e)) goto fail;
-    spex_spec_params spp = spex_spec_default_params();
-    spp.draft_cut = draft_cut; /* on by default, as spex run and spex serve decode */
-    spp.log = genset_quiet;
-    if (spex_spec_init(ctx, dc, &spp, &spec, &e) || spex_spec_init(ctx_plain, NULL, &spp, &plain, &e)) goto fail;
+    spex_session_params pp = spex_session_default_params();
+    pp.type = SPEX_SPEC_DFLASH;
+    pp.drafter = d;
+    pp.n_ctx_per_seq = 2048 + DEMO_MAX_GEN + 64;
+    pp.n_threads = (int32_t)n_threads;
+    pp.draft_cut = draft_cut; /* on by default, as spex run and spex serve decode */
+    pp.log = genset_quiet;
+    if (spex_session_create(m, &pp, &ses, &e)) goto fail;
+    spex_session_params pp0 = pp;   /* the target alone, on the same pool */
+    pp0.type = SPEX_SPEC_NONE;
+    pp0.drafter = NULL;
+    pp0.pool = spex_context_pool(spex_session_context(ses));
+    if (spex_session_create(m, &pp0, &ses_plain, &e)) goto fail;
+    spex_spec *spec = spex_session_spec(ses), *plain = spex_session_spec(ses_plain);
+    spex_context *ctx = spex_session_context(ses);
 
     spex_sampler_params sp0 = spex_sampler_default_params();
     sp0.temp = 0.0f;
@@ -228,11 +220,8 @@ done:
     probe_free(&probe);
     spex_sampler_free(smp[0]);
     spex_sampler_free(smp[1]);
-    spex_spec_free(spec);
-    spex_spec_free(plain);
-    spex_draft_context_free(dc);
-    spex_context_free(ctx_plain);
-    spex_context_free(ctx);
+    spex_session_free(ses_plain);
+    spex_session_free(ses);
     spex_drafter_free(d);
     spex_tokenizer_free(tok);
     spex_model_free(m);

@@ -79,7 +79,8 @@ static void usage(FILE *f) {
             "      --spec-type T          auto (from the draft file), none (ignore -md), dflash, mtp (the\n"
             "                             target's own MTP block, qwen35; no -md; n-max default 3), ngram\n"
             "                             (prompt lookup; no -md; n-max 16), draft-simple (-md a small model of\n"
-            "                             the target's family drafts autoregressively; n-max 16)\n"
+            "                             the target's family drafts autoregressively; n-max 16), hybrid (-md's\n"
+            "                             DFlash drafter and n-gram lookup, the better draft per step; n-max 16)\n"
             "      --spec-draft-n-max N   tokens drafted per step; clamped to block_size - 1 (block_size - 1)\n"
             "      --spec-draft-n-min N   drop drafts shorter than N (0)\n"
             "      --spec-draft-p-min P   stop the walk below this confidence (0 = off)\n"
@@ -233,7 +234,7 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             if (!need_value(a, v)) return 2;
             spex_spec_type t;
             if (!spex_spec_type_parse(v, &t)) {
-                fprintf(stderr, "error: %s expects auto, none, dflash, mtp, ngram or draft-simple, got '%s'\n", a, v);
+                fprintf(stderr, "error: %s expects auto, none, dflash, mtp, ngram, draft-simple or hybrid, got '%s'\n", a, v);
                 return 2;
             }
             o->spec_type = v, i++;

@@ -33,10 +33,11 @@ static void usage(FILE *f) {
             "  --reasoning-format F        none, deepseek (auto), deepseek-legacy   -rea on|off|auto\n"
             "  --temp --top-k --top-p --min-p --seed --repeat-penalty --repeat-last-n --presence-penalty\n"
             "  --frequency-penalty --samplers LIST      sampling defaults (llama.cpp's)\n"
-            "  -md, --model-draft FILE     DFlash drafter or draft model  --spec-type none|draft-dflash|draft-mtp|ngram|draft-simple\n"
+            "  -md, --model-draft FILE     DFlash drafter or draft model  --spec-type none|draft-dflash|draft-mtp|ngram|draft-simple|hybrid\n"
             "                              (draft-mtp: a qwen35 target's own MTP block drafts; no -md; n-max 3)\n"
             "                              (ngram: prompt lookup in each request's tokens; no -md; n-max 16)\n"
             "                              (draft-simple: -md is a small model of the target's vocabulary; n-max 16)\n"
+            "                              (hybrid: -md's DFlash drafter and n-gram lookup, the better draft per step)\n"
             "  --spec-ngram-size-n N (12)  --spec-ngram-size-m N (48)  --spec-ngram-min-hits N (1)\n"
             "  --spec-draft-n-max N  --spec-draft-n-min N  --spec-draft-p-min P  --spec-draft-sampling greedy|probabilistic\n"
             "  -ctk/-ctv f16|f32|q8_0      target KV type (f16; K = V)\n"
@@ -238,7 +239,7 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
             if (!v) goto need;
             if (!spex_spec_type_parse(v, &c.spec_type)) {
                 fprintf(stderr,
-                        "error: --spec-type '%s' is not supported (none, draft-dflash, draft-mtp, ngram, draft-simple)\n",
+                        "error: --spec-type '%s' is not supported (none, draft-dflash, draft-mtp, ngram, draft-simple, hybrid)\n",
                         v);
                 return 2;
             }
@@ -334,7 +335,7 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
         return 2;
     }
     const spex_spec_type t = c.spec_type;
-    const bool needs_file = t == SPEX_SPEC_DFLASH || t == SPEX_SPEC_DRAFT_MODEL;
+    const bool needs_file = t == SPEX_SPEC_DFLASH || t == SPEX_SPEC_DRAFT_MODEL || t == SPEX_SPEC_HYBRID;
     if (needs_file && !c.draft) {
         fprintf(stderr, "error: --spec-type %s needs a drafter (-md FILE)\n", spex_spec_type_name(t));
         return 2;

@@ -819,7 +819,7 @@ static enum MHD_Result do_models(srv_server *S, struct MHD_Connection *c) {
     if (S->drafter) {
         const spex_drafter_hparams *dh = spex_drafter_get_hparams(S->drafter);
         cJSON *sp = cJSON_AddObjectToObject(meta, "speculative");
-        cJSON_AddStringToObject(sp, "type", "draft-dflash");
+        cJSON_AddStringToObject(sp, "type", spex_spec_type_name(S->spec_type));
         cJSON_AddStringToObject(sp, "variant", dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash");
         cJSON_AddStringToObject(sp, "draft_model", S->cfg->draft);
         cJSON_AddNumberToObject(sp, "block_size", dh->block_size);
@@ -1220,9 +1220,9 @@ static int load(srv_server *S) {
                 (double)spex_drafter_weight_bytes(S->drafter) / 1048576.0, (double)dm.kv / 1048576.0,
                 (double)dm.compute / 1048576.0);
         fprintf(stderr,
-                "speculative: type draft-dflash, drafter %s, variant %s, block size %d, n_max %d, n_min %d, p_min %g, "
+                "speculative: type %s, drafter %s, variant %s, block size %d, n_max %d, n_min %d, p_min %g, "
                 "sampling %s, draft KV %s, adaptive %s (min gain %.2f), draft cut %s\n",
-                cfg->draft, dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash", dh->block_size, S->n_max,
+                spex_spec_type_name(S->spec_type), cfg->draft, dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash", dh->block_size, S->n_max,
                 S->n_min, (double)cfg->p_draft_min, cfg->draft_greedy ? "greedy" : "probabilistic",
                 spex_type_get_info(cfg->draft_kv)->name, cfg->adaptive ? "on" : "off", (double)cfg->min_gain,
                 cfg->draft_cut ? "on" : "off");

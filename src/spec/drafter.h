@@ -11,7 +11,7 @@
  *   keep    the target now keeps only the first n_keep positions of a sequence;
  *   seq_end the sequence is forgotten.
  * Each implementation lives in its own file (draft_dflash.c, draft_mtp.c, draft_fn.c,
- * draft_model.c) and depends on the loop only through this header. A drafter is created by its
+ * draft_model.c, draft_hybrid.c) and depends on the loop only through this header. A drafter is created by its
  * constructor below, owned by the loop and freed with it.
  */
 #ifndef SPEX_SPEC_DRAFTER_H
@@ -83,6 +83,10 @@ spec_drafter *spec_drafter_fn_unwrap(spec_drafter *d);
 spec_drafter *spec_drafter_fn_inner(spec_drafter *d);   /* the wrapped one, or d */
 spex_status spec_drafter_ngram(const spex_ngram_params *p, spec_drafter **out, spex_error *err);
 spex_status spec_drafter_model(spex_context *t, spex_context *dctx, spec_drafter **out, spex_error *err);
+/* inner (owned): the DFlash drafter the n-gram lookup competes with (draft_hybrid.c). */
+spex_status spec_drafter_hybrid(spec_drafter *inner, int32_t n_seq, const spex_ngram_params *p, spec_drafter **out,
+                                spex_error *err);
+spec_drafter *spec_drafter_hybrid_inner(spec_drafter *d);   /* the wrapped one, or d */
 
 /* The DFlash drafter's pending features of seq (0 for other drafters), and its capacity
  * (tests lower it; 0: inject every row at once). */

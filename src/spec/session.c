@@ -36,7 +36,8 @@ static const struct {
     {"none", SPEX_SPEC_NONE},          {"auto", SPEX_SPEC_AUTO},         {"dflash", SPEX_SPEC_DFLASH},
     {"draft-dflash", SPEX_SPEC_DFLASH}, {"mtp", SPEX_SPEC_MTP},          {"draft-mtp", SPEX_SPEC_MTP},
     {"ngram", SPEX_SPEC_NGRAM},        {"ngram-simple", SPEX_SPEC_NGRAM}, {"ngram-map-k", SPEX_SPEC_NGRAM},
-    {"draft-simple", SPEX_SPEC_DRAFT_MODEL}, {"draft", SPEX_SPEC_DRAFT_MODEL},
+    {"draft-simple", SPEX_SPEC_DRAFT_MODEL}, {"draft", SPEX_SPEC_DRAFT_MODEL}, {"hybrid", SPEX_SPEC_HYBRID},
+    {"dflash+ngram", SPEX_SPEC_HYBRID},
 };
 
 bool spex_spec_type_parse(const char *s, spex_spec_type *out) {
@@ -56,6 +57,7 @@ const char *spex_spec_type_name(spex_spec_type t) {
     case SPEX_SPEC_MTP: return "draft-mtp";
     case SPEX_SPEC_NGRAM: return "ngram";
     case SPEX_SPEC_DRAFT_MODEL: return "draft-simple";
+    case SPEX_SPEC_HYBRID: return "hybrid";
     }
     return "?";
 }
@@ -65,6 +67,9 @@ spex_session_params spex_session_default_params(void) {
                                  .draft_kv_type = SPEX_TYPE_F16, .draft_cut = true,
                                  .ngram = spex_ngram_default_params()};
 }
+
+/* The types that draft with a DFlash drafter (and so tap the target and need a draft context). */
+static bool uses_dflash(spex_spec_type t) { return t == SPEX_SPEC_DFLASH || t == SPEX_SPEC_HYBRID; }
 
 static void say(const spex_session_params *p, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -112,7 +117,7 @@ static spex_status load_drafter(spex_session *s, const spex_model *target, const
                                 spex_error *err) {
     spex_spec_type t = p->type;
     s->dr = p->drafter;
-    if (s->dr && (t == SPEX_SPEC_AUTO || t == SPEX_SPEC_DFLASH)) t = SPEX_SPEC_DFLASH;
+    if (s->dr && t == SPEX_SPEC_AUTO) t = SPEX_SPEC_DFLASH;
     else if (t == SPEX_SPEC_AUTO && p->draft_path) {
         spex_status st = detect_type(p->draft_path, &t, err);
         if (st != SPEX_OK) return st;
@@ -120,14 +125,14 @@ static spex_status load_drafter(spex_session *s, const spex_model *target, const
     } else if (t == SPEX_SPEC_AUTO)
         t = SPEX_SPEC_NONE;
     s->info.type = t;
-    if ((t == SPEX_SPEC_DFLASH && !s->dr) || t == SPEX_SPEC_DRAFT_MODEL) {
+    if ((uses_dflash(t) && !s->dr) || t == SPEX_SPEC_DRAFT_MODEL) {
         if (!p->draft_path)
             return spex_error_set(err, SPEX_ERR_INVALID_ARG, "session: --spec-type %s needs a draft model file",
                                   spex_spec_type_name(t));
-    } else if (p->draft_path && t != SPEX_SPEC_DFLASH)
+    } else if (p->draft_path && !uses_dflash(t))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "session: --spec-type %s takes no draft model file",
                               spex_spec_type_name(t));
-    if (t == SPEX_SPEC_DFLASH && !s->dr) {
+    if (uses_dflash(t) && !s->dr) {
         spex_drafter_params dp = spex_drafter_default_params();
         dp.verbose = p->verbose;
         dp.log = p->log;
@@ -166,6 +171,10 @@ static void resolve_lengths(spex_session *s, const spex_session_params *p) {
         s->info.block_size = spex_drafter_get_hparams(s->dr)->block_size;
         def = s->info.block_size - 1;
         if (def < lim) lim = def;
+        break;
+    case SPEX_SPEC_HYBRID:   /* DFlash drafts within its block; a lookup runs on to n-gram's 16 */
+        s->info.block_size = spex_drafter_get_hparams(s->dr)->block_size;
+        def = s->info.block_size - 1 > 16 ? s->info.block_size - 1 : 16;
         break;
     case SPEX_SPEC_MTP: def = 3; break;
     case SPEX_SPEC_NGRAM:
@@ -208,7 +217,7 @@ static spex_status make_contexts(spex_session *s, const spex_model *target, cons
         long cpus = sysconf(_SC_NPROCESSORS_ONLN);
         cp.n_threads = (int32_t)(cpus > 0 ? cpus : 1);
     }
-    if (t == SPEX_SPEC_DFLASH) {
+    if (uses_dflash(t)) {
         cp.tap_layers = spex_drafter_get_hparams(s->dr)->target_layers;
         cp.n_taps = spex_drafter_get_hparams(s->dr)->n_taps;
     } else if (t == SPEX_SPEC_MTP) {
@@ -223,7 +232,7 @@ static spex_status make_contexts(spex_session *s, const spex_model *target, cons
     const spex_context_params *tp = spex_context_get_params(s->ctx);
     s->info.n_ctx_per_seq = tp->n_ctx_per_seq;
     s->info.n_seq = tp->n_seq_max;
-    if (t == SPEX_SPEC_DFLASH) {
+    if (uses_dflash(t)) {
         spex_draft_context_params dcp = spex_draft_context_default_params();
         dcp.n_seq_max = p->n_seq;
         dcp.n_ctx_per_seq = tp->n_ctx_per_seq;
@@ -283,6 +292,7 @@ spex_status spex_session_create(const spex_model *target, const spex_session_par
         switch (s->info.type) {
         case SPEX_SPEC_MTP: st = spex_spec_init_mtp(s->ctx, s->mc, &spp, &s->spec, err); break;
         case SPEX_SPEC_DRAFT_MODEL: st = spex_spec_init_draft_model(s->ctx, s->dctx, &spp, &s->spec, err); break;
+        case SPEX_SPEC_HYBRID: st = spex_spec_init_hybrid(s->ctx, s->dc, &p.ngram, &spp, &s->spec, err); break;
         default: st = spex_spec_init(s->ctx, s->dc, &spp, &s->spec, err); break;
         }
         if (st == SPEX_OK && s->info.type == SPEX_SPEC_NGRAM) st = spex_spec_set_ngram(s->spec, &p.ngram, err);
@@ -291,8 +301,9 @@ spex_status spex_session_create(const spex_model *target, const spex_session_par
         spex_session_free(s);
         return st;
     }
-    if (s->info.type == SPEX_SPEC_DFLASH)
-        s->info.variant = spex_drafter_get_hparams(s->dr)->variant == SPEX_DFLASH2 ? "dflash2" : "dflash1";
+    bool v2 = s->dr && spex_drafter_get_hparams(s->dr)->variant == SPEX_DFLASH2;
+    if (s->info.type == SPEX_SPEC_DFLASH) s->info.variant = v2 ? "dflash2" : "dflash1";
+    else if (s->info.type == SPEX_SPEC_HYBRID) s->info.variant = v2 ? "dflash2+ngram" : "dflash1+ngram";
     else s->info.variant = s->info.type == SPEX_SPEC_MTP     ? "mtp"
                          : s->info.type == SPEX_SPEC_NGRAM   ? "ngram"
                          : s->info.type == SPEX_SPEC_DRAFT_MODEL ? "draft-simple"

@@ -131,6 +131,21 @@ static void spec_log(const spex_spec *s, const char *fmt, ...) {
 
 static bool alloc_hist(spex_spec *s);
 
+/* The drafter that keeps the cache, under a draft function or hybrid wrapper. */
+static spec_drafter *cache_drafter(const spex_spec *s) {
+    return spec_drafter_hybrid_inner(spec_drafter_fn_inner(s->d));
+}
+
+/* Drafters book backlog time in the loop's stats: the outer one and those it wraps. */
+static void bind_stats(spex_spec *s) {
+    spec_drafter *chain[3] = {s->d, spec_drafter_fn_inner(s->d), cache_drafter(s)};
+    for (int i = 0; i < 3; i++)
+        if (chain[i]) {
+            chain[i]->total = &s->total;
+            chain[i]->seq_st = s->seq_st;
+        }
+}
+
 static bool verdict_as_is(void *user, bool verdict) {
     (void)user;
     return verdict;
@@ -212,10 +227,7 @@ static spex_status spec_init(spex_context *tctx, spec_drafter *d, const spex_spe
         spec_init_fail(s, d);
         return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
     }
-    if (d) {
-        d->total = &s->total;
-        d->seq_st = s->seq_st;
-    }
+    bind_stats(s);
     *out = s;
     return SPEX_OK;
 }
@@ -241,6 +253,23 @@ spex_status spex_spec_init_mtp(spex_context *tctx, spex_mtp_context *mc, const s
     spec_drafter *d = NULL;
     spex_status st = spec_drafter_mtp(tctx, mc, &d, err);
     return st == SPEX_OK ? spec_init(tctx, d, params, out, err) : st;
+}
+
+spex_status spex_spec_init_hybrid(spex_context *tctx, spex_draft_context *dc, const spex_ngram_params *ng,
+                                  const spex_spec_params *params, spex_spec **out, spex_error *err) {
+    if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: init: NULL out");
+    *out = NULL;
+    if (!tctx || !dc || !ng)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: init: NULL target, draft context or n-gram params");
+    spec_drafter *d = NULL, *h = NULL;
+    spex_status st = spec_drafter_dflash(tctx, dc, &d, err);
+    if (st != SPEX_OK) return st;
+    st = spec_drafter_hybrid(d, spex_context_get_params(tctx)->n_seq_max, ng, &h, err);
+    if (st != SPEX_OK) {
+        d->ops->free(d);
+        return st;
+    }
+    return spec_init(tctx, h, params, out, err);
 }
 
 spex_status spex_spec_init_draft_model(spex_context *tctx, spex_context *dctx, const spex_spec_params *params,
@@ -275,7 +304,7 @@ const spex_spec_params *spex_spec_get_params(const spex_spec *s) { return s ? &s
 
 const char *spex_spec_drafter_name(const spex_spec *s) { return s && s->d ? s->d->ops->name : "none"; }
 
-int32_t spex_spec_test_pend_cap(spex_spec *s, int32_t cap) { return s ? spec_drafter_dflash_pend_cap(spec_drafter_fn_inner(s->d), cap) : 0; }
+int32_t spex_spec_test_pend_cap(spex_spec *s, int32_t cap) { return s ? spec_drafter_dflash_pend_cap(cache_drafter(s), cap) : 0; }
 
 void spex_spec_test_set_verdict(spex_spec *s, spex_spec_test_verdict_fn fn, void *user) {
     if (!s) return;
@@ -304,9 +333,8 @@ static spex_status replace_drafter(spex_spec *s, spec_drafter *d, spex_error *er
         d->ops->free(d);
         return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
     }
-    d->total = &s->total;
-    d->seq_st = s->seq_st;
     s->d = d;
+    bind_stats(s);
     return SPEX_OK;
 }
 
@@ -319,6 +347,20 @@ void spex_spec_set_draft_fn(spex_spec *s, spex_spec_draft_fn fn, void *user) {
     }
     s->d = inner;
     if (fn && spec_drafter_fn(fn, user, inner, &d, NULL) == SPEX_OK) replace_drafter(s, d, NULL);
+}
+
+spex_status spex_spec_set_hybrid_ngram(spex_spec *s, const spex_ngram_params *p, spex_error *err) {
+    if (!s || !p) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: hybrid: NULL argument");
+    if (!s->d || strcmp(s->d->ops->name, "dflash"))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG,
+                              "spec: hybrid drafting pairs n-gram lookup with a DFlash drafter: create the loop with "
+                              "a draft context (spex_spec_init)");
+    if (!s->hist_all && !alloc_hist(s)) return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
+    spec_drafter *h = NULL;
+    spex_status st = spec_drafter_hybrid(s->d, s->n_seq, p, &h, err);
+    if (st == SPEX_OK) s->d = h;
+    bind_stats(s);
+    return st;
 }
 
 spex_status spex_spec_set_ngram(spex_spec *s, const spex_ngram_params *p, spex_error *err) {
@@ -378,7 +420,7 @@ int32_t spex_spec_seq_len(const spex_spec *s, int32_t seq) {
 }
 
 int32_t spex_spec_seq_pending(const spex_spec *s, int32_t seq) {
-    return seq_ok(s, seq) ? spec_drafter_dflash_pending(spec_drafter_fn_inner(s->d), seq) : -1;
+    return seq_ok(s, seq) ? spec_drafter_dflash_pending(cache_drafter(s), seq) : -1;
 }
 
 void spex_spec_seq_end(spex_spec *s, int32_t seq) {
@@ -489,7 +531,7 @@ static spex_status check_in_step(const spex_spec *s, int32_t seq, int32_t len, s
         return spex_error_set(err, SPEX_ERR_INTERNAL,
                               "spec: sequence %d: the %s drafter holds %d positions (%d pending), target %d "
                               "(invariant A)",
-                              seq, s->d->ops->name, have, spec_drafter_dflash_pending(spec_drafter_fn_inner(s->d), seq), len);
+                              seq, s->d->ops->name, have, spec_drafter_dflash_pending(cache_drafter(s), seq), len);
     return SPEX_OK;
 }
 

@@ -1,0 +1,175 @@
+/*
+ * draft_hybrid.c — DFlash plus n-gram lookup in one drafter (drafter.h; --spec-type hybrid).
+ *
+ * Each step, for each sequence, the n-gram lookup runs first (free: a search of the
+ * sequence's own tokens). Its draft of length L is kept instead of a DFlash draft when its
+ * expected accepted length, r + r^2 + .. + r^L with r the lookup's learned per-token
+ * acceptance, exceeds the mean accepted length of this drafter's recent DFlash steps;
+ * otherwise DFlash drafts (and the sequences that took the lookup skip the drafter forward).
+ * Both estimates are decayed counts over earlier steps, so the choice reads nothing of this
+ * step's DFlash draft: a sampled DFlash draft stays a draw from its proposal q and rejection
+ * sampling stays exact; lookup drafts carry no q and verify by sample-and-match. Either way
+ * the output is the target's.
+ * Where it wins: code edits, quotes of the prompt, RAG — text that repeats, where a lookup
+ * proposes long runs that DFlash's block cannot reach.
+ *
+ * Nothing is allocated after the constructor.
+ */
+#include "spec/drafter.h"
+
+#include <stdlib.h>
+
+#define HY_DECAY 0.98       /* per observed step: about the last 50 steps count       */
+#define HY_PRIOR_R 0.5      /* the lookup's per-token acceptance before any evidence  */
+#define HY_PRIOR_W 4.0      /* ... worth this many tokens                             */
+#define HY_PRIOR_DF 1.0     /* DFlash's accepted tokens per step before any evidence  */
+
+enum { SRC_NONE, SRC_DFLASH, SRC_NGRAM };
+
+typedef struct hybrid {
+    spec_drafter base;
+    spec_drafter *inner;         /* owned: the DFlash drafter */
+    spex_ngram_params ng;
+    double ng_ok, ng_tot;        /* decayed accepted / judged lookup tokens  */
+    double df_acc, df_steps;     /* decayed accepted tokens / DFlash steps   */
+    uint8_t *src;                /* [n_seq]: what drafted this step          */
+    int32_t *len;                /* [n_seq]: its length                      */
+    spec_draft_req *sub;         /* [n_seq]: the requests DFlash drafts      */
+    int32_t *sub_of;             /* [n_seq]: their index in the caller's     */
+    spex_draft *sub_out;         /* [n_seq]                                  */
+} hybrid;
+
+static double expected_lookup(const hybrid *h, int32_t L) {
+    double r = (h->ng_ok + HY_PRIOR_R * HY_PRIOR_W) / (h->ng_tot + HY_PRIOR_W), e = 0, v = 1;
+    for (int32_t p = 0; p < L; p++) e += (v *= r);
+    return e;
+}
+
+static double expected_dflash(const hybrid *h) { return (h->df_acc + HY_PRIOR_DF) / (h->df_steps + 1.0); }
+
+static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t n, spex_draft *out,
+                            uint64_t *n_batches, spex_error *err) {
+    hybrid *h = (hybrid *)d;
+    int32_t n_sub = 0;
+    const double e_df = expected_dflash(h);
+    for (int32_t i = 0; i < n; i++) {
+        spex_draft *o = &out[i];
+        o->n = 0;
+        o->has_q = false;
+        if (reqs[i].hist) {
+            reqs[i].hist[reqs[i].pos] = reqs[i].anchor;   /* the loop keeps room for the anchor */
+            o->n = spex_ngram_lookup(reqs[i].hist, reqs[i].pos + 1, &h->ng, reqs[i].n_max, o->ids);
+        }
+        if (o->n > 0 && expected_lookup(h, o->n) > e_df) {
+            for (int32_t j = 0; j < o->n; j++) o->conf[j] = 0.95f - 0.1f * (float)(j < 9 ? j : 9), o->kidx[j] = 0;
+            h->src[reqs[i].seq] = SRC_NGRAM;
+            h->len[reqs[i].seq] = o->n;
+            continue;
+        }
+        o->n = 0;
+        h->sub[n_sub] = reqs[i];
+        if (h->sub[n_sub].n_max > h->inner->n_max_limit) h->sub[n_sub].n_max = h->inner->n_max_limit;
+        h->sub_of[n_sub++] = i;
+        h->src[reqs[i].seq] = SRC_DFLASH;
+    }
+    if (n_sub == 0) return SPEX_OK;
+    spex_status st = h->inner->ops->draft(h->inner, h->sub, n_sub, h->sub_out, n_batches, err);
+    for (int32_t k = 0; k < n_sub && st == SPEX_OK; k++) {
+        out[h->sub_of[k]] = h->sub_out[k];
+        h->len[h->sub[k].seq] = h->sub_out[k].n;
+    }
+    return st;
+}
+
+/* Learns from the rows the target accepted (n = accepted drafts + 1), then passes them on. */
+static spex_status hy_wrote(spec_drafter *d, int32_t seq, const int32_t *toks, int32_t r0, int32_t n, int32_t pos0,
+                            bool idle, spex_error *err) {
+    hybrid *h = (hybrid *)d;
+    if (!idle && h->src[seq] != SRC_NONE) {
+        const double m = n - 1;
+        if (h->src[seq] == SRC_NGRAM) {
+            h->ng_ok = HY_DECAY * h->ng_ok + m;
+            h->ng_tot = HY_DECAY * h->ng_tot + m + (m < h->len[seq] ? 1 : 0);   /* a rejection is a failure */
+        } else {
+            h->df_acc = HY_DECAY * h->df_acc + m;
+            h->df_steps = HY_DECAY * h->df_steps + 1;
+        }
+    }
+    h->src[seq] = SRC_NONE;
+    return h->inner->ops->wrote(h->inner, seq, toks, r0, n, pos0, idle, err);
+}
+
+static spex_status hy_commit(spec_drafter *d, spex_error *err) {
+    spec_drafter *in = ((hybrid *)d)->inner;
+    return in->ops->commit(in, err);
+}
+
+static bool hy_can_keep(const spec_drafter *d, int32_t seq, int32_t n_keep, int32_t len) {
+    const spec_drafter *in = ((const hybrid *)d)->inner;
+    return in->ops->can_keep(in, seq, n_keep, len);
+}
+
+static spex_status hy_keep(spec_drafter *d, int32_t seq, int32_t n_keep, spex_error *err) {
+    spec_drafter *in = ((hybrid *)d)->inner;
+    return in->ops->keep(in, seq, n_keep, err);
+}
+
+static int32_t hy_have(const spec_drafter *d, int32_t seq) {
+    const spec_drafter *in = ((const hybrid *)d)->inner;
+    return in->ops->have(in, seq);
+}
+
+static void hy_seq_end(spec_drafter *d, int32_t seq) {
+    hybrid *h = (hybrid *)d;
+    h->src[seq] = SRC_NONE;
+    h->inner->ops->seq_end(h->inner, seq);
+}
+
+static void hy_free(spec_drafter *d) {
+    hybrid *h = (hybrid *)d;
+    if (!h) return;
+    if (h->inner) h->inner->ops->free(h->inner);
+    free(h->src);
+    free(h->len);
+    free(h->sub);
+    free(h->sub_of);
+    free(h->sub_out);
+    free(h);
+}
+
+static const spec_drafter_ops HYBRID_OPS = {
+    .name = "hybrid", .draft = hy_draft, .wrote = hy_wrote, .commit = hy_commit, .can_keep = hy_can_keep,
+    .keep = hy_keep, .have = hy_have, .seq_end = hy_seq_end, .free = hy_free,
+};
+
+spec_drafter *spec_drafter_hybrid_inner(spec_drafter *d) {
+    return d && d->ops == &HYBRID_OPS ? ((hybrid *)d)->inner : d;
+}
+
+spex_status spec_drafter_hybrid(spec_drafter *inner, int32_t n_seq, const spex_ngram_params *p, spec_drafter **out,
+                                spex_error *err) {
+    if (p->size_n < 1 || p->size_n > 1024 || p->size_m < 1 || p->min_hits < 1)
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: ngram: size n %d (1..1024), size m %d and min hits %d (>= 1)",
+                              p->size_n, p->size_m, p->min_hits);
+    hybrid *h = calloc(1, sizeof *h);
+    if (!h) return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
+    h->base = *inner;   /* its sizes, limits and bookkeeping pointers */
+    h->base.ops = &HYBRID_OPS;
+    h->base.wants_hist = true;
+    h->base.n_max_limit = SPEX_DRAFT_MAX_N;   /* a lookup may run past DFlash's block */
+    h->base.block_size = 0;
+    h->base.replaceable = false;
+    h->ng = *p;
+    h->src = calloc((size_t)n_seq, 1);
+    h->len = calloc((size_t)n_seq, sizeof(int32_t));
+    h->sub = malloc(sizeof *h->sub * (size_t)n_seq);
+    h->sub_of = malloc(sizeof(int32_t) * (size_t)n_seq);
+    h->sub_out = malloc(sizeof *h->sub_out * (size_t)n_seq);
+    if (!h->src || !h->len || !h->sub || !h->sub_of || !h->sub_out) {
+        hy_free(&h->base);
+        return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
+    }
+    h->inner = inner;
+    *out = &h->base;
+    return SPEX_OK;
+}
