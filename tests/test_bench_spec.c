@@ -346,6 +346,25 @@ TEST(draft_model_row) {
     bs_free(&r);
 }
 
+/* hybrid: the first -md drafter with n-gram lookup, in a row of its own next to the drafter's. */
+TEST(hybrid_row) {
+    REQUIRE_BIN();
+    const char *tgt = "tests/data/models/tiny-qwen3.gguf", *dr = "tests/data/dflash/tiny-qwen3.dflash2.gguf";
+    if (access(tgt, R_OK) || access(dr, R_OK)) SKIP("tests/data fixtures missing");
+    char prompts[512];
+    snprintf(prompts, sizeof prompts, "%s", test_tmp_path("hybrid.jsonl"));
+    CHECK(write_text(prompts, "{\"prompt\": \"abc abc abc\"}\n{\"prompt\": \"The cat\"}\n"));
+    bs_result r;
+    RUN(r, "-m", tgt, "-md", dr, "--hybrid", "--ngram-n", "2", "--prompts", prompts, "-n", "96", "-t", "1",
+        "--verify-k", "2", "--reps", "1");
+    CHECK_MSG(r.rc == 0 && sanitizer_clean(r.err), "rc %d, stderr: %s", r.rc, r.err);
+    CHECK_MSG(strstr(r.out, "+ n-gram lookup (key 2 tokens), the better draft per step, n_max 16"), "in:\n%s", r.out);
+    CHECK_MSG(strstr(r.out, "| DFlash2 | F32 | 8 | 0 | ") && strstr(r.out, "| DFlash2+ngram | F32 | 17 | 0 | "),
+              "in:\n%s", r.out);
+    CHECK_MSG(strstr(r.out, "greedy output identical: yes"), "in:\n%s", r.out);
+    bs_free(&r);
+}
+
 TEST(mtp_absent_is_a_note) {
     REQUIRE_BIN();
     if (access(DEF_TARGET, R_OK)) SKIP("no default models in models/");

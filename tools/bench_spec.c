@@ -115,7 +115,7 @@ static void bs_usage(FILE *f) {
             "(every speculative row equals AR token for token at T = 0; 'no' exits 1).\n"
             "\n"
             "  -m TARGET           target GGUF (default models/target.gguf; then -md defaults to\n"
-            "                      models/drafter.gguf unless -md or --mtp is given)\n"
+            "                      models/drafter.gguf unless -md, --mtp or --ngram is given without --hybrid)\n"
             "  -md DRAFTER         a DFlash drafter GGUF (up to %d)\n"
             "  --mtp               add the MTP row\n"
             "  --ngram             add the n-gram row (docs/speculative.md); --ngram-n N its key length\n"
@@ -252,7 +252,7 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
     }
     if (!o->target) {
         o->target = "models/target.gguf";
-        if (o->n_drafters == 0 && !o->mtp && !o->ngram) o->drafters[o->n_drafters++] = "models/drafter.gguf";
+        if (o->n_drafters == 0 && (o->hybrid || (!o->mtp && !o->ngram))) o->drafters[o->n_drafters++] = "models/drafter.gguf";
     }
     if (o->n_threads == 0) {
         long c = sysconf(_SC_NPROCESSORS_ONLN);
