@@ -584,6 +584,37 @@ bool spex_model_layer_is_recurrent(const spex_model *m, int32_t l);
  * fp32); 0 for models without recurrent layers. targets.md §6.4. */
 uint64_t spex_model_recurrent_state_bytes(const spex_model *m);
 
+/* The qwen35 memory plan from hyper-parameters alone (src/model/plan.c; targets.md §6.4, §9):
+ * what the context allocates, computable before (or without) loading a model. */
+typedef struct spex_qwen35_plan_in {
+    int64_t n_layer;     /* N: trunk layers (block_count - nextn_predict_layers)       */
+    int64_t n_attn;      /* full-attention layers among them                           */
+    int64_t n_head_kv;   /* H_kv                                                       */
+    int64_t head_dim;    /* hd (attention.key_length = value_length for qwen35)         */
+    int64_t ssm_n_group; /* Hk (ssm.group_count)                                       */
+    int64_t ssm_dt_rank; /* Hv (ssm.time_step_rank)                                    */
+    int64_t ssm_d_state; /* D = Dk = Dv (ssm.state_size)                               */
+    int64_t ssm_d_conv;  /* d_conv (ssm.conv_kernel)                                   */
+    int64_t n_max;       /* drafts per verify batch: the ring keeps 1 + n_max copies    */
+} spex_qwen35_plan_in;
+
+typedef struct spex_qwen35_plan {
+    int64_t n_gdn;            /* N - n_attn Gated DeltaNet layers                          */
+    int64_t conv_channels;    /* C                                                         */
+    uint64_t kv_per_token;    /* n_attn x 2 (K and V) x H_kv x hd x 2 bytes (F16)          */
+    uint64_t state_S;         /* n_gdn x Hv x D x D x 4 bytes (fp32 delta-rule state)      */
+    uint64_t state_conv;      /* n_gdn x (d_conv - 1) x C x 4 bytes (conv windows)         */
+    uint64_t state;           /* state_S + state_conv: one copy of one sequence's state    */
+    uint64_t snapshots;       /* (1 + n_max) x state: the live copy plus one per draft     */
+    uint64_t layer_S_floats;  /* one GDN layer's state S: Hv x D x D                       */
+    uint64_t layer_conv_floats; /* one GDN layer's conv window: (d_conv - 1) x C           */
+} spex_qwen35_plan;
+/* Fills *out from *in; returns 0, or -1 (and *out zeroed) when a number is negative, the
+ * attention layers outnumber the trunk, d_conv is 0, or a number is beyond what any real model
+ * has (layers 4096, heads and hd 65536, D and d_conv 1024, n_max 256): inspect feeds it the
+ * keys of untrusted files, and these caps keep every product below 2^62. */
+int spex_qwen35_plan_compute(const spex_qwen35_plan_in *in, spex_qwen35_plan *out);
+
 /* Loads a llama, qwen3 or qwen35 GGUF. Errors name the file and the key or tensor, with both shapes
  * for a shape mismatch ("blk.2.attn_k.weight: shape [64, 16], expected [64, 32]").
  * params may be NULL (defaults). On failure *out is NULL. */

@@ -62,9 +62,6 @@ tools/bench.c -> src/cpu/matmul.h
 tools/probe.c -> src/cpu/matmul.h
 # bench attn: times one layer's attention kernel (spex_attention, spex_ops_get) on its own.
 tools/bench_attn.c -> src/cpu/ops.h
-# the qwen35 context memory plan lives in tools/ (issue 46 item 5 moves it into the library);
-# until then its test reaches into tools/.
-tests/test_qwen35_plan.c -> tools/qwen35_plan.h
 # a test harness is the CLI with a main of its own (the Makefile builds it with -Itools).
 tests/harness/serve_slow.c -> tools/cli.h
 EOF

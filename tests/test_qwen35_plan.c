@@ -1,5 +1,5 @@
 /*
- * test_qwen35_plan.c — the qwen35 memory plan (tools/qwen35_plan.h) and what `spex inspect`
+ * test_qwen35_plan.c — the qwen35 memory plan (src/model/plan.c) and what `spex inspect`
  * prints from it.
  *
  * Checks the plan against the numbers of ../shared/docs/targets.md: §6.4 for Qwen3.8-27B (64 KiB
@@ -14,7 +14,6 @@
  */
 #include "spex.h"
 #include "test.h"
-#include "../tools/qwen35_plan.h"
 
 #include <limits.h>
 #include <sys/wait.h>

@@ -9,7 +9,7 @@
  * hyper-parameter keys and the exact tensor set with shapes. For qwen35 the verdict is
  * spex_model_load's (it checks the keys, the layer pattern and every tensor the trunk and the
  * MTP block read, with shapes and types), and inspect also prints the memory plan of
- * targets.md §6.4/§9 computed from the hyper-parameter keys alone (tools/qwen35_plan.h): the
+ * targets.md §6.4/§9 computed from the hyper-parameter keys alone (src/model/plan.c): the
  * layer pattern, the MTP block, weight bytes, F16 KV bytes per token, recurrent state per
  * sequence and the snapshot ring for --n-max drafts. Other architectures get a structural
  * verdict only, and say so.
@@ -19,7 +19,6 @@
  */
 #include "spex.h"
 #include "cli.h"
-#include "qwen35_plan.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

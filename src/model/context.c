@@ -185,11 +185,15 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     uint64_t rs_bytes = 0;
     bool rs_ok = true;
     if (hp->n_recurrent > 0) {
-        const uint64_t Cc = 2ull * (uint64_t)hp->ssm_n_group * (uint64_t)hp->ssm_d_state + (uint64_t)hp->ssm_d_inner;
+        spex_qwen35_plan plan;
+        if (spex_model_plan(hp, p.n_rs_seq, &plan) != 0) {
+            s = spex_error_set(err, SPEX_ERR_RANGE, "context: recurrent hyper-parameters outside the memory plan");
+            goto fail;
+        }
         const uint64_t R = 1 + (uint64_t)p.n_rs_seq, NR = (uint64_t)hp->n_recurrent;
         c->rs_ring = (int32_t)R;
-        c->rs_S_floats = (uint64_t)hp->ssm_dt_rank * (uint64_t)hp->ssm_d_state * (uint64_t)hp->ssm_d_state;
-        c->rs_conv_floats = (uint64_t)(hp->ssm_d_conv - 1) * Cc;
+        c->rs_S_floats = plan.layer_S_floats;
+        c->rs_conv_floats = plan.layer_conv_floats;
         const uint64_t nS = S * R * NR * c->rs_S_floats, nC = S * R * NR * c->rs_conv_floats;
         if (nS > (uint64_t)SIZE_MAX / 8 || nC > (uint64_t)SIZE_MAX / 8) {
             s = spex_error_set(err, SPEX_ERR_RANGE, "context: recurrent state of %" PRIu64 " floats is too large",

@@ -475,12 +475,16 @@ bool spex_model_layer_is_recurrent(const spex_model *m, int32_t l) {
     return m && l >= 0 && l < m->hp.n_layer && m->layers[l].recurrent;
 }
 uint64_t spex_model_recurrent_state_bytes(const spex_model *m) {
-    if (!m || m->hp.n_recurrent == 0) return 0;
-    const spex_model_hparams *hp = &m->hp;
-    const uint64_t Cc = 2ull * (uint64_t)hp->ssm_n_group * (uint64_t)hp->ssm_d_state + (uint64_t)hp->ssm_d_inner;
-    const uint64_t per_layer = (uint64_t)hp->ssm_dt_rank * (uint64_t)hp->ssm_d_state * (uint64_t)hp->ssm_d_state +
-                               (uint64_t)(hp->ssm_d_conv - 1) * Cc;
-    return (uint64_t)hp->n_recurrent * per_layer * sizeof(float);
+    spex_qwen35_plan p;
+    return m && m->hp.n_recurrent > 0 && spex_model_plan(&m->hp, 0, &p) == 0 ? p.state : 0;
+}
+
+int spex_model_plan(const spex_model_hparams *hp, int32_t n_max, spex_qwen35_plan *out) {
+    spex_qwen35_plan_in in = {.n_layer = hp->n_layer, .n_attn = hp->n_layer - hp->n_recurrent,
+                              .n_head_kv = hp->n_head_kv, .head_dim = hp->head_dim, .ssm_n_group = hp->ssm_n_group,
+                              .ssm_dt_rank = hp->ssm_dt_rank, .ssm_d_state = hp->ssm_d_state,
+                              .ssm_d_conv = hp->ssm_d_conv, .n_max = n_max};
+    return spex_qwen35_plan_compute(&in, out);
 }
 const spex_tensor_info *spex_model_token_embd(const spex_model *m) { return m ? m->tok_embd.t : NULL; }
 const spex_tensor_info *spex_model_lm_head(const spex_model *m) { return m ? m->output.t : NULL; }

@@ -157,6 +157,10 @@ spex_status spex_model_load_globals(spex_model *m, spex_error *err);
 spex_status spex_model_load_qwen35(spex_model *m, key_reader *r, spex_error *err);
 
 /* Logs one line through the model's sink (params.log, else stderr) when verbose. */
+/* The memory plan (plan.c) of a loaded model's hyper-parameters with n_max drafts: 0, or -1
+ * when they are outside the plan's caps. */
+int spex_model_plan(const spex_model_hparams *hp, int32_t n_max, spex_qwen35_plan *out);
+
 void spex_model_log(const spex_model *m, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 2, 3)))
