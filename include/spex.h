@@ -384,6 +384,22 @@ typedef struct spex_quantize_params {
 } spex_quantize_params;
 
 spex_quantize_params spex_quantize_default_params(void);
+
+/* One tensor as the per-tensor recipe sees it. */
+typedef struct spex_quant_tensor {
+    const char *name;             /* GGUF tensor name                                      */
+    int64_t row;                  /* ne[0]                                                 */
+    bool has_output;              /* the file has output.weight (else token_embd is the head) */
+    int64_t i_attn_v, n_attn_v;   /* its rank among attention value tensors, their count   */
+    int64_t i_ffn_down, n_layer;  /* its rank among ffn_down tensors, block_count          */
+    uint32_t n_expert;            /* 0: dense                                              */
+} spex_quant_tensor;
+
+/* The type llama.cpp's recipe gives a quantizable tensor in a file quantized to ft (what
+ * spex_quantize_file writes; `spex gen-model` types its tensors the same way). why (may be
+ * NULL): the rule that picked it, or NULL; wanted (may be NULL): the type before the
+ * row-size fallback. */
+spex_type spex_quantize_tensor_type(spex_ftype ft, const spex_quant_tensor *t, const char **why, spex_type *wanted);
 /* Refuses to overwrite the input (same path or same inode). */
 spex_status spex_quantize_file(const char *in_path, const char *out_path,
                                const spex_quantize_params *params, spex_error *err);

@@ -199,27 +199,16 @@ static bool ftype_base(spex_ftype ft, spex_type *base) {
     return false;
 }
 
-static bool more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
-
-static spex_type fit_row(spex_type ty, int64_t n) {
-    if (n % spex_type_get_info((int)ty)->block_size == 0) return ty;
-    spex_type fb = ty == SPEX_TYPE_Q4_K ? SPEX_TYPE_Q5_0
-                 : ty == SPEX_TYPE_Q5_K ? SPEX_TYPE_Q5_1
-                 : ty == SPEX_TYPE_Q6_K ? SPEX_TYPE_Q8_0
-                 : SPEX_TYPE_F16;
-    return n % spex_type_get_info((int)fb)->block_size == 0 ? fb : SPEX_TYPE_F16;
-}
-
 /* kind: 0 other matrix, 1 LM head, 2 attn_v, 3 ffn_down, 4 fused attn_qkv. i / n: the rank of
- * an attn_v or ffn_down among its kind and how many the recipe counts (quantize_file.c). */
+ * an attn_v or ffn_down among its kind and how many the recipe counts: the library's recipe
+ * (spex_quantize_tensor_type) for a tensor of that kind. */
 static spex_type pick_type(spex_ftype ft, spex_type base, int kind, int i, int n, int64_t row) {
-    bool quant = base != SPEX_TYPE_F32 && base != SPEX_TYPE_F16 && base != SPEX_TYPE_BF16;
-    bool mix_m = ft == SPEX_FTYPE_Q4_K_M || ft == SPEX_FTYPE_Q5_K_M;
-    spex_type ty = base;
-    if (quant && kind == 1 && base != SPEX_TYPE_Q8_0) ty = SPEX_TYPE_Q6_K;
-    if (mix_m && (kind == 2 || kind == 3) && more_bits(i, n)) ty = SPEX_TYPE_Q6_K;
-    if (mix_m && kind == 4) ty = ft == SPEX_FTYPE_Q4_K_M ? SPEX_TYPE_Q5_K : SPEX_TYPE_Q6_K;
-    return fit_row(ty, row);
+    (void)base;
+    static const char *const names[] = {"blk.0.ffn_gate.weight", "output.weight", "blk.0.attn_v.weight",
+                                        "blk.0.ffn_down.weight", "blk.0.attn_qkv.weight"};
+    spex_quant_tensor t = {.name = names[kind], .row = row, .has_output = true, .i_attn_v = i, .n_attn_v = n,
+                           .i_ffn_down = i, .n_layer = n};
+    return spex_quantize_tensor_type(ft, &t, NULL, NULL);
 }
 
 static void add(gm_ctx *c, const char *name, int64_t ne0, int64_t ne1, spex_type type, gm_fill fill) {

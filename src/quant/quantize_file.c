@@ -139,48 +139,60 @@ static bool divides(spex_type t, int64_t n) {
     return n % spex_type_get_info((int)t)->block_size == 0;
 }
 
-/* The output type of a quantizable tensor (llama_tensor_get_type for the ftypes spex offers).
- * i_attn_v / i_ffn_down are the tensor's rank among its kind in layer order. */
-static spex_type choose_type(const recipe *r, const spex_tensor_info *t, int64_t i_attn_v, int64_t i_ffn_down,
-                             const char **why, spex_type *wanted) {
-    spex_type ty = r->base;
+/* The output type of a quantizable tensor (llama_tensor_get_type for the ftypes spex offers). */
+spex_type spex_quantize_tensor_type(spex_ftype ft, const spex_quant_tensor *t, const char **why, spex_type *wanted) {
+    const char *dummy_why;
+    spex_type dummy_wanted;
+    if (!why) why = &dummy_why;
+    if (!wanted) wanted = &dummy_wanted;
+    spex_type base = SPEX_TYPE_F32;
+    (void)ftype_base(ft, &base);
+    spex_type ty = base;
     *why = NULL;
     *wanted = ty;
-    if (r->base == SPEX_TYPE_F32 || r->base == SPEX_TYPE_F16 || r->base == SPEX_TYPE_BF16) return ty; /* no mix */
-    bool km = r->ftype == SPEX_FTYPE_Q4_K_M, k5m = r->ftype == SPEX_FTYPE_Q5_K_M;
+    if (base == SPEX_TYPE_F32 || base == SPEX_TYPE_F16 || base == SPEX_TYPE_BF16) return ty; /* no mix */
+    bool km = ft == SPEX_FTYPE_Q4_K_M, k5m = ft == SPEX_FTYPE_Q5_K_M;
     const char *n = t->name;
-    if (!strcmp(n, "output.weight") || (!r->has_output && !strcmp(n, "token_embd.weight"))) {
+    if (!strcmp(n, "output.weight") || (!t->has_output && !strcmp(n, "token_embd.weight"))) {
         /* the output projection decides every logit: Q6_K unless the row does not fit a block */
-        if (!divides(r->base, t->ne[0])) ty = SPEX_TYPE_Q8_0;
-        else if (r->base != SPEX_TYPE_Q8_0) ty = SPEX_TYPE_Q6_K;
+        if (!divides(base, t->row)) ty = SPEX_TYPE_Q8_0;
+        else if (base != SPEX_TYPE_Q8_0) ty = SPEX_TYPE_Q6_K;
         *why = "output";
     } else if (!strcmp(n, "token_embd.weight")) {
         /* base type: only rows are looked up */
     } else if (strstr(n, "attn_v.weight")) {
-        if ((km || k5m) && use_more_bits(i_attn_v, r->n_attn_v)) ty = SPEX_TYPE_Q6_K, *why = "more bits";
-        if (r->n_expert == 8) ty = SPEX_TYPE_Q8_0, *why = "8 experts";
+        if ((km || k5m) && use_more_bits(t->i_attn_v, t->n_attn_v)) ty = SPEX_TYPE_Q6_K, *why = "more bits";
+        if (t->n_expert == 8) ty = SPEX_TYPE_Q8_0, *why = "8 experts";
     } else if (strstr(n, "attn_k.weight")) {
-        if (r->n_expert == 8) ty = SPEX_TYPE_Q8_0, *why = "8 experts";
+        if (t->n_expert == 8) ty = SPEX_TYPE_Q8_0, *why = "8 experts";
     } else if (strstr(n, "ffn_down")) {
-        int64_t i = r->n_expert > 1 ? layer_of(n) : i_ffn_down;
-        if ((km || k5m) && i >= 0 && use_more_bits(i, r->n_layer)) ty = SPEX_TYPE_Q6_K, *why = "more bits";
+        int64_t i = t->n_expert > 1 ? layer_of(n) : t->i_ffn_down;
+        if ((km || k5m) && i >= 0 && use_more_bits(i, t->n_layer)) ty = SPEX_TYPE_Q6_K, *why = "more bits";
     } else if (strstr(n, "attn_output.weight")) {
-        if (km && r->n_expert == 8) ty = SPEX_TYPE_Q5_K, *why = "8 experts";
+        if (km && t->n_expert == 8) ty = SPEX_TYPE_Q5_K, *why = "8 experts";
     } else if (strstr(n, "attn_qkv.weight")) {
         if (km) ty = SPEX_TYPE_Q5_K, *why = "fused qkv";
         if (k5m) ty = SPEX_TYPE_Q6_K, *why = "fused qkv";
     }
     *wanted = ty;
-    if (!divides(ty, t->ne[0])) {
+    if (!divides(ty, t->row)) {
         /* llama.cpp's fallback table for rows that are not a whole number of super-blocks */
         spex_type fb = ty == SPEX_TYPE_Q4_K ? SPEX_TYPE_Q5_0
                      : ty == SPEX_TYPE_Q5_K ? SPEX_TYPE_Q5_1
                      : ty == SPEX_TYPE_Q6_K ? SPEX_TYPE_Q8_0
                      : SPEX_TYPE_F16;
-        if (!divides(fb, t->ne[0])) fb = SPEX_TYPE_F16;
+        if (!divides(fb, t->row)) fb = SPEX_TYPE_F16;
         ty = fb;
     }
     return ty;
+}
+
+static spex_type choose_type(const recipe *r, const spex_tensor_info *t, int64_t i_attn_v, int64_t i_ffn_down,
+                             const char **why, spex_type *wanted) {
+    spex_quant_tensor q = {.name = t->name, .row = t->ne[0], .has_output = r->has_output, .i_attn_v = i_attn_v,
+                           .n_attn_v = r->n_attn_v, .i_ffn_down = i_ffn_down, .n_layer = r->n_layer,
+                           .n_expert = r->n_expert};
+    return spex_quantize_tensor_type(r->ftype, &q, why, wanted);
 }
 
 /* ======================================================================== */
