@@ -26,7 +26,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: %s TARGET.gguf DRAFTER.gguf \"message\" [max tokens]\n", argv[0]);
         return 2;
     }
-    static char text[1 << 16], jinja[1 << 16];   /* the rendered prompt; the GGUF's template */
+    static char text[1 << 16];   /* the rendered prompt */
     static int32_t ids[1 << 14];
     int rc = 1, n_prompt = 0;
     spex_error err = {0};
@@ -45,13 +45,8 @@ int main(int argc, char **argv) {
     TRY(spex_session_create(m, &pp, &ses, &err), "drafter");
     spex_spec *spec = spex_session_spec(ses);
 
-    /* One user turn through the model's chat template (GGUF strings are not NUL-terminated). */
-    spex_str js = {0};
-    (void)spex_gguf_get_str(spex_model_gguf(m), "tokenizer.chat_template", &js, NULL);
-    snprintf(jinja, sizeof jinja, "%.*s", (int)js.len, js.ptr ? js.ptr : "");
-    spex_chat_template tmpl;
-    bool guessed;
-    spex_chat_detect(jinja, spex_token_find(tok, "<|im_start|>", 12) != SPEX_TOKEN_NONE, &tmpl, &guessed);
+    /* One user turn through the model's chat template. */
+    spex_chat_template tmpl = spex_model_chat_template(m, tok, NULL);
     const spex_chat_msg msg = {.role = SPEX_CHAT_USER, .content = argv[3]};
     size_t len = 0;
     TRY(spex_chat_apply(tmpl, &msg, 1, true, true, text, sizeof text, &len, &err), "chat template");

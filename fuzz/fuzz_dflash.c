@@ -15,6 +15,8 @@
  * Run: make fuzz && ./build-fuzz/fuzz_dflash -max_total_time=20 build-fuzz/corpus-dflash fuzz/corpus/dflash
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 #include "model/dflash.h"
 
 #include <stdint.h>

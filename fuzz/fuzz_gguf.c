@@ -11,6 +11,7 @@
  * Run: make fuzz && ./build-fuzz/fuzz_gguf -max_total_time=20 build-fuzz/corpus-gguf fuzz/corpus/gguf
  */
 #include "spex.h"
+#include "gguf/api.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -14,6 +14,8 @@
  * Run: make fuzz && ./build-fuzz/fuzz_model -max_total_time=20 build-fuzz/corpus-model fuzz/corpus/model
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 
 #include <stdint.h>
 #include <stdlib.h>

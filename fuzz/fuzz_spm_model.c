@@ -12,6 +12,8 @@
  * Run: make fuzz && ./build-fuzz/fuzz_spm_model -max_total_time=20 build-fuzz/corpus-spm_model fuzz/corpus/spm_model
  */
 #include "spex.h"
+#include "tok/api.h"
+#include "gguf/api.h"
 #include "tok/convert.h"
 
 #include <stdint.h>

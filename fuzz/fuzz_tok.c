@@ -16,6 +16,7 @@
  * Run: make fuzz && ./build-fuzz/fuzz_tok -max_total_time=20 build-fuzz/corpus-tok fuzz/corpus/tok
  */
 #include "spex.h"
+#include "gguf/api.h"
 #include "tok/tok.h"
 
 #include <stdint.h>

@@ -2,9 +2,11 @@
  * spex.h — the one public API of spex, a C inference engine for GGUF models with
  * DFlash2 speculative decoding.
  *
- * What it is: opaque handles, params structs and status codes for everything a tool,
- * the server or an embedding program may use. What it is not: the kernels' dispatch
- * tables and model internals (those live in src/ and are not part of the contract).
+ * What it is: the embedding API — status codes, tensor types, models, the tokenizer, the
+ * sampler, speculative sessions and the speculative loop, chat templates. What it is not:
+ * the modules' own interfaces (GGUF reader/writer, the thread pool, quantization, vocabulary
+ * converters, contexts and the KV cache, drafters: src/<module>/api.h, which tools and tests
+ * include beside this header) and the kernels' dispatch tables.
  *
  * Conventions (stated once, they hold for every function below):
  *  - Functions that can fail return spex_status and, when given a non-NULL spex_error*,
@@ -108,301 +110,34 @@ bool spex_type_from_name(const char *name, spex_type *out);
 spex_status spex_quantize_row_ref(spex_type type, const float *src, void *dst, int64_t n);
 spex_status spex_dequantize_row_ref(spex_type type, const void *src, float *dst, int64_t n);
 
-/* ======================================================================== */
-/* GGUF reader (v2 and v3)                                                   */
-/* ======================================================================== */
-
-typedef enum spex_gguf_vtype {
-    SPEX_GGUF_U8 = 0, SPEX_GGUF_I8 = 1, SPEX_GGUF_U16 = 2, SPEX_GGUF_I16 = 3,
-    SPEX_GGUF_U32 = 4, SPEX_GGUF_I32 = 5, SPEX_GGUF_F32 = 6, SPEX_GGUF_BOOL = 7,
-    SPEX_GGUF_STRING = 8, SPEX_GGUF_ARRAY = 9, SPEX_GGUF_U64 = 10, SPEX_GGUF_I64 = 11,
-    SPEX_GGUF_F64 = 12,
-    SPEX_GGUF_VTYPE_COUNT = 13
-} spex_gguf_vtype;
-
-const char *spex_gguf_vtype_name(spex_gguf_vtype t);
+/* Handles whose functions live in the module interfaces under src/ (src/gguf/api.h,
+ * src/cpu/api.h, src/model/api.h): an embedding program holds them, or passes them through. */
+typedef struct spex_gguf spex_gguf;
+typedef struct spex_tensor_info spex_tensor_info;
+typedef struct spex_pool spex_pool;
+typedef struct spex_context spex_context;
+typedef struct spex_drafter spex_drafter;
+typedef struct spex_draft_context spex_draft_context;
+typedef struct spex_mtp_context spex_mtp_context;
 
 /* A length-delimited string inside the mapped file (GGUF strings are not NUL-terminated). */
 typedef struct spex_str {
     const char *ptr;
     uint64_t len;
 } spex_str;
-
-/* A metadata value: a view into the mapping, valid while the file is open. */
-typedef struct spex_gguf_value {
-    spex_gguf_vtype type;
-    spex_gguf_vtype elem_type;  /* arrays: the element type                       */
-    uint64_t n;                 /* arrays: element count                          */
-    const uint8_t *data;        /* raw little-endian bytes of the value / payload */
-    uint64_t size;              /* bytes of the value / payload                   */
-} spex_gguf_value;
-
-#define SPEX_MAX_DIMS 4
-
-typedef struct spex_tensor_info {
-    const char *name;            /* NUL-terminated, owned by the spex_gguf        */
-    uint32_t n_dims;
-    int64_t ne[SPEX_MAX_DIMS];   /* unused dims are 1                             */
-    spex_type type;
-    uint64_t offset;             /* relative to the data section                  */
-    uint64_t nbytes;
-    const void *data;            /* points into the read-only mapping             */
-} spex_tensor_info;
-
-typedef struct spex_gguf spex_gguf;
-
-/* Maps and validates the whole file: every count, length and offset is checked
- * against the file size before it is used. On failure *out is NULL. */
-spex_status spex_gguf_open(const char *path, spex_gguf **out, spex_error *err);
-/* Same checks on a caller-owned buffer (fuzzing, tests); `name` is used in messages.
- * The buffer must outlive the handle. */
-spex_status spex_gguf_open_memory(const void *buf, size_t size, const char *name,
-                                  spex_gguf **out, spex_error *err);
-void spex_gguf_close(spex_gguf *g);
-
-const char *spex_gguf_path(const spex_gguf *g);
-uint32_t spex_gguf_version(const spex_gguf *g);
-uint64_t spex_gguf_alignment(const spex_gguf *g);
-uint64_t spex_gguf_data_offset(const spex_gguf *g);
-uint64_t spex_gguf_file_size(const spex_gguf *g);
-
-/* Metadata: index access and lookup by key. */
-int64_t spex_gguf_n_kv(const spex_gguf *g);
-const char *spex_gguf_key(const spex_gguf *g, int64_t i);            /* NUL-terminated */
-int64_t spex_gguf_find_key(const spex_gguf *g, const char *key);    /* -1 if absent   */
-spex_status spex_gguf_value_at(const spex_gguf *g, int64_t i, spex_gguf_value *out);
-
-/* Typed getters: SPEX_ERR_NOT_FOUND if absent, SPEX_ERR_TYPE if of another type
- * (integer getters accept any integer type whose value fits; get_f32 accepts F32/F64). */
-spex_status spex_gguf_get_u32(const spex_gguf *g, const char *key, uint32_t *out, spex_error *err);
-spex_status spex_gguf_get_i64(const spex_gguf *g, const char *key, int64_t *out, spex_error *err);
-spex_status spex_gguf_get_u64(const spex_gguf *g, const char *key, uint64_t *out, spex_error *err);
-spex_status spex_gguf_get_f32(const spex_gguf *g, const char *key, float *out, spex_error *err);
-spex_status spex_gguf_get_bool(const spex_gguf *g, const char *key, bool *out, spex_error *err);
-spex_status spex_gguf_get_str(const spex_gguf *g, const char *key, spex_str *out, spex_error *err);
-spex_status spex_gguf_get_arr(const spex_gguf *g, const char *key, spex_gguf_value *out, spex_error *err);
-
-/* Array elements. Fixed-size and string elements are O(1) (string arrays are indexed at
- * open); nested-array elements are found by a bounded walk. */
-spex_status spex_gguf_arr_elem(const spex_gguf *g, const spex_gguf_value *arr, uint64_t i,
-                               spex_gguf_value *out, spex_error *err);
-spex_status spex_gguf_arr_str(const spex_gguf *g, const spex_gguf_value *arr, uint64_t i,
-                              spex_str *out, spex_error *err);
-
-/* Tensors. */
-int64_t spex_gguf_n_tensors(const spex_gguf *g);
-const spex_tensor_info *spex_gguf_tensor(const spex_gguf *g, int64_t i);
-const spex_tensor_info *spex_gguf_find_tensor(const spex_gguf *g, const char *name);
-
-/* ======================================================================== */
-/* GGUF writer (v3)                                                          */
-/* ======================================================================== */
-
-typedef struct spex_gguf_writer spex_gguf_writer;
-
-spex_status spex_gguf_writer_init(spex_gguf_writer **out, spex_error *err);
-void spex_gguf_writer_free(spex_gguf_writer *w);
-/* Default 32; also written as general.alignment when not 32. */
-spex_status spex_gguf_writer_set_alignment(spex_gguf_writer *w, uint32_t alignment);
-
-/* Keys are copied. Setting an existing key replaces its value. */
-spex_status spex_gguf_writer_set_u8(spex_gguf_writer *w, const char *key, uint8_t v);
-spex_status spex_gguf_writer_set_i8(spex_gguf_writer *w, const char *key, int8_t v);
-spex_status spex_gguf_writer_set_u16(spex_gguf_writer *w, const char *key, uint16_t v);
-spex_status spex_gguf_writer_set_i16(spex_gguf_writer *w, const char *key, int16_t v);
-spex_status spex_gguf_writer_set_u32(spex_gguf_writer *w, const char *key, uint32_t v);
-spex_status spex_gguf_writer_set_i32(spex_gguf_writer *w, const char *key, int32_t v);
-spex_status spex_gguf_writer_set_u64(spex_gguf_writer *w, const char *key, uint64_t v);
-spex_status spex_gguf_writer_set_i64(spex_gguf_writer *w, const char *key, int64_t v);
-spex_status spex_gguf_writer_set_f32(spex_gguf_writer *w, const char *key, float v);
-spex_status spex_gguf_writer_set_f64(spex_gguf_writer *w, const char *key, double v);
-spex_status spex_gguf_writer_set_bool(spex_gguf_writer *w, const char *key, bool v);
-spex_status spex_gguf_writer_set_str(spex_gguf_writer *w, const char *key, const char *s, uint64_t len);
-/* Array of fixed-size elements (not STRING/ARRAY): n elements of elem_type copied from data. */
-spex_status spex_gguf_writer_set_arr(spex_gguf_writer *w, const char *key, spex_gguf_vtype elem_type,
-                                     const void *data, uint64_t n);
-spex_status spex_gguf_writer_set_arr_str(spex_gguf_writer *w, const char *key,
-                                         const spex_str *strs, uint64_t n);
-/* Copies a value read from another file verbatim (any type, nested arrays included). */
-spex_status spex_gguf_writer_set_value(spex_gguf_writer *w, const char *key, const spex_gguf_value *v);
-
-/* Adds a tensor. The data pointer is borrowed until spex_gguf_writer_write returns
- * (it may point into a mapping); nbytes must equal the size implied by type and ne. */
-spex_status spex_gguf_writer_add_tensor(spex_gguf_writer *w, const char *name, spex_type type,
-                                        uint32_t n_dims, const int64_t *ne, const void *data,
-                                        uint64_t nbytes, spex_error *err);
-/* Streaming instead of borrowing: a tensor added with data == NULL gets its bytes at write
- * time from fill(ctx, index, dst, nbytes, err), called once per such tensor, in order, with a
- * writer-owned buffer of nbytes, so a producer (the quantizer) holds one output tensor at a
- * time. index is the tensor's position in the order of add_tensor calls. */
-typedef spex_status (*spex_gguf_tensor_fill)(void *ctx, int64_t index, void *dst, uint64_t nbytes,
-                                             spex_error *err);
-void spex_gguf_writer_set_fill(spex_gguf_writer *w, spex_gguf_tensor_fill fill, void *ctx);
-/* Writes to path (via a temporary file renamed into place). general.alignment is the
- * writer's: a value set under that key is replaced by set_alignment's (default 32). */
-spex_status spex_gguf_writer_write(spex_gguf_writer *w, const char *path, spex_error *err);
-
-/* ======================================================================== */
-/* CPU: ISA dispatch and the thread pool                                     */
-/* ======================================================================== */
-
-typedef enum spex_isa {
-    SPEX_ISA_SCALAR = 0,
-    SPEX_ISA_AVX2 = 1,     /* AVX2 + FMA + F16C                               */
-    SPEX_ISA_AVX512 = 2,   /* F, BW, VL, DQ; VNNI and BF16 used when present  */
-    SPEX_ISA_NEON = 3,
-} spex_isa;
-
-typedef struct spex_cpu_features {
-    bool avx2, fma, f16c, avx512f, avx512bw, avx512vl, avx512dq, avx512vnni, avx512bf16, neon;
-    /* AVX-VNNI: the 256-bit VEX vpdpbusd (Alder Lake and later client cores, Zen 5). The
-     * AVX2 table's Q4_K / Q5_K / Q6_K kernels use it when present (and the loader then
-     * repacks those types to R16). */
-    bool avxvnni;
-    /* AMX-TILE + AMX-INT8 usable: the CPU has them, the OS granted this process the tile
-     * state (Linux arch_prctl), and SPEX_AMX is not 0. Used with AVX-512 VNNI by the R16
-     * Q4_K / Q5_K matmuls of 9+ activation rows (verify blocks, prompts). */
-    bool amx_int8;
-    /* The x86 matmul kernels' weight read-ahead uses the non-temporal hint (prefetchnta)
-     * instead of the L2 one (prefetcht1): on AMD CPUs, where it measured faster (decode ~8-12 %,
-     * verify blocks ~2-3 % on Zen 5; docs/performance.md, "Decode against the streaming-read
-     * probe"). SPEX_PREFETCH=l2|nta overrides the choice. Results are the same either way. */
-    bool prefetch_nta;
-} spex_cpu_features;
-
-const spex_cpu_features *spex_cpu_get_features(void);
-/* The ISA in use: the best the CPU has, or what SPEX_ISA=scalar|avx2|avx512 asks for
- * (never more than the CPU has). Decided once, on first call. */
-spex_isa spex_cpu_isa(void);
-const char *spex_isa_name(spex_isa isa);
-/* Tests: force a narrower ISA. Returns SPEX_ERR_UNSUPPORTED if the CPU lacks it. */
-spex_status spex_cpu_set_isa(spex_isa isa);
-
-typedef struct spex_pool spex_pool;
-
-/* A task runs on every thread: ith in [0, nth). */
-typedef void (*spex_pool_task)(void *ctx, int ith, int nth);
-
-/* Creates n_threads - 1 workers (the caller is thread 0). n_threads <= 0 means all cores. */
-spex_status spex_pool_create(int n_threads, spex_pool **out, spex_error *err);
-void spex_pool_free(spex_pool *pool);
-int spex_pool_n_threads(const spex_pool *pool);
-/* Runs task on all threads and returns when all are done. No allocation, no thread start. */
-void spex_pool_run(spex_pool *pool, spex_pool_task task, void *ctx);
-/* Inside a task: wait until every thread of the pool reaches the barrier. */
-void spex_pool_barrier(spex_pool *pool);
-/* Inside a task: dynamic work split. Reset by spex_pool_run; returns the next chunk index,
- * or >= n_chunks when none is left. Purely dynamic: the counter starts at 0 and every call,
- * from any thread (thread 0 included), returns the next index once, so the loop is
- *   for (int64_t c = spex_pool_next_chunk(p); c < n_chunks; c = spex_pool_next_chunk(p)) ...
- * One counter per run; for a second chunked phase after a barrier (every thread having
- * stopped at its first index >= n1), indices continue at n1 + nth.
- * A pool is driven by one thread at a time; a task must not call spex_pool_run. A pool of 1
- * thread runs tasks inline; n_threads <= 0 means the number of online CPUs. */
-int64_t spex_pool_next_chunk(spex_pool *pool);
-/* Inside a task: puts the chunk counter back to 0 for another chunked phase in the same run.
- * Contract: exactly one thread calls it, between two barriers — every thread has finished its
- * previous chunked loop (barrier), one thread resets, barrier — and after that second barrier
- * every thread's next spex_pool_next_chunk numbers from 0 again. */
-void spex_pool_chunk_reset(spex_pool *pool);
-/* Inside a task: a contiguous work split with stealing. bounds[0..nth] (non-decreasing, the
- * same array on every thread, each range under 2^31 chunks) gives thread t the chunks
- * [bounds[t], bounds[t + 1]); thread ith gets its own range front to back, then what is left
- * of the other ranges from their back ends; -1 once every chunk is handed out. Each chunk is
- * returned once. Reset with the chunk counter (spex_pool_run, spex_pool_chunk_reset); a
- * chunked phase uses this or spex_pool_next_chunk, not both. A thread reading its weights
- * as one stretch keeps the hardware prefetchers' streams going from chunk to chunk. */
-int64_t spex_pool_next_chunk_ranged(spex_pool *pool, int ith, const int64_t *bounds);
-/* The same with claims of several chunks from the front of a thread's own range: up to
- * n_front consecutive chunks [c, c + *n_got) at once, while chunks taken from another range's
- * back end still come one at a time. So the owner pays one claim per n_front chunks, and the
- * chunks can be small enough that the last ones, which a faster thread takes over, leave
- * little to wait for at the end. */
-int64_t spex_pool_next_chunks_ranged(spex_pool *pool, int ith, const int64_t *bounds, int n_front, int *n_got);
-/* Wait accounting, off by default: while on, each thread adds the time it spends waiting for
- * the others (a worker for the next run, the driving thread for the workers at a run's end,
- * any thread at a barrier) to its own counter, at two clock reads per wait. Switching it on
- * zeroes the counters. spex_pool_wait_s: thread ith's seconds since then, a wait in progress
- * included. Call both from the thread that drives the pool, between runs. */
-void spex_pool_set_wait_accounting(spex_pool *pool, bool on);
-double spex_pool_wait_s(const spex_pool *pool, int ith);
-/* The part of a step a run belongs to, for wait accounting by site (spex_pool_run_site): a
- * dense layer's Q/K/V phase, its attention and W_o phase, gate/up, down, the output head, a
- * drafter forward's runs, anything else. */
-typedef enum spex_pool_site {
-    SPEX_SITE_OTHER,
-    SPEX_SITE_QKV,
-    SPEX_SITE_ATTN,
-    SPEX_SITE_FFN_UP,
-    SPEX_SITE_FFN_DOWN,
-    SPEX_SITE_HEAD,
-    SPEX_SITE_DRAFT,
-    SPEX_SITE_COUNT
-} spex_pool_site;
-/* spex_pool_run, its waits (with accounting on) also counted under `site` (out of range:
- * SPEX_SITE_OTHER; spex_pool_run itself uses OTHER). */
-void spex_pool_run_site(spex_pool *pool, spex_pool_task task, void *ctx, int site);
-/* Thread ith's waits under `site` since accounting was switched on: at the runs' boundaries
- * (barrier false: a worker's wait for the run to start, the driving thread's for the others
- * at its end) or at barriers inside them (true). *seconds: their time; *count: how many
- * (every barrier but the last arrival's is one, every run boundary is one, however short:
- * the counts follow the runs and barriers posted, not the timing). A wait still in progress
- * is not in them (a worker's wait for the next run is counted under that run's site when
- * it starts). Either pointer may be NULL. */
-void spex_pool_wait_site(const spex_pool *pool, int ith, int site, bool barrier, double *seconds, int64_t *count);
-/* Splits every wait in progress at now: its time so far is counted as closed (under
- * SPEX_SITE_OTHER, at a run boundary, one count) and it goes on from now. For a benchmark that
- * reads the counters at both ends of a window: called before each reading, the by-site
- * counters then cover exactly what spex_pool_wait_s covers (otherwise a worker's wait that
- * began before the window is counted by site in full when it ends inside it, and one still
- * open at the end not at all). From the driving thread, between runs; nothing with
- * accounting off. */
-void spex_pool_wait_split(spex_pool *pool);
-
-/* ======================================================================== */
-/* Quantization of whole files                                               */
-/* ======================================================================== */
-
-typedef enum spex_ftype {
-    SPEX_FTYPE_F32 = 0,
-    SPEX_FTYPE_F16 = 1,
-    SPEX_FTYPE_Q4_0 = 2,
-    SPEX_FTYPE_Q8_0 = 7,
-    SPEX_FTYPE_Q4_K_M = 15,
-    SPEX_FTYPE_Q5_K_M = 17,
-    SPEX_FTYPE_Q6_K = 18,
-    SPEX_FTYPE_BF16 = 32,
-} spex_ftype;   /* values are llama.cpp's general.file_type ids */
-
-bool spex_ftype_from_name(const char *name, spex_ftype *out);
-const char *spex_ftype_name(spex_ftype ft);
-
-typedef struct spex_quantize_params {
-    spex_ftype ftype;
-    int n_threads;
-    bool verbose;          /* one line per tensor on stderr */
-} spex_quantize_params;
-
-spex_quantize_params spex_quantize_default_params(void);
-
-/* One tensor as the per-tensor recipe sees it. */
-typedef struct spex_quant_tensor {
-    const char *name;             /* GGUF tensor name                                      */
-    int64_t row;                  /* ne[0]                                                 */
-    bool has_output;              /* the file has output.weight (else token_embd is the head) */
-    int64_t i_attn_v, n_attn_v;   /* its rank among attention value tensors, their count   */
-    int64_t i_ffn_down, n_layer;  /* its rank among ffn_down tensors, block_count          */
-    uint32_t n_expert;            /* 0: dense                                              */
-} spex_quant_tensor;
-
-/* The type llama.cpp's recipe gives a quantizable tensor in a file quantized to ft (what
- * spex_quantize_file writes; `spex gen-model` types its tensors the same way). why (may be
- * NULL): the rule that picked it, or NULL; wanted (may be NULL): the type before the
- * row-size fallback. */
-spex_type spex_quantize_tensor_type(spex_ftype ft, const spex_quant_tensor *t, const char **why, spex_type *wanted);
-/* Refuses to overwrite the input (same path or same inode). */
-spex_status spex_quantize_file(const char *in_path, const char *out_path,
-                               const spex_quantize_params *params, spex_error *err);
+#define SPEX_DRAFT_MAX_N 32          /* most tokens of one block (block_size <= 33)       */
+#define SPEX_DRAFT_MAX_K 64          /* most selector candidates per slot                 */
+/* A drafted continuation of one block. */
+typedef struct spex_draft {
+    int32_t n;                                /* tokens drafted (prefix of the block)       */
+    int32_t ids[SPEX_DRAFT_MAX_N];            /* d_1 .. d_n                                  */
+    int32_t kidx[SPEX_DRAFT_MAX_N];           /* DFlash2: index of d_p in C_p; v1: 0         */
+    float conf[SPEX_DRAFT_MAX_N];             /* greedy: confidence of the chosen edge       */
+    bool has_q;                               /* sampled walk: q below is the proposal       */
+    int32_t n_cand;                           /* K                                           */
+    int32_t cand[SPEX_DRAFT_MAX_N][SPEX_DRAFT_MAX_K];   /* C_p                               */
+    float q[SPEX_DRAFT_MAX_N][SPEX_DRAFT_MAX_K];        /* q_p over C_p (has_q)              */
+} spex_draft;
 
 /* ======================================================================== */
 /* Tokenizer                                                                 */
@@ -508,21 +243,6 @@ void spex_detok_stream_reset(spex_detok_stream *s);
 spex_status spex_detok_stream_push(spex_detok_stream *s, int32_t id, spex_str *out, spex_error *err);
 spex_str spex_detok_stream_flush(spex_detok_stream *s);
 
-/* Converters: the tokenizer.ggml.* keys of a vocabulary read from its original files, added to
- * a GGUF writer (the caller sets general.architecture and writes; tools/convert.c does so for
- * `spex convert-vocab`). docs/tokenizers.md, "Converting tokenizers", lists the keys.
- *  - hf_json: a Hugging Face byte-level BPE tokenizer.json (model gpt2; pre qwen2, qwen35,
- *    llama-bpe or gpt-2, recognised from the Split regex); tokenizer_config.json (NULL: none)
- *    gives bos/eos/pad/unk, add_bos/add_eos and tokenizer.chat_template. The _padded form
- *    pads with unused "[PADn]" tokens up to n_vocab (the model's embedding rows, config.json
- *    vocab_size), as llama.cpp's converter does.
- *  - spm_model: a SentencePiece BPE tokenizer.model (model llama: scores, types, add_bos on).
- * Malformed or unsupported input is an error naming the file and the field. */
-spex_status spex_vocab_from_hf_json(const char *tokenizer_json_path, const char *tokenizer_config_json_path,
-                                    spex_gguf_writer *w, spex_error *err);
-spex_status spex_vocab_from_hf_json_padded(const char *tokenizer_json_path, const char *tokenizer_config_json_path,
-                                           int32_t n_vocab, spex_gguf_writer *w, spex_error *err);
-spex_status spex_vocab_from_spm_model(const char *tokenizer_model_path, spex_gguf_writer *w, spex_error *err);
 
 /* ======================================================================== */
 /* Models: target architectures, contexts, batched forward, KV cache         */
@@ -656,144 +376,6 @@ const spex_tensor_info *spex_model_lm_head(const spex_model *m);
 spex_status spex_model_embed(const spex_model *m, const int32_t *tokens, int32_t n, float *out,
                              spex_error *err);
 
-/* ---- contexts ------------------------------------------------------------------------- */
-
-typedef struct spex_context_params {
-    int32_t n_seq_max;      /* sequences, ids 0 .. n_seq_max-1 (default 1)                      */
-    int32_t n_ctx_per_seq;  /* KV capacity of EACH sequence in tokens: the cache holds
-                             * n_seq_max x n_ctx_per_seq rows in all. 0: min(context_length,
-                             * 4096). Positions of a sequence run from 0 to n_ctx_per_seq - 1. */
-    int32_t n_batch_max;    /* most tokens in one spex_forward (default 512)                    */
-    int32_t n_outputs_max;  /* most tokens of one batch that ask for logits: the logits buffer
-                             * is n_outputs_max x V floats. 0: min(n_batch_max, 64)             */
-    spex_type kv_type;      /* SPEX_TYPE_F16 (default), SPEX_TYPE_F32 or SPEX_TYPE_Q8_0 (needs
-                             * H_kv x hd to be a multiple of 32)                                 */
-    int32_t n_threads;      /* threads of the pool the context creates when pool is NULL;
-                             * <= 0: all online CPUs (default 1)                                 */
-    spex_pool *pool;        /* a caller pool to run on instead (borrowed: must outlive the
-                             * context, and must not run anything else during a forward)        */
-    const int32_t *tap_layers; /* layer ids whose residual-stream INPUT is captured (§3.4):
-                             * id l < N is the value entering layer l (id 0: the embeddings),
-                             * id N the output of the last layer before output_norm. Copied.    */
-    int32_t n_taps;         /* entries of tap_layers (0: no taps)                               */
-    bool tap_clamp;         /* default true: NaN -> 0, values beyond +-65504 clamped (dflash2.md
-                             * §6 "Sanitising"; a no-op on healthy activations)                  */
-    int32_t n_rs_seq;       /* models with recurrent layers (qwen35): how many tokens a sequence
-                             * can be truncated back by (speculative rollback, targets.md §9
-                             * strategy A). The context keeps 1 + n_rs_seq copies of each
-                             * sequence's recurrent state, one per recent position (a ring), so
-                             * spex_kv_seq_truncate to any of the last n_rs_seq positions costs
-                             * nothing. Set it to the drafter's n_max. Default 0. Ignored by
-                             * dense models, whose KV cache truncates anywhere.                  */
-    int32_t n_ctx_checkpoints; /* recurrent models: state checkpoints kept per sequence, so that
-                             * spex_kv_seq_rewind (prompt-prefix reuse) restarts from the latest
-                             * one instead of position 0 (llama-server --ctx-checkpoints).
-                             * Default 0. Memory: n x the state per sequence (not committed
-                             * until used).                                                      */
-    int32_t checkpoint_min_step; /* a forward saves a checkpoint when the sequence has grown by at
-                             * least this many tokens since its last one (llama-server
-                             * --checkpoint-min-step; default 8192)                              */
-} spex_context_params;
-
-spex_context_params spex_context_default_params(void);
-
-/* Allocates everything the forward pass needs (KV cache, activations, logits, taps, matmul
- * and attention workspaces, pool); spex_forward allocates nothing. The model must outlive
- * the context. On failure *out is NULL. */
-spex_status spex_context_init(const spex_model *m, const spex_context_params *params, spex_context **out,
-                              spex_error *err);
-void spex_context_free(spex_context *ctx);
-
-const spex_model *spex_context_model(const spex_context *ctx);
-/* The thread pool the context runs on (its own or the caller's); a draft context beside it
- * should run on the same pool (spex_draft_context_params.pool): two spinning pools on the
- * same cores slow each other down. */
-spex_pool *spex_context_pool(const spex_context *ctx);
-/* The parameters in effect (defaults resolved; tap_layers points at the context's copy). */
-const spex_context_params *spex_context_get_params(const spex_context *ctx);
-
-typedef struct spex_memory_usage {
-    uint64_t weights;   /* bytes of mapped weights the forward reads (not allocated) */
-    uint64_t kv;        /* bytes of the KV cache                                     */
-    uint64_t compute;   /* bytes of activations, logits, taps and workspaces         */
-    uint64_t recurrent; /* bytes of recurrent state incl. rollback copies (qwen35)   */
-} spex_memory_usage;
-
-spex_memory_usage spex_context_memory(const spex_context *ctx);
-
-/* ---- batches and the forward pass ------------------------------------------------------ */
-
-/* One token of a batch. */
-typedef struct spex_batch_token {
-    int32_t token;      /* vocabulary id, 0 <= token < V                                     */
-    int32_t pos;        /* its position in sequence seq (see the rule at spex_forward)       */
-    int32_t seq;        /* sequence id, 0 <= seq < n_seq_max                                 */
-    bool logits;        /* produce this token's logits                                      */
-} spex_batch_token;
-
-typedef struct spex_batch {
-    const spex_batch_token *tokens;   /* [n_tokens], borrowed for the call */
-    int32_t n_tokens;                 /* 1 .. n_batch_max                   */
-} spex_batch;
-
-/* Runs the model on a batch that may mix several sequences in any order. Position rule: the
- * tokens of sequence s, taken in batch order, must have positions L, L+1, ..., L+k-1 where
- * L = spex_kv_seq_len(ctx, s) (each sequence continues its cache; no gaps, no overwrites), and
- * L + k <= n_ctx_per_seq. Each token attends causally to its own sequence only. The whole batch
- * is validated before anything changes: on error (SPEX_ERR_INVALID_ARG for a bad token, seq or
- * position, SPEX_ERR_RANGE for too many tokens, outputs or a full sequence) the cache and the
- * previous outputs are untouched. On success every sequence's length grows by its k tokens,
- * and the outputs below describe this batch until the next forward. A context is used by one
- * thread at a time; contexts sharing a pool must not run at the same time. */
-spex_status spex_forward(spex_context *ctx, const spex_batch *batch, spex_error *err);
-
-/* Rows of the last batch that asked for logits (in batch order). */
-int32_t spex_n_outputs(const spex_context *ctx);
-/* Logits [V] of the i-th token that asked for them (batch order), i < spex_n_outputs; NULL
- * otherwise. A view into the context, valid until the next forward. */
-const float *spex_logits(const spex_context *ctx, int32_t i);
-/* Logits of batch token b (its index in batch.tokens); NULL if it did not ask for them. */
-const float *spex_logits_of_token(const spex_context *ctx, int32_t b);
-/* Taps of the last batch: [n_tokens][n_taps][E] f32, row b for batch token b, the tapped
- * layers in tap_layers order (dflash2.md §6 row layout). NULL without taps. */
-const float *spex_taps(const spex_context *ctx);
-
-/* ---- KV cache ------------------------------------------------------------------------- */
-/* Each sequence owns a contiguous region of n_ctx_per_seq rows in every layer; row p holds
- * position p. A sequence's length is all the cache state it has, so truncation is O(1) (no
- * data moves: rows >= the new length are simply overwritten later). */
-
-/* Cached tokens of sequence seq; -1 for an invalid id. */
-int32_t spex_kv_seq_len(const spex_context *ctx, int32_t seq);
-/* Keeps positions 0 .. new_len-1 (speculative rollback). 0 <= new_len <= current length.
- * Models with recurrent layers can only go back to a position whose state copy is kept
- * (see n_rs_seq) or to 0; otherwise SPEX_ERR_UNSUPPORTED and nothing changes. */
-spex_status spex_kv_seq_truncate(spex_context *ctx, int32_t seq, int32_t new_len, spex_error *err);
-/* Whether spex_kv_seq_truncate(ctx, seq, new_len) would succeed (always for dense models and
- * any 0 <= new_len <= length; for recurrent models new_len 0, the length, or a kept copy). */
-bool spex_kv_seq_can_truncate(const spex_context *ctx, int32_t seq, int32_t new_len);
-/* spex_kv_seq_truncate for any 0 <= new_len <= length, also where a recurrent model's ring no
- * longer holds the state of new_len - 1: the latest checkpoint at or before new_len - 1 is
- * restored (else the zero state at 0) and the tokens from there to new_len - 1 are run again
- * (targets.md §9, checkpoint + replay). The replay is a forward pass: it overwrites the last
- * batch's logits and taps. *n_replayed (may be NULL) gets the tokens run again (0 when the
- * truncation was free, always for dense models). */
-spex_status spex_kv_seq_rewind(spex_context *ctx, int32_t seq, int32_t new_len, int32_t *n_replayed,
-                               spex_error *err);
-/* Saves a checkpoint of seq's current recurrent state (a no-op for dense models or with
- * n_ctx_checkpoints 0); when all slots are used the oldest is replaced. Truncation drops the
- * checkpoints beyond the new length. */
-spex_status spex_kv_seq_checkpoint(spex_context *ctx, int32_t seq, spex_error *err);
-/* Checkpoints seq holds, and the position of the latest (the state after it), or -1. */
-int32_t spex_kv_seq_n_checkpoints(const spex_context *ctx, int32_t seq, int32_t *last_pos);
-/* dst := the first len positions of src (prompt-prefix reuse); dst's own content is dropped.
- * 0 <= len <= length of src; len < 0 means all of src. O(len) copy. src == dst truncates.
- * Recurrent models: a len spex_kv_seq_can_truncate(src, len) refuses is reached by
- * spex_kv_seq_rewind on dst (replay). */
-spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_t len, spex_error *err);
-/* Empties sequence seq (seq < 0: every sequence). */
-spex_status spex_kv_seq_clear(spex_context *ctx, int32_t seq, spex_error *err);
-
 /* ======================================================================== */
 /* Sampler                                                                   */
 /* ======================================================================== */
@@ -895,219 +477,6 @@ spex_status spex_sampler_sample(spex_sampler *s, const float *logits, int32_t *t
 /* Inverse CDF over dist in its order: the first entry whose running sum exceeds u * sum(p)
  * (running sums in double), u in [0, 1). Entries with p <= 0 are never chosen. -1 if n <= 0. */
 int32_t spex_sampler_sample_from(const spex_token_prob *dist, int32_t n, double u);
-
-/* ======================================================================== */
-/* DFlash drafters: loading, draft context, block drafting, selector walks   */
-/* ======================================================================== */
-
-/* A DFlash v1 or DFlash2 drafter (../shared/docs/dflash2.md; docs/speculative.md), loaded
- * against the target it drafts for: the pair is validated at load (§5) and the drafter
- * borrows the target's token embedding and LM head (§4.4; the target must outlive it). The
- * variant is detected from the file (§2); DSpark files are refused. Immutable once loaded. */
-typedef struct spex_drafter spex_drafter;
-typedef struct spex_draft_context spex_draft_context;
-
-typedef enum spex_dflash_variant {
-    SPEX_DFLASH_V1 = 1,    /* no conv, no selector: independent per-slot argmax          */
-    SPEX_DFLASH2 = 2,      /* grouped dynamic conv + candidate selector                  */
-} spex_dflash_variant;
-
-#define SPEX_DFLASH_MAX_TAPS 64      /* most entries of dflash.target_layers              */
-#define SPEX_DRAFT_MAX_N 32          /* most tokens of one block (block_size <= 33)       */
-#define SPEX_DRAFT_MAX_K 64          /* most selector candidates per slot                 */
-
-typedef struct spex_drafter_hparams {
-    spex_dflash_variant variant;
-    int32_t n_layer;          /* N_d                                                       */
-    int32_t n_embd;           /* D (== the target's E)                                     */
-    int32_t n_ff;             /* F                                                         */
-    int32_t n_head, n_head_kv, head_dim, n_rot;
-    float rope_freq_base;
-    float rms_eps;
-    int32_t n_taps;           /* L                                                         */
-    int32_t target_layers[SPEX_DFLASH_MAX_TAPS];  /* tap ids (layer-input residuals, §6)    */
-    int32_t block_size;       /* B (v1 without the key: 16)                                */
-    int32_t mask_token;       /* tokenizer.ggml.mask_token_id                              */
-    int32_t swa_window;       /* W; 0: none                                                */
-    bool swa_layer[64];       /* per layer (N_d <= 64): uses the window                    */
-    bool causal;              /* attention.causal                                          */
-    int32_t conv_kernel;      /* T_c (DFlash2)                                             */
-    int32_t conv_group;       /* g (DFlash2); G = D / g                                    */
-    int32_t selector_rank;    /* R (DFlash2)                                               */
-    int32_t selector_top_k;   /* K (DFlash2; 0 for v1)                                     */
-    float logit_scale;        /* 0: absent                                                 */
-    float softcap;            /* 0: absent                                                 */
-    float input_embd_scale;   /* dflash.input_embedding_scale, default 1 (whole block, §8) */
-    int32_t n_vocab;          /* V, the target's                                           */
-} spex_drafter_hparams;
-
-typedef struct spex_drafter_params {
-    bool verbose;             /* the one-line summary of §5 at load                        */
-    spex_log_fn log;          /* NULL: stderr                                              */
-    void *log_user;
-    /* Draft-only metadata overrides "KEY=TYPE:VALUE" (llama.cpp's --override-kv syntax;
-     * TYPE int, float, bool or str), applied before the file's own value of KEY is read,
-     * e.g. "dflash.block_size=int:6". Borrowed for the call. A malformed entry or an
-     * override of a key the drafter never reads is SPEX_ERR_INVALID_ARG. */
-    const char *const *overrides;
-    int32_t n_overrides;
-    bool no_repack;           /* as spex_model_params.no_repack, for the drafter's own weights */
-} spex_drafter_params;
-
-spex_drafter_params spex_drafter_default_params(void);
-
-/* Loads the drafter at path for `target`. Every check of dflash2.md §5; a pair mismatch
- * names both files and both values ("draft.gguf: dflash.embedding_length 64 != target
- * tiny.gguf embedding_length 128"). params may be NULL. On failure *out is NULL. */
-spex_status spex_drafter_load(const char *path, const spex_model *target, const spex_drafter_params *params,
-                              spex_drafter **out, spex_error *err);
-void spex_drafter_free(spex_drafter *d);
-const spex_drafter_hparams *spex_drafter_get_hparams(const spex_drafter *d);
-const spex_gguf *spex_drafter_gguf(const spex_drafter *d);
-const spex_model *spex_drafter_target(const spex_drafter *d);
-uint64_t spex_drafter_weight_bytes(const spex_drafter *d);   /* own tensors (not borrowed) */
-/* The §5 summary line, e.g. "dflash2: layers=5 D=5120 taps=[6,20,34,48,62] block=8 ...". */
-void spex_drafter_describe(const spex_drafter *d, char *buf, size_t cap);
-
-/* ---- draft contexts ---------------------------------------------------------------------- */
-
-typedef struct spex_draft_context_params {
-    int32_t n_seq_max;        /* sequences 0 .. n_seq_max-1 (default 1)                        */
-    int32_t n_ctx_per_seq;    /* positions per sequence (default 4096); with a sliding window
-                               * on every layer the cache still holds all positions (simple
-                               * O(1) truncation; the window limits what attention reads)      */
-    int32_t n_blocks_max;     /* blocks per spex_draft_forward (0: n_seq_max)                  */
-    int32_t n_inject_max;     /* feature rows per spex_draft_inject (default 512)              */
-    spex_type kv_type;        /* SPEX_TYPE_F16 (default), F32 or Q8_0 (quantized draft KV is
-                               * known to destroy acceptance, dflash2.md §21 item 10)          */
-    int32_t n_threads;        /* when pool is NULL (default 1; <= 0: all CPUs)                 */
-    spex_pool *pool;          /* borrowed; may be the target context's pool                    */
-} spex_draft_context_params;
-
-spex_draft_context_params spex_draft_context_default_params(void);
-spex_status spex_draft_context_init(const spex_drafter *d, const spex_draft_context_params *params,
-                                    spex_draft_context **out, spex_error *err);
-void spex_draft_context_free(spex_draft_context *dc);
-const spex_drafter *spex_draft_context_drafter(const spex_draft_context *dc);
-const spex_draft_context_params *spex_draft_context_get_params(const spex_draft_context *dc);
-spex_memory_usage spex_draft_context_memory(const spex_draft_context *dc);
-
-/* Context K/V injection (§7): for each row i, c = RMSNorm(W_fc f_i; enc.output_norm) with f_i
- * = features[i * ld_features .. + L*D) (the target context's spex_taps row layout), and K/V of
- * every drafter layer written at (seq[i], pos[i]). Position rule as spex_forward: the rows of
- * one sequence, in order, continue its draft cache (pos = spex_draft_kv_seq_len, +1, ...).
- * Validated before anything changes. */
-spex_status spex_draft_inject(spex_draft_context *dc, const float *features, int64_t ld_features,
-                              const int32_t *seq, const int32_t *pos, int32_t n_rows, spex_error *err);
-
-int32_t spex_draft_kv_seq_len(const spex_draft_context *dc, int32_t seq);   /* -1: bad seq */
-spex_status spex_draft_kv_seq_truncate(spex_draft_context *dc, int32_t seq, int32_t new_len, spex_error *err);
-spex_status spex_draft_kv_seq_copy(spex_draft_context *dc, int32_t src, int32_t dst, int32_t len,
-                                   spex_error *err);
-spex_status spex_draft_kv_seq_clear(spex_draft_context *dc, int32_t seq, spex_error *err);
-
-/* One block to draft: rows [anchor, MASK x n] at positions P .. P+n with P = the sequence's
- * draft cache length (Invariant A, §16: the caller keeps it equal to the target's). */
-typedef struct spex_draft_block {
-    int32_t seq;
-    int32_t anchor;
-    int32_t n;                /* 1 .. block_size - 1 */
-} spex_draft_block;
-
-/* Drafts every block in one batched forward (§8–§12): attention over each sequence's own
- * context and block, the convolutions (DFlash2), the final norm, the borrowed head with the
- * logit transforms, the per-slot top-K (DFlash2: K = selector_top_k; v1: 1) and the selector
- * gate. Block K/V are scratch (Invariant B): the cache is unchanged. Distinct sequences. */
-spex_status spex_draft_forward(spex_draft_context *dc, const spex_draft_block *blocks, int32_t n_blocks,
-                               spex_error *err);
-
-/* Outputs of the last spex_draft_forward, for block b and slot p (1 .. n of that block); NULL
- * when out of range. Views into the context, valid until the next forward. */
-const float *spex_draft_logits(const spex_draft_context *dc, int32_t b, int32_t p);   /* z [V] (transformed) */
-const float *spex_draft_hidden(const spex_draft_context *dc, int32_t b, int32_t p);   /* h_out [D]           */
-const float *spex_draft_gate(const spex_draft_context *dc, int32_t b, int32_t p);     /* [R] (DFlash2)       */
-/* C_p and U_p (K entries, sorted by U descending, ties by lower id, §12.3); returns K. */
-int32_t spex_draft_candidates(const spex_draft_context *dc, int32_t b, int32_t p, const int32_t **ids,
-                              const float **U);
-
-/* §12.2 for one predecessor token: S[k] = U[k] + sum_r A[pred][r] gate[r] B[C[k]][r], k < K,
- * in fp32 (quantized codebook rows dequantized). DFlash2 only. */
-spex_status spex_selector_row(const spex_drafter *d, int32_t pred, const float *gate, const int32_t *C,
-                              const float *U, int32_t K, float *S, spex_error *err);
-
-/* A drafted continuation of one block. */
-typedef struct spex_draft {
-    int32_t n;                                /* tokens drafted (prefix of the block)       */
-    int32_t ids[SPEX_DRAFT_MAX_N];            /* d_1 .. d_n                                  */
-    int32_t kidx[SPEX_DRAFT_MAX_N];           /* DFlash2: index of d_p in C_p; v1: 0         */
-    float conf[SPEX_DRAFT_MAX_N];             /* greedy: confidence of the chosen edge       */
-    bool has_q;                               /* sampled walk: q below is the proposal       */
-    int32_t n_cand;                           /* K                                           */
-    int32_t cand[SPEX_DRAFT_MAX_N][SPEX_DRAFT_MAX_K];   /* C_p                               */
-    float q[SPEX_DRAFT_MAX_N][SPEX_DRAFT_MAX_K];        /* q_p over C_p (has_q)              */
-} spex_draft;
-
-/* Walks block b of the last forward (§13, §14). temp <= 0: the greedy walk (DFlash2: chained
- * first argmax with the p_min stop on the edge confidence; v1: per-slot argmax with p_min on
- * the top softmax probability). temp > 0 (DFlash2): the sampled walk, q_p = softmax(S/T)
- * (T clamped to >= 1e-5), p_min on max q_p, one uniform of `rng` per drafted slot (inverse
- * CDF in candidate order, k = #{j : u >= CDF_j} clamped to K-1). v1 at temp > 0 walks
- * greedily (verified by sample-and-match). */
-spex_status spex_draft_walk(const spex_draft_context *dc, int32_t b, float temp, float p_min, spex_rng *rng,
-                            spex_draft *out, spex_error *err);
-
-/* ---- MTP drafter: the qwen35 native nextn block (targets.md §8) ----------------------- */
-/* The target's own multi-token-prediction block drafts autoregressively: step 1 takes the
- * anchor at position P and the target's hidden state of position P-1, step i+1 the draft d_i
- * and the block's own output hidden of step i (§8.2). It keeps a one-layer KV cache per
- * sequence that a catch-up after every target batch fills at every position p with (token at
- * p, target hidden of p-1), the zero vector at p = 0. Hidden rows are passed as the target's
- * tap of id N (the residual before output_norm; create the target context with tap_layers =
- * {N}); the drafter applies output_norm itself (§8.1: the post-norm state, unless
- * hidden_pre_norm). Drafts are greedy (argmax), so temperature > 0 verifies by
- * sample-and-match. */
-typedef struct spex_mtp_context spex_mtp_context;
-
-typedef struct spex_mtp_params {
-    int32_t n_seq_max;        /* = the target context's (default 1)                        */
-    int32_t n_ctx_per_seq;    /* = the target context's (0: min(context_length, 4096))      */
-    int32_t n_batch_max;      /* rows of one catch-up batch (default 512)                   */
-    spex_type kv_type;        /* F16 (default), F32 or Q8_0                                 */
-    int32_t n_threads;        /* own pool when pool is NULL                                 */
-    spex_pool *pool;          /* borrowed: run on the target's pool                         */
-    bool hidden_pre_norm;     /* feed the residual itself instead of RMSNorm(.; output_norm) */
-} spex_mtp_params;
-
-spex_mtp_params spex_mtp_default_params(void);
-/* SPEX_ERR_UNSUPPORTED when the model has no MTP block (nextn_predict_layers = 0). The model
- * must outlive the context. */
-spex_status spex_mtp_init(const spex_model *m, const spex_mtp_params *params, spex_mtp_context **out,
-                          spex_error *err);
-void spex_mtp_free(spex_mtp_context *mc);
-const spex_mtp_params *spex_mtp_get_params(const spex_mtp_context *mc);
-/* Catch-up: row i is token tokens[i] at position pos[i] of sequence seq[i] paired with
- * h[i * E ..] = the target's id-N tap of position pos[i] - 1 (any values at pos[i] = 0: the
- * zero vector is used). Positions of each sequence continue its cache (spex_forward's rule).
- * Logits and hidden of every row are available afterwards (spex_mtp_logits / _hidden). */
-spex_status spex_mtp_feed(spex_mtp_context *mc, const int32_t *tokens, const int32_t *pos, const int32_t *seq,
-                          const float *h, int32_t n, spex_error *err);
-typedef struct spex_mtp_block {
-    int32_t seq;
-    int32_t anchor;           /* at position spex_mtp_seq_len(seq)                          */
-    int32_t n_max;            /* 1 .. SPEX_DRAFT_MAX_N                                       */
-    const float *h;           /* [E]: the target's id-N tap of the position before the anchor */
-} spex_mtp_block;
-/* Drafts every block, all sequences stepping together (one forward of one row per drafting
- * sequence per step); a block stops early when its top probability falls below p_min. out[b]
- * gets the ids (has_q false). Each sequence's cache is left as it was. */
-spex_status spex_mtp_draft(spex_mtp_context *mc, const spex_mtp_block *blocks, int32_t n_blocks, float p_min,
-                           spex_draft *out, spex_error *err);
-int32_t spex_mtp_seq_len(const spex_mtp_context *mc, int32_t seq);
-spex_status spex_mtp_seq_truncate(spex_mtp_context *mc, int32_t seq, int32_t new_len, spex_error *err);
-/* Of the last feed or draft step, row i: logits [V] and the block's output hidden [E]
- * (RMSNorm(.; shared_head_norm), the state fed back when chaining). NULL out of range. */
-const float *spex_mtp_logits(const spex_mtp_context *mc, int32_t i);
-const float *spex_mtp_hidden(const spex_mtp_context *mc, int32_t i);
 
 /* ======================================================================== */
 /* Speculative decoding: draft -> verify -> accept -> rollback               */
@@ -1448,6 +817,9 @@ bool spex_chat_role_from_name(const char *name, spex_chat_role *out);
  * template was given but not recognised, or when ChatML is guessed without one. */
 void spex_chat_detect(const char *jinja_template, bool vocab_has_im_start, spex_chat_template *out,
                       bool *warned);
+/* spex_chat_detect for a loaded model: its tokenizer.chat_template text, and whether its
+ * vocabulary has <|im_start|>. *guessed (may be NULL): as spex_chat_detect's flag. */
+spex_chat_template spex_model_chat_template(const spex_model *m, const spex_tokenizer *tok, bool *guessed);
 
 /* Renders msgs[0 .. n) as the template does for add_generation_prompt and enable_thinking
  * (the Jinja variables of those names). Writes the text and a NUL to buf and its length

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "spex.h"
+#include "cpu/api.h"
 
 /* Each renamed: the file's other functions would clash with the library's. */
 #define spex_act_quant_q8_K_avx512 emul_act_quant_q8_K_avx512

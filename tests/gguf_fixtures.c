@@ -1,6 +1,7 @@
 /*
  * gguf_fixtures.c — GGUF helpers shared by the model tests (linked into every test program).
  */
+#include "gguf/api.h"
 #include "gguf_fixtures.h"
 
 #include <stdlib.h>

@@ -14,6 +14,7 @@
  * numbers (they depend on the machine), nor of spex_spec itself (test_spec, test_spec_qwen35).
  */
 #include "spex.h"
+#include "cpu/api.h"
 #include "test.h"
 
 #include <cjson/cJSON.h>

@@ -8,6 +8,8 @@
  * naming the field), never a crash.
  */
 #include "spex.h"
+#include "tok/api.h"
+#include "gguf/api.h"
 #include "test.h"
 #include "tok_fixtures.h"
 

@@ -3,6 +3,7 @@
  * large-buffer allocation.
  */
 #include "spex.h"
+#include "cpu/api.h"
 #include "core/fp16.h"
 #include "core/mem.h"
 #include "tensor/blocks.h"

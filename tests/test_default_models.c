@@ -13,6 +13,8 @@
  * Skips (with a message) when models/ is absent.
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 #include "test.h"
 
 #include <cjson/cJSON.h>

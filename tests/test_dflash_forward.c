@@ -19,6 +19,8 @@
  * contract and per-block attention make a row's result independent of the other rows).
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 #include "test.h"
 #include "model/dflash_ctx.h"
 

@@ -16,6 +16,8 @@
  * SPEX_REGEN_CORPUS=1 rewrites them).
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 #include "model/dflash.h"
 #include "test.h"
 

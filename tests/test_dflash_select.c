@@ -13,6 +13,8 @@
  * Id lists must match exactly: the goldens keep every decision >= golden.min_margin from its
  * boundary, far above the fp32 error (~1e-6 here).
  */
+#include "gguf/api.h"
+#include "model/api.h"
 #include "test.h"
 
 #include "model/dflash_select.h"

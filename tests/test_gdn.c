@@ -19,6 +19,7 @@
  * (variants differ from each other by rounding: FMA vs mul + add). gdn_dispatch checks that
  * the public entry points follow spex_cpu_set_isa.
  */
+#include "cpu/api.h"
 #include "test.h"
 #include "cpu/gdn.h"
 #include "cpu/gdn_impl.h"

@@ -22,6 +22,10 @@
  * SKIPs when the spex binary is absent (built by `make tests`).
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "cpu/api.h"
+#include "quant/api.h"
+#include "model/api.h"
 #include "cpu/matmul.h"
 #include "model/model.h"
 #include "test.h"

@@ -9,6 +9,7 @@
  * the committed seeds against the generator, and SPEX_REGEN_CORPUS=1 rewrites them.
  */
 #include "spex.h"
+#include "gguf/api.h"
 #include "test.h"
 
 #include <errno.h>

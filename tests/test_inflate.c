@@ -19,6 +19,7 @@
  * the quantizer's); skips when models/ is absent.
  */
 #include "spex.h"
+#include "model/api.h"
 #include "test.h"
 #include "gguf_fixtures.h"
 

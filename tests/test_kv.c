@@ -11,6 +11,7 @@
  * The row addresses come from the internal spex_kv_seg (src/model/model.h).
  */
 #include "spex.h"
+#include "model/api.h"
 #include "test.h"
 #include "model/model.h"
 

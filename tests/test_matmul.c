@@ -29,6 +29,7 @@
  * from the unrounded d by 2^-11 relative or 2^-25 absolute (fp16 subnormals).
  */
 #include "spex.h"
+#include "cpu/api.h"
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
 #include "amx_emul.h"

@@ -28,6 +28,7 @@
  *    with spex_dequantize_row_*_ref, so the bit orders are checked from two sides.
  */
 #include "spex.h"
+#include "cpu/api.h"
 #include "cpu/isa.h"
 #include "cpu/kquants_internal.h"
 #include "cpu/matmul.h"

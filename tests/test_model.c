@@ -16,6 +16,10 @@
  * notes printed by each case); logits of the same tokens batched differently 1e-5.
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "cpu/api.h"
+#include "quant/api.h"
+#include "model/api.h"
 #include "gguf_fixtures.h"
 #include "test.h"
 

@@ -31,6 +31,10 @@
  * Not checked here: the F32 fixture itself, batching, rollback, taps (test_model.c).
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "cpu/api.h"
+#include "quant/api.h"
+#include "model/api.h"
 #include "cpu/matmul.h"
 #include "gguf_fixtures.h"
 #include "model/model.h"

@@ -10,6 +10,8 @@
  * golden keeps every argmax >= 0.041 from its runner-up).
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 #include "test.h"
 
 #include <stdint.h>

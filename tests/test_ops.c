@@ -17,6 +17,7 @@
  *                            (inputs ~ U(-1, 1)); bit-identical for any thread split
  */
 #include "spex.h"
+#include "cpu/api.h"
 #include "test.h"
 #include "core/fp16.h"
 #include "cpu/ops.h"

@@ -9,6 +9,7 @@
  * microseconds.
  */
 #include "spex.h"
+#include "cpu/api.h"
 #include "test.h"
 
 #include <math.h>

@@ -9,6 +9,9 @@
  * plus F16/BF16/Q8_0/Q4_K input tensors and the tensors the recipe must leave alone.
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "quant/api.h"
+#include "model/api.h"
 #include "test.h"
 
 #include <stdint.h>

@@ -11,6 +11,8 @@
  * same way whatever else is in the batch).
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 #include "test.h"
 #include "model/model.h"
 

@@ -13,6 +13,8 @@
  * What it is not: a test of the allocation itself (test_qwen35.c runs the model).
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 #include "test.h"
 
 #include <limits.h>

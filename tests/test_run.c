@@ -13,6 +13,8 @@
  * error exit. What it is not: a test of the forward pass or sampler (test_model, test_sample).
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 #include "cpu/matmul.h"
 #include "test.h"
 

@@ -20,6 +20,7 @@
  * with the acceptance rule broken on purpose (accept every draft) must reject.
  */
 #include "spex.h"
+#include "model/api.h"
 #include "spec/spec_test.h"
 #include "test.h"
 

@@ -7,6 +7,8 @@
  * the same seed. Fixtures: tests/data/qwen35/ (tools/ref/make_qwen35_fixtures.py).
  */
 #include "spex.h"
+#include "quant/api.h"
+#include "model/api.h"
 #include "test.h"
 
 #include <stdint.h>

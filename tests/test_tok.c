@@ -10,6 +10,7 @@
  * tests/tok_fixtures.c, once per run, and the loaded tokenizers are cached here.
  */
 #include "spex.h"
+#include "gguf/api.h"
 #include "test.h"
 #include "tok/tok.h"
 #include "tok_fixtures.h"

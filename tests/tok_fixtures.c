@@ -9,6 +9,8 @@
 #include "tok_fixtures.h"
 
 #include "spex.h"
+#include "tok/api.h"
+#include "gguf/api.h"
 #include "test.h"
 
 #include <stdbool.h>

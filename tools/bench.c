@@ -19,6 +19,7 @@
  * and the 8-row case at most 2× the 1-row time. Results are recorded in docs/performance.md.
  */
 #include "spex.h"
+#include "cpu/api.h"
 #include "cli.h"
 #include "genset.h"
 #include "cpu/matmul.h"

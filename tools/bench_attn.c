@@ -15,6 +15,7 @@
  * real thing.
  */
 #include "spex.h"
+#include "cpu/api.h"
 #include "cli.h"
 #include "genset.h"
 #include "cpu/ops.h"

@@ -32,6 +32,8 @@
  * (the speculative verify regime). Results and commands: docs/performance.md.
  */
 #include "spex.h"
+#include "cpu/api.h"
+#include "model/api.h"
 #include "cli.h"
 #include "genset.h"
 #include "probe.h"

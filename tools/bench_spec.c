@@ -24,6 +24,10 @@
  * nor a concurrency benchmark (bench/server_concurrency.sh). Every table row is one pass.
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "cpu/api.h"
+#include "quant/api.h"
+#include "model/api.h"
 #include "cli.h"
 #include "genset.h"
 #include "probe.h"

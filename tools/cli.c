@@ -2,6 +2,7 @@
  * cli.c — the flag-parsing helpers the subcommands share (contract in cli.h). Apart from the
  * entry point (spex.c), so that a test harness can link the subcommands with its own main.
  */
+#include "cpu/api.h"
 #include "cli.h"
 
 #include <errno.h>

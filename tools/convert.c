@@ -10,6 +10,8 @@
  * bad usage.
  */
 #include "spex.h"
+#include "tok/api.h"
+#include "gguf/api.h"
 #include "cli.h"
 
 #include <stdio.h>

@@ -26,6 +26,9 @@
  * problem's prompt (prefill). The prompt format and the generation loop are tools/genset.c's.
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "quant/api.h"
+#include "model/api.h"
 #include "cli.h"
 #include "compare.h"
 #include "demo_real.h"

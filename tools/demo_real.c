@@ -4,6 +4,7 @@
 #include "demo_real.h"
 #include "cli.h"
 #include "spex.h"
+#include "model/api.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -36,6 +36,9 @@
  * exact tails do not matter for speed or for numerical sanity.
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "cpu/api.h"
+#include "quant/api.h"
 #include "cli.h"
 
 #include <math.h>

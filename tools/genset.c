@@ -7,6 +7,8 @@
  * numbers exclude the prompt. What it is not: anything that decides what to run or prints a
  * table; the two tools do that.
  */
+#include "gguf/api.h"
+#include "cpu/api.h"
 #include "genset.h"
 
 #include <cjson/cJSON.h>
@@ -70,19 +72,7 @@ void genset_free(genset_prompt *p, int n) {
 }
 
 spex_chat_template genset_template(const spex_model *m, const spex_tokenizer *tok) {
-    spex_chat_template tmpl;
-    bool warned;
-    spex_str js = {0};
-    static char jinja[1 << 15];
-    jinja[0] = 0;
-    if (spex_gguf_get_str(spex_model_gguf(m), "tokenizer.chat_template", &js, NULL) == SPEX_OK &&
-        js.len < sizeof jinja) {
-        memcpy(jinja, js.ptr, js.len);
-        jinja[js.len] = 0;
-    }
-    spex_chat_detect(jinja[0] ? jinja : NULL, spex_token_find(tok, "<|im_start|>", 12) != SPEX_TOKEN_NONE, &tmpl,
-                     &warned);
-    return tmpl;
+    return spex_model_chat_template(m, tok, NULL);
 }
 
 int genset_prompt_ids(const spex_tokenizer *tok, spex_chat_template tmpl, const genset_prompt *p, int32_t *ids,

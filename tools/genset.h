@@ -12,6 +12,7 @@
 #define SPEX_TOOLS_GENSET_H
 
 #include "spex.h"
+#include "cpu/api.h"
 
 #include <stdbool.h>
 #include <stdint.h>

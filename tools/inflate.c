@@ -25,6 +25,10 @@
  * function of (--seed, tensor index, row): the bytes do not depend on -t.
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "cpu/api.h"
+#include "quant/api.h"
+#include "model/api.h"
 #include "cli.h"
 
 #include <errno.h>

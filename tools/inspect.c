@@ -18,6 +18,7 @@
  * the file cannot be opened or fails validation; 2 for bad usage.
  */
 #include "spex.h"
+#include "gguf/api.h"
 #include "cli.h"
 
 #include <inttypes.h>

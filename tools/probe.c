@@ -1,6 +1,8 @@
 /*
  * probe.c — the benches' streaming-read probe and decode weight bytes (tools/probe.h).
  */
+#include "gguf/api.h"
+#include "cpu/api.h"
 #include "probe.h"
 
 #include "cpu/matmul.h"

@@ -8,6 +8,8 @@
  * 2 for bad usage.
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "quant/api.h"
 #include "cli.h"
 
 #include <stdio.h>

@@ -22,6 +22,8 @@
  *    file, a model the library refuses, a prompt longer than the context).
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 #include "cli.h"
 #include "run.h"
 

@@ -6,6 +6,7 @@
 #define SPEX_TOOLS_RUN_H
 
 #include "spex.h"
+#include "model/api.h"
 
 #include <stdbool.h>
 #include <stdio.h>

@@ -11,6 +11,8 @@
  * Weights are generated tensor by tensor through the writer's fill callback.
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "quant/api.h"
 #include "cli.h"
 
 #include <math.h>

@@ -3,6 +3,7 @@
  * helpers they share are tools/cli.c).
  */
 #include "spex.h"
+#include "cpu/api.h"
 #include "cli.h"
 
 #include <errno.h>

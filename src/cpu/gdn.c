@@ -11,6 +11,7 @@
  * gdn_impl.h) nor any intrinsics.
  */
 #define GDN_VARIANT scalar
+#include "cpu/api.h"
 #include "cpu/gdn_impl.h"
 #include "cpu/isa.h"
 

@@ -51,6 +51,7 @@
 #define SPEX_CPU_GDN_IMPL_H
 
 #include "spex.h"
+#include "cpu/api.h"
 #include "cpu/gdn.h"
 
 typedef struct spex_gdn_kernels {

@@ -7,6 +7,7 @@
  * choice (tests run every ISA against the scalar reference); it can never widen it.
  */
 #include "spex.h"
+#include "cpu/api.h"
 #include "cpu/isa.h"
 
 #include <stdio.h>

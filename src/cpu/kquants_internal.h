@@ -18,6 +18,7 @@
 #ifndef SPEX_CPU_KQUANTS_INTERNAL_H
 #define SPEX_CPU_KQUANTS_INTERNAL_H
 
+#include "cpu/api.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -36,6 +36,7 @@
  * The kernels compute every output with the same instruction sequence whatever the tile
  * shape, so results do not depend on the number of threads (tests check bit equality).
  */
+#include "cpu/api.h"
 #include "cpu/matmul.h"
 #include "cpu/isa.h"
 #include "cpu/kquants_internal.h" /* spex_matmul_register_kquants_variant: VNNI on/off */

@@ -31,6 +31,7 @@
 #define SPEX_CPU_MATMUL_H
 
 #include "spex.h"
+#include "cpu/api.h"
 
 typedef void (*spex_dot_fn)(int64_t n, const void *w, size_t w_stride, int nw,
                             const void *x, size_t x_stride, int nx, float *y, size_t ldy);

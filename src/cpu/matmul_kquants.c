@@ -6,6 +6,7 @@
  * (ref/dot_kquants_ref.c, arch/x86/avx2/dot_kquants_avx2.c,
  * arch/x86/avx512/dot_kquants_avx512.c; declarations in cpu/kquants_internal.h).
  */
+#include "cpu/api.h"
 #include "cpu/kquants_internal.h"
 #include "cpu/isa.h"
 

@@ -25,6 +25,7 @@
  * scores and on the fixed tile boundaries, never on which other pairs share its unit, so
  * the output does not depend on the thread count.
  */
+#include "cpu/api.h"
 #include "cpu/ops.h"
 #include "cpu/isa.h"
 

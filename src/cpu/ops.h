@@ -33,6 +33,7 @@
 #define SPEX_CPU_OPS_H
 
 #include "spex.h"
+#include "cpu/api.h"
 
 /* RoPE pairing: NORM rotates (2i, 2i+1) (llama); NEOX rotates (i, i + n_rot/2) (qwen, gpt-neox). */
 typedef enum spex_rope_mode {

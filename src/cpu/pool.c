@@ -74,6 +74,7 @@
  * pool as argument.
  */
 #include "spex.h"
+#include "cpu/api.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "spex.h"
+#include "gguf/api.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "spex reads GGUF data in place and supports little-endian hosts only"

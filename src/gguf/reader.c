@@ -17,6 +17,7 @@
  * file cannot crash, hang or exhaust memory. Errors name the file, the item (kv or tensor,
  * with index and name), the field, and what was expected, in one line.
  */
+#include "gguf/api.h"
 #include "gguf/gguf.h"
 #include "core/file.h"
 

@@ -10,6 +10,7 @@
  * What it is not: an editor of existing files (read them with reader.c and copy values with
  * spex_gguf_writer_set_value).
  */
+#include "gguf/api.h"
 #include "gguf/gguf.h"
 #include "core/file.h"
 

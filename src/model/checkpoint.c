@@ -17,6 +17,7 @@
  * at the end of each prompt"; the forced checkpoint near the last user-message start that
  * llama-server takes needs the chat structure, which the context does not see.
  */
+#include "model/api.h"
 #include "model/model.h"
 
 #include <stdio.h>

@@ -11,6 +11,8 @@
  * they are and overwritten by later forwards); clear = length 0; copy = a memcpy of the
  * prefix region in each layer for K and V.
  */
+#include "cpu/api.h"
+#include "model/api.h"
 #include "model/model.h"
 #include "cpu/gdn.h"
 #include "core/mem.h"

@@ -17,6 +17,7 @@
 #ifndef SPEX_MODEL_DFLASH_H
 #define SPEX_MODEL_DFLASH_H
 
+#include "model/api.h"
 #include "model/model.h"
 
 typedef struct dflash_layer {

@@ -13,6 +13,8 @@
  * sequence's length is its whole state; truncate sets it, clear zeroes it, copy memcpys the
  * prefix region of every layer.
  */
+#include "cpu/api.h"
+#include "model/api.h"
 #include "model/dflash_ctx.h"
 #include "model/dflash_select.h"
 #include "core/mem.h"

@@ -26,6 +26,7 @@
 #ifndef SPEX_MODEL_DFLASH_CTX_H
 #define SPEX_MODEL_DFLASH_CTX_H
 
+#include "model/api.h"
 #include "model/dflash.h"
 
 typedef struct draft_phase draft_phase;

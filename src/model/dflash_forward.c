@@ -33,6 +33,8 @@
  * contract, per-block attention), so a block's outputs do not depend on which other blocks
  * share the forward.
  */
+#include "cpu/api.h"
+#include "model/api.h"
 #include "model/dflash_ctx.h"
 
 #include <math.h>

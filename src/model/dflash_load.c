@@ -20,6 +20,8 @@
  * every layer uses it; `rope.dimension_sections` only in the degenerate [n_rot/2, 0, 0, 0]
  * form; a draft without tokenizer.ggml.tokens skips the vocabulary check.
  */
+#include "gguf/api.h"
+#include "model/api.h"
 #include "model/dflash.h"
 
 #include <errno.h>

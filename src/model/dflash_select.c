@@ -16,6 +16,7 @@
  *
  * Dimension legend: dflash.h (n slots, K candidates, R rank, V vocabulary).
  */
+#include "model/api.h"
 #include "model/dflash_select.h"
 
 #include <math.h>

@@ -41,6 +41,7 @@
  * a query against fixed tiles of its own sequence), so a token's logits do not depend on how
  * tokens are batched, nor on the thread count.
  */
+#include "cpu/api.h"
 #include "model/forward_internal.h"
 
 #include <math.h>

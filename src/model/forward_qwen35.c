@@ -24,6 +24,7 @@
  *
  * Dimension legend: model.h, plus Hk, Hv, D = Dk = Dv, Cc = 2·Hk·D + Hv·D, d_conv.
  */
+#include "cpu/api.h"
 #include "model/forward_internal.h"
 #include "cpu/gdn.h"
 

@@ -11,6 +11,7 @@
  * Architectures: a row in `archs`; llama and qwen3 load here, qwen35 in model_qwen35.c
  * with the shared helpers declared in model.h.
  */
+#include "gguf/api.h"
 #include "model/model.h"
 
 #include <inttypes.h>

@@ -41,6 +41,7 @@
 #define SPEX_MODEL_MODEL_H
 
 #include "spex.h"
+#include "model/api.h"
 #include "cpu/matmul.h"
 #include "cpu/ops.h"
 

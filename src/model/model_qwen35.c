@@ -11,6 +11,7 @@
  * Dimensions (targets.md §6.3): Hk = ssm.group_count, Hv = ssm.time_step_rank, Dk = Dv =
  * ssm.state_size, Cc = 2·Hk·Dk + Hv·Dv conv channels, d_conv = ssm.conv_kernel.
  */
+#include "gguf/api.h"
 #include "model/model.h"
 
 #include <inttypes.h>

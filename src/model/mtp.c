@@ -13,6 +13,8 @@
  * h passed in is the target's id-N tap (pre-output_norm residual); the post-norm state of
  * §8.1 is RMSNorm(h; output_norm), computed here. Chained steps feed h_nextn, already normed.
  */
+#include "gguf/api.h"
+#include "model/api.h"
 #include "model/model.h"
 
 #include <math.h>

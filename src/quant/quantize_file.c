@@ -15,6 +15,9 @@
  * uses after its K-quant fallback table.
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "cpu/api.h"
+#include "quant/api.h"
 #include "core/file.h"
 
 #include <ctype.h>

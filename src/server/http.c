@@ -15,6 +15,8 @@
  * errors after SSE headers are `data: {"error": ...}` without [DONE] (§17); /completion
  * (llama.cpp native) streams {"content", "stop"} events without [DONE], as llama-server does.
  */
+#include "gguf/api.h"
+#include "model/api.h"
 #include "server/server.h"
 
 #include <cjson/cJSON.h>

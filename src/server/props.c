@@ -13,6 +13,7 @@
  * property that can change at run time, so POST /props (with --props) only checks that its
  * body is a JSON object and answers {"success": true}, as llama-server does.
  */
+#include "gguf/api.h"
 #include "server/server.h"
 
 #include <cjson/cJSON.h>

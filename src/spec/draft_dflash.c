@@ -12,6 +12,7 @@
  *
  * Nothing is allocated after the constructor.
  */
+#include "model/api.h"
 #include "spec/drafter.h"
 
 #include <stdlib.h>

@@ -11,6 +11,7 @@
  *
  * Nothing is allocated after the constructor.
  */
+#include "model/api.h"
 #include "spec/drafter.h"
 
 #include <math.h>

@@ -11,6 +11,8 @@
  * n_rs_seq = n_max on recurrent targets (rejected drafts roll back inside the ring).
  */
 #include "spex.h"
+#include "gguf/api.h"
+#include "model/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -310,6 +312,22 @@ spex_status spex_session_create(const spex_model *target, const spex_session_par
                                                              : "none";
     *out = s;
     return SPEX_OK;
+}
+
+spex_chat_template spex_model_chat_template(const spex_model *m, const spex_tokenizer *tok, bool *guessed) {
+    static _Thread_local char jinja[1 << 16];   /* GGUF strings are not NUL-terminated */
+    spex_str js = {0};
+    jinja[0] = 0;
+    if (m && spex_gguf_get_str(spex_model_gguf(m), "tokenizer.chat_template", &js, NULL) == SPEX_OK &&
+        js.len < sizeof jinja) {
+        memcpy(jinja, js.ptr, js.len);
+        jinja[js.len] = 0;
+    }
+    spex_chat_template t;
+    bool g = false;
+    spex_chat_detect(jinja[0] ? jinja : NULL, tok && spex_token_find(tok, "<|im_start|>", 12) != SPEX_TOKEN_NONE, &t, &g);
+    if (guessed) *guessed = g;
+    return t;
 }
 
 const spex_session_info *spex_session_get_info(const spex_session *s) { return s ? &s->info : NULL; }

@@ -36,6 +36,7 @@
 #include "spec/spec_test.h"
 #include "spec/verify.h"
 #include "spex.h"
+#include "model/api.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -13,6 +13,7 @@
  * ones with byte fallback (convert their tokenizer.model: convert_spm.c); the pre-tokenizer is
  * recognised, never compiled from the file. Ids and sizes from the file are bounds-checked.
  */
+#include "gguf/api.h"
 #include "tok/convert.h"
 
 #include <cjson/cJSON.h>

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "spex.h"
+#include "tok/api.h"
 
 /* Largest vocabulary a converter accepts: bounds every allocation sized by an id read from a
  * file (the largest real vocabularies are ~262k). */

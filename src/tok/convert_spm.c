@@ -15,6 +15,7 @@
  * is refused: spex tokenizes SPM as BPE only). Every length and id read from the file is
  * bounds-checked: the input is untrusted (fuzz/fuzz_spm_model.c). Needs no cJSON.
  */
+#include "gguf/api.h"
 #include "tok/convert.h"
 
 #include <math.h>

@@ -17,6 +17,7 @@
  * Defaults follow llama.cpp: "llama" has bos/eos/unk 1/2/0, add_bos and add_space_prefix on;
  * "gpt2" has no default ids (llama.cpp's BOS = 11 is never used by spex) and add_bos off.
  */
+#include "gguf/api.h"
 #include "tok/tok.h"
 
 #include <stdio.h>
