@@ -138,6 +138,74 @@ static const char *type_name(spex_type t) {
     return ti ? ti->name : "?";
 }
 
+/* The recurrent state ring (model.h) of every sequence, its checkpoints and the token history
+ * a rewind replays: calloc'd, as slots are written before they are read. *ok false: out of
+ * memory (the caller reports it with the other buffers). */
+static spex_status alloc_ring(spex_context *c, const spex_model_hparams *hp, const spex_context_params *p,
+                              uint64_t *rs_bytes, bool *rs_ok, spex_error *err) {
+    const uint64_t S = (uint64_t)p->n_seq_max, C = (uint64_t)p->n_ctx_per_seq, nb = (uint64_t)p->n_batch_max;
+    spex_qwen35_plan plan;
+    if (spex_model_plan(hp, p->n_rs_seq, &plan) != 0)
+        return spex_error_set(err, SPEX_ERR_RANGE, "context: recurrent hyper-parameters outside the memory plan");
+    const uint64_t R = 1 + (uint64_t)p->n_rs_seq, NR = (uint64_t)hp->n_recurrent;
+    c->rs_ring = (int32_t)R;
+    c->rs_S_floats = plan.layer_S_floats;
+    c->rs_conv_floats = plan.layer_conv_floats;
+    const uint64_t nS = S * R * NR * c->rs_S_floats, nC = S * R * NR * c->rs_conv_floats;
+    if (nS > (uint64_t)SIZE_MAX / 8 || nC > (uint64_t)SIZE_MAX / 8)
+        return spex_error_set(err, SPEX_ERR_RANGE, "context: recurrent state of %" PRIu64 " floats is too large",
+                              nS + nC);
+    c->rs_S = calloc((size_t)nS, sizeof(float));
+    c->rs_conv = calloc((size_t)nC, sizeof(float));
+    c->rs_lo = calloc((size_t)S, sizeof(int32_t));
+    *rs_bytes = (nS + nC) * sizeof(float);
+    *rs_ok = c->rs_S && c->rs_conv && c->rs_lo;
+    /* checkpoints and the token history a rewind replays */
+    const uint64_t nk = (uint64_t)p->n_ctx_checkpoints;
+    c->n_ck = p->n_ctx_checkpoints;
+    c->ck_S = calloc(nk ? (size_t)(S * nk * NR * c->rs_S_floats) : 1, sizeof(float));
+    c->ck_conv = calloc(nk ? (size_t)(S * nk * NR * c->rs_conv_floats) : 1, sizeof(float));
+    c->ck_pos = malloc(sizeof(int32_t) * (size_t)(S * (nk ? nk : 1)));
+    c->hist = calloc((size_t)(S * C), sizeof(int32_t));
+    c->rp_batch = calloc((size_t)nb, sizeof(spex_batch_token));
+    *rs_bytes += S * nk * NR * (c->rs_S_floats + c->rs_conv_floats) * sizeof(float);
+    *rs_ok = *rs_ok && c->ck_S && c->ck_conv && c->ck_pos && c->hist && c->rp_batch;
+    if (c->ck_pos)
+        for (uint64_t i = 0; i < S * (nk ? nk : 1); i++) c->ck_pos[i] = -1;
+    return SPEX_OK;
+}
+
+/* qwen35's forward buffers: the gated attention's, and the Gated DeltaNet layers' (mixed
+ * projections, conv, z, gates, output, per-thread chunk scratch and ring snapshots). */
+static bool alloc_q35_bufs(spex_context *c, const spex_model_hparams *hp, uint64_t nb, uint64_t *compute_bytes) {
+    fwd_bufs *b = &c->b;
+    uint64_t compute = 0;
+    const uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    bool q35_ok = true;
+    if (hp->attn_gated) {
+        b->qg = spex_ctx_buf_alloc(nb * 2 * qd * 4, &compute);
+        b->agate = spex_ctx_buf_alloc(nb * qd * 4, &compute);
+        q35_ok = b->qg && b->agate;
+    }
+    if (hp->n_recurrent > 0) {
+        const uint64_t Cc = 2ull * (uint64_t)hp->ssm_n_group * (uint64_t)hp->ssm_d_state + (uint64_t)hp->ssm_d_inner;
+        const uint64_t Hv = (uint64_t)hp->ssm_dt_rank, inner = (uint64_t)hp->ssm_d_inner;
+        b->gdn_ws_floats = (spex_gdn_chunked_scratch_floats(hp->ssm_d_state, hp->ssm_d_state, SPEX_GDN_CHUNK_MAX) + 15) /
+                           16 * 16;
+        b->mixed = spex_ctx_buf_alloc(nb * Cc * 4, &compute);
+        b->conv = spex_ctx_buf_alloc(nb * Cc * 4, &compute);
+        b->z = spex_ctx_buf_alloc(nb * inner * 4, &compute);
+        b->gbeta = spex_ctx_buf_alloc(nb * 2 * Hv * 4, &compute);
+        b->ssm_o = spex_ctx_buf_alloc(nb * inner * 4, &compute);
+        b->gdn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * b->gdn_ws_floats * 4, &compute);
+        b->snap = spex_ctx_buf_alloc((uint64_t)c->nth * (uint64_t)(c->rs_ring + SPEX_QWEN35_RECURRENT_MAX) *
+                                         sizeof(float *), &compute);
+        q35_ok = q35_ok && b->mixed && b->conv && b->z && b->gbeta && b->ssm_o && b->gdn_ws && b->snap;
+    }
+    *compute_bytes += compute;
+    return q35_ok;
+}
+
 spex_status spex_context_init(const spex_model *m, const spex_context_params *params, spex_context **out,
                               spex_error *err) {
     if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_context_init: out is NULL");
@@ -183,43 +251,9 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     c->kv_bytes = (size_t)(rows ? rows : 1) * c->kv_row_bytes;
     c->k_cache = spex_alloc_zeroed(c->kv_bytes);
     c->v_cache = spex_alloc_zeroed(c->kv_bytes);
-    /* Recurrent state ring (model.h): calloc as well, slots are written before they are read. */
     uint64_t rs_bytes = 0;
     bool rs_ok = true;
-    if (hp->n_recurrent > 0) {
-        spex_qwen35_plan plan;
-        if (spex_model_plan(hp, p.n_rs_seq, &plan) != 0) {
-            s = spex_error_set(err, SPEX_ERR_RANGE, "context: recurrent hyper-parameters outside the memory plan");
-            goto fail;
-        }
-        const uint64_t R = 1 + (uint64_t)p.n_rs_seq, NR = (uint64_t)hp->n_recurrent;
-        c->rs_ring = (int32_t)R;
-        c->rs_S_floats = plan.layer_S_floats;
-        c->rs_conv_floats = plan.layer_conv_floats;
-        const uint64_t nS = S * R * NR * c->rs_S_floats, nC = S * R * NR * c->rs_conv_floats;
-        if (nS > (uint64_t)SIZE_MAX / 8 || nC > (uint64_t)SIZE_MAX / 8) {
-            s = spex_error_set(err, SPEX_ERR_RANGE, "context: recurrent state of %" PRIu64 " floats is too large",
-                               nS + nC);
-            goto fail;
-        }
-        c->rs_S = calloc((size_t)nS, sizeof(float));
-        c->rs_conv = calloc((size_t)nC, sizeof(float));
-        c->rs_lo = calloc((size_t)S, sizeof(int32_t));
-        rs_bytes = (nS + nC) * sizeof(float);
-        rs_ok = c->rs_S && c->rs_conv && c->rs_lo;
-        /* checkpoints and the token history a rewind replays */
-        const uint64_t nk = (uint64_t)p.n_ctx_checkpoints;
-        c->n_ck = p.n_ctx_checkpoints;
-        c->ck_S = calloc(nk ? (size_t)(S * nk * NR * c->rs_S_floats) : 1, sizeof(float));
-        c->ck_conv = calloc(nk ? (size_t)(S * nk * NR * c->rs_conv_floats) : 1, sizeof(float));
-        c->ck_pos = malloc(sizeof(int32_t) * (size_t)(S * (nk ? nk : 1)));
-        c->hist = calloc((size_t)(S * C), sizeof(int32_t));
-        c->rp_batch = calloc((size_t)nb, sizeof(spex_batch_token));
-        rs_bytes += S * nk * NR * (c->rs_S_floats + c->rs_conv_floats) * sizeof(float);
-        rs_ok = rs_ok && c->ck_S && c->ck_conv && c->ck_pos && c->hist && c->rp_batch;
-        if (c->ck_pos)
-            for (uint64_t i = 0; i < S * (nk ? nk : 1); i++) c->ck_pos[i] = -1;
-    }
+    if (hp->n_recurrent > 0 && (s = alloc_ring(c, hp, &p, &rs_bytes, &rs_ok, err)) != SPEX_OK) goto fail;
     c->params = p;
 
     fwd_bufs *b = &c->b;
@@ -244,27 +278,7 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     b->attn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * b->attn_ws_floats * 4, &compute);
     const bool expand = p.kv_type == SPEX_TYPE_Q8_0 && c->kv_nseg == 1; /* forward.c, spex_fwd_attend */
     b->kv_f32 = expand ? spex_ctx_buf_alloc(2 * C * kvd * 4, &compute) : NULL;
-    bool q35_ok = true;
-    if (hp->attn_gated) {
-        b->qg = spex_ctx_buf_alloc(nb * 2 * qd * 4, &compute);
-        b->agate = spex_ctx_buf_alloc(nb * qd * 4, &compute);
-        q35_ok = b->qg && b->agate;
-    }
-    if (hp->n_recurrent > 0) {
-        const uint64_t Cc = 2ull * (uint64_t)hp->ssm_n_group * (uint64_t)hp->ssm_d_state + (uint64_t)hp->ssm_d_inner;
-        const uint64_t Hv = (uint64_t)hp->ssm_dt_rank, inner = (uint64_t)hp->ssm_d_inner;
-        b->gdn_ws_floats = (spex_gdn_chunked_scratch_floats(hp->ssm_d_state, hp->ssm_d_state, SPEX_GDN_CHUNK_MAX) + 15) /
-                           16 * 16;
-        b->mixed = spex_ctx_buf_alloc(nb * Cc * 4, &compute);
-        b->conv = spex_ctx_buf_alloc(nb * Cc * 4, &compute);
-        b->z = spex_ctx_buf_alloc(nb * inner * 4, &compute);
-        b->gbeta = spex_ctx_buf_alloc(nb * 2 * Hv * 4, &compute);
-        b->ssm_o = spex_ctx_buf_alloc(nb * inner * 4, &compute);
-        b->gdn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * b->gdn_ws_floats * 4, &compute);
-        b->snap = spex_ctx_buf_alloc((uint64_t)c->nth * (uint64_t)(c->rs_ring + SPEX_QWEN35_RECURRENT_MAX) *
-                                         sizeof(float *), &compute);
-        q35_ok = q35_ok && b->mixed && b->conv && b->z && b->gbeta && b->ssm_o && b->gdn_ws && b->snap;
-    }
+    const bool q35_ok = alloc_q35_bufs(c, hp, nb, &compute);
 
     c->tap_ids = spex_ctx_buf_alloc((uint64_t)(p.n_taps + 1) * 4, &small);
     c->tap_slot = spex_ctx_buf_alloc((N + 1) * 4, &small);
