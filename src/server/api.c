@@ -407,12 +407,53 @@ char *srv_utf8_repair(const char *text, size_t n, size_t *out_len) {
     return out;
 }
 
+/* The sampling fields: the token budget, temperature, top-p / top-k / min-p, penalties, seed. */
+static int read_sampling(srv_request *r, const cJSON *o, char *msg, size_t cap) {
+    double d;
+    long long ll;
+    /* first present wins: n_predict, max_tokens, max_completion_tokens (§6.1) */
+    static const char *const npk[] = {"n_predict", "max_tokens", "max_completion_tokens"};
+    for (int i = 2; i >= 0; i--) {
+        int k = opt_int(o, npk[i], -1, 1e9, &ll, msg, cap);
+        if (k < 0) return 400;
+        if (k > 0) r->n_predict = (long)ll;
+    }
+#define NUM(key, field, flag)                                   \
+    do {                                                        \
+        int k_ = opt_num(o, key, &d, msg, cap);                 \
+        if (k_ < 0) return 400;                                 \
+        if (k_ > 0) r->field = (float)d, r->flag = true;        \
+    } while (0)
+    NUM("temperature", temp, has_temp);
+    NUM("top_p", top_p, has_top_p);
+    NUM("min_p", min_p, has_min_p);
+    NUM("repeat_penalty", repeat_penalty, has_rep);
+    NUM("frequency_penalty", freq_penalty, has_freq);
+    NUM("presence_penalty", pres_penalty, has_pres);
+#undef NUM
+    int k = opt_int(o, "top_k", -1e9, 1e9, &ll, msg, cap);
+    if (k < 0) return 400;
+    if (k > 0) r->top_k = (int32_t)(ll < 0 ? 0 : ll), r->has_top_k = true;
+    k = opt_int(o, "repeat_last_n", -1, 1e9, &ll, msg, cap);
+    if (k < 0) return 400;
+    if (k > 0) r->repeat_last_n = (int32_t)ll, r->has_rep_n = true;
+    k = opt_int(o, "seed", -1, 4294967295.0, &ll, msg, cap);
+    if (k < 0) return 400;
+    if (k > 0) r->seed = ll, r->has_seed = true;
+    if (r->has_top_p && (r->top_p < 0 || r->top_p > 1))
+        return bad(msg, cap, 400, "'top_p' must be in [0, 1]");
+    if (r->has_min_p && (r->min_p < 0 || r->min_p > 1))
+        return bad(msg, cap, 400, "'min_p' must be in [0, 1]");
+    if (r->has_rep && r->repeat_penalty <= 0)
+        return bad(msg, cap, 400, "'repeat_penalty' must be > 0");
+    return 0;
+}
+
 int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, size_t cap) {
     if (!srv_utf8_valid(body, len)) return bad(msg, cap, 400, "the request body is not valid UTF-8");
     cJSON *o = cJSON_ParseWithLength(body, len);
     if (!o) return bad(msg, cap, 400, "malformed JSON in the request body");
     int rc = 0;
-    double d;
     long long ll;
     bool b;
     if (!cJSON_IsObject(o)) {
@@ -436,62 +477,7 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
             goto done;
         }
     }
-    /* first present wins: n_predict, max_tokens, max_completion_tokens (§6.1) */
-    static const char *const npk[] = {"n_predict", "max_tokens", "max_completion_tokens"};
-    for (int i = 2; i >= 0; i--) {
-        int k = opt_int(o, npk[i], -1, 1e9, &ll, msg, cap);
-        if (k < 0) {
-            rc = 400;
-            goto done;
-        }
-        if (k > 0) r->n_predict = (long)ll;
-    }
-#define NUM(key, field, flag)                                   \
-    do {                                                        \
-        int k_ = opt_num(o, key, &d, msg, cap);                 \
-        if (k_ < 0) {                                           \
-            rc = 400;                                           \
-            goto done;                                          \
-        }                                                       \
-        if (k_ > 0) r->field = (float)d, r->flag = true;        \
-    } while (0)
-    NUM("temperature", temp, has_temp);
-    NUM("top_p", top_p, has_top_p);
-    NUM("min_p", min_p, has_min_p);
-    NUM("repeat_penalty", repeat_penalty, has_rep);
-    NUM("frequency_penalty", freq_penalty, has_freq);
-    NUM("presence_penalty", pres_penalty, has_pres);
-#undef NUM
-    int k = opt_int(o, "top_k", -1e9, 1e9, &ll, msg, cap);
-    if (k < 0) {
-        rc = 400;
-        goto done;
-    }
-    if (k > 0) r->top_k = (int32_t)(ll < 0 ? 0 : ll), r->has_top_k = true;
-    k = opt_int(o, "repeat_last_n", -1, 1e9, &ll, msg, cap);
-    if (k < 0) {
-        rc = 400;
-        goto done;
-    }
-    if (k > 0) r->repeat_last_n = (int32_t)ll, r->has_rep_n = true;
-    k = opt_int(o, "seed", -1, 4294967295.0, &ll, msg, cap);
-    if (k < 0) {
-        rc = 400;
-        goto done;
-    }
-    if (k > 0) r->seed = ll, r->has_seed = true;
-    if (r->has_top_p && (r->top_p < 0 || r->top_p > 1)) {
-        rc = bad(msg, cap, 400, "'top_p' must be in [0, 1]");
-        goto done;
-    }
-    if (r->has_min_p && (r->min_p < 0 || r->min_p > 1)) {
-        rc = bad(msg, cap, 400, "'min_p' must be in [0, 1]");
-        goto done;
-    }
-    if (r->has_rep && r->repeat_penalty <= 0) {
-        rc = bad(msg, cap, 400, "'repeat_penalty' must be > 0");
-        goto done;
-    }
+    if ((rc = read_sampling(r, o, msg, cap))) goto done;
     if ((rc = read_stop(r, cJSON_GetObjectItemCaseSensitive(o, "stop"), msg, cap))) goto done;
     if (opt_bool(o, "stream", &r->stream, msg, cap) < 0 ||
         opt_bool(o, "timings_per_token", &r->timings_per_token, msg, cap) < 0 ||
@@ -539,7 +525,7 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
             goto done;
         }
     }
-    k = opt_int(o, "speculative.n_max", 0, 1e9, &ll, msg, cap);
+    int k = opt_int(o, "speculative.n_max", 0, 1e9, &ll, msg, cap);
     if (k < 0) {
         rc = 400;
         goto done;
