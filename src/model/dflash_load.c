@@ -319,39 +319,14 @@ static spex_status rd_int_array(loader *L, const char *key, bool required, int64
 /* Hyper-parameters (§3) and the pair checks (§5)                           */
 /* ======================================================================== */
 
-static spex_status read_hparams(loader *L) {
+/* §3: rotary positions (a partial rotation, the base, only degenerate M-RoPE sections), the
+ * sliding window and its per-layer pattern, causality. */
+static spex_status read_positions(loader *L) {
     spex_drafter *d = L->d;
     spex_drafter_hparams *hp = &d->hp;
-    const spex_model_hparams *thp = spex_model_get_hparams(d->target);
     const char *path = L->path;
     spex_status s;
     int64_t x = 0;
-
-    if ((s = rd_dim(L, "dflash.block_count", true, 0, &hp->n_layer)) ||
-        (s = rd_dim(L, "dflash.embedding_length", true, 0, &hp->n_embd)) ||
-        (s = rd_dim(L, "dflash.feed_forward_length", true, 0, &hp->n_ff)) ||
-        (s = rd_dim(L, "dflash.attention.head_count", true, 0, &hp->n_head)) ||
-        (s = rd_dim(L, "dflash.attention.head_count_kv", true, 0, &hp->n_head_kv)) ||
-        (s = rd_dim(L, "dflash.attention.key_length", true, 0, &hp->head_dim)))
-        return s;
-    if (hp->n_layer > 64)
-        return spex_error_set(L->err, SPEX_ERR_UNSUPPORTED, "%s: dflash.block_count %d: at most 64 drafter layers supported",
-                              path, hp->n_layer);
-    int32_t vlen;
-    if ((s = rd_dim(L, "dflash.attention.value_length", true, 0, &vlen))) return s;
-    if (vlen != hp->head_dim)
-        return spex_error_set(L->err, SPEX_ERR_FORMAT, "%s: dflash.attention.value_length %d != key_length %d", path,
-                              vlen, hp->head_dim);
-    if (hp->n_head % hp->n_head_kv != 0)
-        return spex_error_set(L->err, SPEX_ERR_FORMAT,
-                              "%s: dflash.attention.head_count %d is not a multiple of head_count_kv %d", path,
-                              hp->n_head, hp->n_head_kv);
-    if ((int64_t)hp->n_head * hp->head_dim > DIM_MAX)
-        return spex_error_set(L->err, SPEX_ERR_RANGE, "%s: dflash.attention.head_count * key_length too large", path);
-    if ((s = rd_f32(L, "dflash.attention.layer_norm_rms_epsilon", true, 0.0f, &hp->rms_eps, NULL))) return s;
-    if (!(hp->rms_eps >= 0.0f) || hp->rms_eps > 1.0f)
-        return spex_error_set(L->err, SPEX_ERR_RANGE, "%s: dflash.attention.layer_norm_rms_epsilon %g: expected 0 .. 1",
-                              path, (double)hp->rms_eps);
     if ((s = rd_dim(L, "dflash.rope.dimension_count", false, hp->head_dim, &hp->n_rot))) return s;
     if (hp->n_rot > hp->head_dim || hp->n_rot % 2 != 0 || hp->n_rot > SPEX_ROPE_MAX_ROT)
         return spex_error_set(L->err, SPEX_ERR_FORMAT,
@@ -399,6 +374,43 @@ static spex_status read_hparams(loader *L) {
         for (int l = 0; l < hp->n_layer; l++) hp->swa_layer[l] = hp->swa_window > 0;
     }
     if ((s = rd_bool(L, "dflash.attention.causal", &hp->causal))) return s;
+    return SPEX_OK;
+}
+
+static spex_status read_hparams(loader *L) {
+    spex_drafter *d = L->d;
+    spex_drafter_hparams *hp = &d->hp;
+    const spex_model_hparams *thp = spex_model_get_hparams(d->target);
+    const char *path = L->path;
+    spex_status s;
+    int64_t x = 0;
+
+    if ((s = rd_dim(L, "dflash.block_count", true, 0, &hp->n_layer)) ||
+        (s = rd_dim(L, "dflash.embedding_length", true, 0, &hp->n_embd)) ||
+        (s = rd_dim(L, "dflash.feed_forward_length", true, 0, &hp->n_ff)) ||
+        (s = rd_dim(L, "dflash.attention.head_count", true, 0, &hp->n_head)) ||
+        (s = rd_dim(L, "dflash.attention.head_count_kv", true, 0, &hp->n_head_kv)) ||
+        (s = rd_dim(L, "dflash.attention.key_length", true, 0, &hp->head_dim)))
+        return s;
+    if (hp->n_layer > 64)
+        return spex_error_set(L->err, SPEX_ERR_UNSUPPORTED, "%s: dflash.block_count %d: at most 64 drafter layers supported",
+                              path, hp->n_layer);
+    int32_t vlen;
+    if ((s = rd_dim(L, "dflash.attention.value_length", true, 0, &vlen))) return s;
+    if (vlen != hp->head_dim)
+        return spex_error_set(L->err, SPEX_ERR_FORMAT, "%s: dflash.attention.value_length %d != key_length %d", path,
+                              vlen, hp->head_dim);
+    if (hp->n_head % hp->n_head_kv != 0)
+        return spex_error_set(L->err, SPEX_ERR_FORMAT,
+                              "%s: dflash.attention.head_count %d is not a multiple of head_count_kv %d", path,
+                              hp->n_head, hp->n_head_kv);
+    if ((int64_t)hp->n_head * hp->head_dim > DIM_MAX)
+        return spex_error_set(L->err, SPEX_ERR_RANGE, "%s: dflash.attention.head_count * key_length too large", path);
+    if ((s = rd_f32(L, "dflash.attention.layer_norm_rms_epsilon", true, 0.0f, &hp->rms_eps, NULL))) return s;
+    if (!(hp->rms_eps >= 0.0f) || hp->rms_eps > 1.0f)
+        return spex_error_set(L->err, SPEX_ERR_RANGE, "%s: dflash.attention.layer_norm_rms_epsilon %g: expected 0 .. 1",
+                              path, (double)hp->rms_eps);
+    if ((s = read_positions(L))) return s;
 
     int64_t taps[SPEX_DFLASH_MAX_TAPS];
     int n_taps;
