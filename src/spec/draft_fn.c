@@ -36,20 +36,20 @@ static spex_status fn_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
  * of its own; one per slot position (0.95, 0.85, .. 0.05 from the tenth on) puts each position
  * in a bin of its own, so the draft cut learns the acceptance of a lookup's first, second, ..
  * token and verifies only the part that pays (cut.h). */
+void spec_lookup_draft(const spec_draft_req *r, const spex_ngram_params *ng, spex_draft *o) {
+    o->n = 0;
+    o->has_q = false;
+    if (!r->hist) return;   /* history unknown: no draft, which is always lossless */
+    /* the anchor's place; the next forward writes it there too (the loop keeps room) */
+    r->hist[r->pos] = r->anchor;
+    o->n = spex_ngram_lookup(r->hist, r->pos + 1, ng, r->n_max, o->ids);
+    for (int32_t j = 0; j < o->n; j++) o->conf[j] = 0.95f - 0.1f * (float)(j < 9 ? j : 9), o->kidx[j] = 0;
+}
+
 static spex_status ngram_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t n, spex_draft *out,
                                uint64_t *n_batches, spex_error *err) {
     (void)n_batches, (void)err;
-    fn_drafter *f = (fn_drafter *)d;
-    for (int32_t i = 0; i < n; i++) {
-        spex_draft *o = &out[i];
-        o->n = 0;
-        o->has_q = false;
-        if (!reqs[i].hist) continue;   /* history unknown: no draft, which is always lossless */
-        /* the anchor's place; the next forward writes it there too (the loop keeps room) */
-        reqs[i].hist[reqs[i].pos] = reqs[i].anchor;
-        o->n = spex_ngram_lookup(reqs[i].hist, reqs[i].pos + 1, &f->ng, reqs[i].n_max, o->ids);
-        for (int32_t j = 0; j < o->n; j++) o->conf[j] = 0.95f - 0.1f * (float)(j < 9 ? j : 9), o->kidx[j] = 0;
-    }
+    for (int32_t i = 0; i < n; i++) spec_lookup_draft(&reqs[i], &((fn_drafter *)d)->ng, &out[i]);
     return SPEX_OK;
 }
 

@@ -54,14 +54,8 @@ static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
     const double e_df = expected_dflash(h);
     for (int32_t i = 0; i < n; i++) {
         spex_draft *o = &out[i];
-        o->n = 0;
-        o->has_q = false;
-        if (reqs[i].hist) {
-            reqs[i].hist[reqs[i].pos] = reqs[i].anchor;   /* the loop keeps room for the anchor */
-            o->n = spex_ngram_lookup(reqs[i].hist, reqs[i].pos + 1, &h->ng, reqs[i].n_max, o->ids);
-        }
+        spec_lookup_draft(&reqs[i], &h->ng, o);
         if (o->n > 0 && expected_lookup(h, o->n) > e_df) {
-            for (int32_t j = 0; j < o->n; j++) o->conf[j] = 0.95f - 0.1f * (float)(j < 9 ? j : 9), o->kidx[j] = 0;
             h->src[reqs[i].seq] = SRC_NGRAM;
             h->len[reqs[i].seq] = o->n;
             continue;

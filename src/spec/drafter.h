@@ -88,6 +88,10 @@ spex_status spec_drafter_hybrid(spec_drafter *inner, int32_t n_seq, const spex_n
                                 spex_error *err);
 spec_drafter *spec_drafter_hybrid_inner(spec_drafter *d);   /* the wrapped one, or d */
 
+/* The n-gram lookup's draft for one request (draft_fn.c): nothing without a history; the anchor
+ * is written after it; each slot gets a fixed confidence by position. Hybrid drafting uses it too. */
+void spec_lookup_draft(const spec_draft_req *r, const spex_ngram_params *ng, spex_draft *out);
+
 /* The DFlash drafter's pending features of seq (0 for other drafters), and its capacity
  * (tests lower it; 0: inject every row at once). */
 int32_t spec_drafter_dflash_pending(const spec_drafter *d, int32_t seq);

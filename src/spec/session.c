@@ -14,6 +14,7 @@
 #include "gguf/api.h"
 #include "model/api.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,7 +80,6 @@ static void say(const spex_session_params *p, const char *fmt, ...)
 #endif
     ;
 
-#include <stdarg.h>
 static void say(const spex_session_params *p, const char *fmt, ...) {
     char line[512];
     va_list ap;
