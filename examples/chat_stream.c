@@ -7,7 +7,8 @@
  *
  * What it is: the whole path an embedder needs — load the target, open a speculative session
  * (drafter, contexts and sizes in one call), render one user turn with the model's chat
- * template, tokenize, and print each step's tokens as they arrive. Greedy (T = 0), so the reply equals the target alone's token for token.
+ * template, tokenize, and generate, printing each token's text as it arrives. Greedy (T = 0),
+ * so the reply equals the target alone's token for token.
  * What it is not: a CLI (`spex run -m T -md D --chat` is that) or a tour of the parameters.
  */
 #include "spex.h"
@@ -19,6 +20,13 @@
 /* Every call reports failure the same way: its status, and a message in err naming the cause. */
 #define TRY(call, what) \
     do { if ((call) != SPEX_OK) { fprintf(stderr, "chat_stream: %s: %s\n", (what), err.msg); goto done; } } while (0)
+
+static bool print_piece(void *user, int32_t token, spex_str text) {
+    (void)user, (void)token;
+    fwrite(text.ptr, 1, text.len, stdout);
+    fflush(stdout);
+    return true;
+}
 
 int main(int argc, char **argv) {
     long n_max = argc == 5 ? strtol(argv[4], NULL, 10) : 256;
@@ -33,8 +41,6 @@ int main(int argc, char **argv) {
     spex_model *m = NULL;
     spex_tokenizer *tok = NULL;
     spex_session *ses = NULL;
-    spex_sampler *smp = NULL;
-    spex_detok_stream *ds = NULL;
 
     TRY(spex_model_load(argv[1], NULL, &m, &err), "target");
     TRY(spex_tokenizer_load_gguf(spex_model_gguf(m), &tok, &err), "tokenizer");
@@ -43,7 +49,6 @@ int main(int argc, char **argv) {
     pp.type = SPEX_SPEC_DFLASH;
     pp.draft_path = argv[2];
     TRY(spex_session_create(m, &pp, &ses, &err), "drafter");
-    spex_spec *spec = spex_session_spec(ses);
 
     /* One user turn through the model's chat template. */
     spex_chat_template tmpl = spex_model_chat_template(m, tok, NULL);
@@ -52,38 +57,17 @@ int main(int argc, char **argv) {
     TRY(spex_chat_apply(tmpl, &msg, 1, true, true, text, sizeof text, &len, &err), "chat template");
     TRY(spex_tokenize(tok, text, len, true, true, ids, (int)(sizeof ids / sizeof *ids), &n_prompt, &err), "prompt");
 
-    spex_sampler_params sp = spex_sampler_default_params();
-    sp.temp = 0.0f;
-    TRY(spex_sampler_init(&sp, spex_model_get_hparams(m)->n_vocab, &smp, &err), "sampler");
-    TRY(spex_detok_stream_create(tok, SPEX_DETOK_STRIP_SPACE, &ds, &err), "detokenizer");
-
-    spex_str piece;   /* the prompt primes the stream (its text is not printed) */
-    for (int i = 0; i < n_prompt; i++) TRY(spex_detok_stream_push(ds, ids[i], &piece, &err), "detokenize");
-    (void)spex_detok_stream_flush(ds);
-    int32_t seq = 0, first;
-    TRY(spex_spec_seq_begin(spec, seq, ids, n_prompt, smp, &first, &err), "prompt");
-    spex_spec_out out = {.n = 1, .tokens = {first}};
-    long n_gen = 0;
-    for (;;) {   /* print what a step emitted, up to end of generation or n_max; step again */
-        int32_t k = 0;
-        for (; k < out.n && n_gen < n_max && !spex_token_is_eog(tok, out.tokens[k]); k++, n_gen++) {
-            TRY(spex_detok_stream_push(ds, out.tokens[k], &piece, &err), "detokenize");
-            fwrite(piece.ptr, 1, piece.len, stdout);
-        }
-        fflush(stdout);
-        if (k < out.n || n_gen >= n_max || spex_spec_seq_len(spec, seq) >= spex_session_get_info(ses)->n_ctx_per_seq) break;
-        int32_t max_emit = (int32_t)(n_max - n_gen);   /* never draft past n_max */
-        TRY(spex_spec_step(spec, &seq, 1, &max_emit, &out, &err), "speculative step");
-    }
-    piece = spex_detok_stream_flush(ds);
-    printf("%.*s\n", (int)piece.len, piece.ptr);
-    fflush(stdout);
-    fprintf(stderr, "chat_stream: %ld tokens, mean acceptance length %.2f\n", n_gen,
-            spex_spec_stats_mean_len(spex_spec_seq_stats(spec, seq)));
+    /* Greedy (no sampler given), each token's text printed as it comes, at most n_max tokens. */
+    spex_gen_params gp = spex_gen_default_params();
+    gp.n_predict = (int32_t)n_max;
+    gp.on_token = print_piece;
+    spex_gen_result res;
+    TRY(spex_session_generate(ses, tok, ids, n_prompt, &gp, &res, &err), "generate");
+    printf("\n");
+    fprintf(stderr, "chat_stream: %d tokens (stop: %s), mean acceptance length %.2f\n", res.n_gen,
+            spex_stop_name(res.stop), spex_spec_stats_mean_len(&res.stats));
     rc = 0;
 done:
-    spex_detok_stream_free(ds);
-    spex_sampler_free(smp);
     spex_session_free(ses);
     spex_tokenizer_free(tok);
     spex_model_free(m);

@@ -685,6 +685,9 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
  * all sequences, at least 32 rows, at most the context) and are injected in one batch before
  * its next draft, so a sequence that does not draft costs no drafter work per token. */
 int32_t spex_spec_seq_len(const spex_spec *s, int32_t seq);
+/* Positions per sequence of the target context, and the model's vocabulary. */
+int32_t spex_spec_n_ctx(const spex_spec *s);
+int32_t spex_spec_n_vocab(const spex_spec *s);
 int32_t spex_spec_seq_pending(const spex_spec *s, int32_t seq);
 
 /* ======================================================================== */
@@ -760,6 +763,59 @@ spex_draft_context *spex_session_draft_context(spex_session *s);     /* DFlash; 
 spex_context *spex_session_draft_model_context(spex_session *s);     /* draft-simple; else NULL */
 const spex_drafter *spex_session_drafter(const spex_session *s);     /* DFlash; else NULL      */
 const spex_model *spex_session_draft_model(const spex_session *s);   /* draft-simple; else NULL */
+
+/* ======================================================================== */
+/* Generation: one prompt, tokens out through a callback                     */
+/* ======================================================================== */
+
+typedef enum spex_stop {
+    SPEX_STOP_LENGTH = 0,   /* n_predict tokens                   */
+    SPEX_STOP_EOS,          /* an end-of-generation token          */
+    SPEX_STOP_EOT,          /* the end-of-turn token               */
+    SPEX_STOP_BOS,          /* a BOS token                         */
+    SPEX_STOP_CONTEXT,      /* the sequence filled its context     */
+    SPEX_STOP_CALLER,       /* on_token returned false             */
+} spex_stop;
+
+const char *spex_stop_name(spex_stop s);   /* "n_predict", "eos", "eot", "bos", "context full", "caller" */
+
+/* Called for each generated token in order (stop tokens excluded) with its text (empty when
+ * the token ends no character yet, or without text); once more at the end with token -1 for a
+ * character the last token left unfinished. Returns false to stop. */
+typedef bool (*spex_gen_token_fn)(void *user, int32_t token, spex_str text);
+
+typedef struct spex_gen_params {
+    int32_t n_predict;          /* most tokens; -1 (default): until a stop token or a full context */
+    spex_sampler *sampler;      /* borrowed; NULL: greedy                                        */
+    bool prime_sampler;         /* reset it, then the prompt into its penalty history (default)  */
+    bool text;                  /* detokenize for on_token (default true)                        */
+    unsigned detok_flags;       /* SPEX_DETOK_* (default STRIP_SPACE)                            */
+    int8_t draft_cut, guard;    /* 0 off, 1 on; -1 (default): the loop's setting, but off for a
+                                 * fixed seed on the rejection path (both follow the clock, which
+                                 * would make the sampled tokens vary run to run)                */
+    spex_gen_token_fn on_token;
+    void *user;
+} spex_gen_params;
+
+typedef struct spex_gen_result {
+    int32_t n_prompt, n_gen;    /* n_gen: tokens handed to on_token                              */
+    spex_stop stop;
+    spex_spec_path path;
+    bool draft_cut, guard;      /* what the generation ran with                                  */
+    double t_prompt, t_gen;     /* seconds: the prompt (and first token), the rest               */
+    spex_spec_stats stats;      /* the steps after the prompt                                    */
+} spex_gen_result;
+
+spex_gen_params spex_gen_default_params(void);
+/* Generates on sequence 0 of the loop: the prompt (n_prompt <= the context), then steps until
+ * a stop; each step is bounded by what is left of n_predict. The sequence is ended on return.
+ * The speculative output equals the target alone's token for token at T = 0 and for the same
+ * seed on the sample-and-match path (docs/speculative.md). */
+spex_status spex_spec_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *prompt, int32_t n_prompt,
+                               const spex_gen_params *params, spex_gen_result *res, spex_error *err);
+spex_status spex_session_generate(spex_session *s, const spex_tokenizer *tok, const int32_t *prompt,
+                                  int32_t n_prompt, const spex_gen_params *params, spex_gen_result *res,
+                                  spex_error *err);
 
 /* ======================================================================== */
 /* Chat templates                                                            */

@@ -631,7 +631,7 @@ TEST(hybrid_equals_target_only) {
  * repeat.) */
 TEST(seeded_sampling_repeats_under_auto_cut) {
     REQUIRE_BIN();
-    static const char note[] = "note: draft cut off for a fixed --seed at T > 0";
+    static const char note[] = "note: draft cut off for a fixed seed at T > 0";
     run_result a, b;
     RUN(a, "-m", TINY_QWEN3, "-md", TINY_DRAFT2, "-p", "Once upon a time", "-n", "60", "--temp", "0.8", "--seed",
         "42", "-t", "2");
@@ -642,7 +642,7 @@ TEST(seeded_sampling_repeats_under_auto_cut) {
     CHECK_MSG(strstr(a.err, note) && strstr(a.err, "path rejection") && strstr(a.err, "draft cut off (0 tokens cut)"),
               "no note or the cut on:\n%s", a.err);
     /* the realized-rate guard follows the clock too: the same rule keeps it off */
-    CHECK_MSG(strstr(a.err, "note: realized-rate guard off for a fixed --seed") &&
+    CHECK_MSG(strstr(a.err, "note: realized-rate guard off for a fixed seed") &&
                   strstr(a.err, "guard:     off, 0 of "),
               "no guard note or the guard on:\n%s", a.err);
     CHECK_MSG(a.out_len == b.out_len && memcmp(a.out, b.out, a.out_len) == 0, "seeded runs differ:\n%s\n---\n%s",

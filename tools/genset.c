@@ -126,64 +126,69 @@ static void pool_site_waits(const spex_pool *pool, double w[SPEX_SITE_COUNT][2])
         }
 }
 
+/* What the token callback of one generation keeps: the tokens, and the pool's waits at the
+ * first token (the decode's start; the prompt's waits stay out). */
+typedef struct gen_collect {
+    int32_t *out;
+    int n, cap;
+    spex_pool *pool;
+    bool started;
+    double w0c, w0w, ws0[SPEX_SITE_COUNT][2];
+} gen_collect;
+
+static bool collect(void *user, int32_t token, spex_str text) {
+    (void)text;
+    gen_collect *c = user;
+    if (!c->started && c->pool) {
+        spex_pool_wait_split(c->pool); /* the workers' waits at the window's edges: by site as in total */
+        pool_waits(c->pool, &c->w0c, &c->w0w);
+        pool_site_waits(c->pool, c->ws0);
+    }
+    c->started = true;
+    if (token >= 0 && c->n < c->cap) c->out[c->n++] = token;
+    return true;
+}
+
 int genset_generate(spex_spec *spec, const spex_tokenizer *tok, const int32_t *ids, int np, int n_predict,
                     spex_sampler *smp, int32_t *out, genset_row *row, spex_pool *pool) {
     spex_error e = {0};
-    spex_sampler_reset(smp);
-    for (int i = 0; i < np; i++) (void)spex_sampler_accept(smp, ids[i]);
-    int32_t first;
-    if (spex_spec_seq_begin(spec, 0, ids, np, smp, &first, &e) != SPEX_OK) {
+    gen_collect c = {.out = out, .cap = n_predict, .pool = pool};
+    spex_gen_params gp = spex_gen_default_params();
+    gp.n_predict = n_predict;
+    gp.sampler = smp;
+    gp.text = false;
+    /* the loop's own settings, whatever the seed: every method is timed as configured */
+    gp.draft_cut = spex_spec_get_params(spec)->draft_cut;
+    gp.guard = spex_spec_get_params(spec)->guard;
+    gp.on_token = collect;
+    gp.user = &c;
+    spex_gen_result res;
+    if (spex_spec_generate(spec, tok, ids, np, &gp, &res, &e) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", e.msg);
         return -1;
     }
-    /* seq_begin counts its last prompt token's forward as "other": keep it out of the steps. */
-    const spex_spec_stats *st = spex_spec_seq_stats(spec, 0);
-    const double other0 = st->t_other;
-    double w0c = 0.0, w0w = 0.0, ws0[SPEX_SITE_COUNT][2];
-    if (pool) {
-        spex_pool_wait_split(pool); /* the workers' waits at the window's edges: by site as in total */
-        pool_waits(pool, &w0c, &w0w);
-        pool_site_waits(pool, ws0);
-    }
-    double t0 = genset_now_s();
-    int n = 0;
-    bool eog = false;
-    spex_spec_out so = {.n = 1, .tokens = {first}};
-    for (;;) {
-        for (int k = 0; k < so.n && !eog && n < n_predict; k++) {
-            if (spex_token_is_eog(tok, so.tokens[k])) eog = true;
-            else out[n++] = so.tokens[k];
-        }
-        if (eog || n >= n_predict) break;
-        int32_t seq = 0, budget = n_predict - n;
-        if (spex_spec_step(spec, &seq, 1, &budget, &so, &e) != SPEX_OK) {
-            fprintf(stderr, "error: %s\n", e.msg);
-            return -1;
-        }
-    }
-    row->t_decode += genset_now_s() - t0;
-    if (pool) {
+    row->t_decode += res.t_gen;
+    if (pool && c.started) {
         double w1c, w1w;
         spex_pool_wait_split(pool);
         pool_waits(pool, &w1c, &w1w);
-        row->t_wait_caller += w1c - w0c;
-        row->t_wait_workers += w1w - w0w;
+        row->t_wait_caller += w1c - c.w0c;
+        row->t_wait_workers += w1w - c.w0w;
         double ws1[SPEX_SITE_COUNT][2];
         pool_site_waits(pool, ws1);
         for (int si = 0; si < SPEX_SITE_COUNT; si++)
-            for (int k = 0; k < 2; k++) row->t_wait_site[si][k] += ws1[si][k] - ws0[si][k];
+            for (int k = 0; k < 2; k++) row->t_wait_site[si][k] += ws1[si][k] - c.ws0[si][k];
     }
-    row->n_gen += n;
-    row->normal_stops += eog;
+    const spex_spec_stats *st = &res.stats;
+    row->n_gen += c.n;
+    row->normal_stops += res.stop == SPEX_STOP_EOS || res.stop == SPEX_STOP_EOT;
     row->n_runs++;
-    st = spex_spec_seq_stats(spec, 0);
     row->steps += st->n_steps;
     row->accepted += st->n_accepted;
     row->drafted += st->n_drafted;
     row->cut += st->n_cut;
     row->t_draft += st->t_draft;
     row->t_verify += st->t_verify;
-    row->t_other += st->t_other - other0;
-    spex_spec_seq_end(spec, 0);
-    return n;
+    row->t_other += st->t_other;
+    return c.n;
 }

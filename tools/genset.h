@@ -3,10 +3,11 @@
  * (tools/demo.c) and `spex bench spec` (tools/bench_spec.c).
  *
  * What it is: the JSON-lines prompt format of models/demo.jsonl, its rendering through the
- * target's chat template, and the timed generation loop both tools run (the target alone is
- * spex_spec without a draft context, so every method shares every per-step cost except the
- * drafting). What it is not: a sampler or stop-string engine (`spex run`, `spex serve`): a
- * generation stops on an end-of-generation token or at the token cap, nothing else.
+ * target's chat template, and one timed generation through the library's loop
+ * (spex_spec_generate; the target alone is spex_spec without a drafter, so every method shares
+ * every per-step cost except the drafting) added up into a table row. What it is not: a
+ * sampler or stop-string engine (`spex run`, `spex serve`): a generation stops where
+ * spex_spec_generate stops (a stop token, the token cap, a full context).
  */
 #ifndef SPEX_TOOLS_GENSET_H
 #define SPEX_TOOLS_GENSET_H
@@ -61,8 +62,9 @@ spex_chat_template genset_template(const spex_model *m, const spex_tokenizer *to
 int genset_prompt_ids(const spex_tokenizer *tok, spex_chat_template tmpl, const genset_prompt *p, int32_t *ids,
                       int cap);
 
-/* One generation of at most n_predict tokens on sequence 0 of spec from prompt ids[0..np):
- * the tokens go to out (n_predict entries, the end-of-generation token excluded) and the
+/* One generation (spex_spec_generate, the loop's draft cut and guard as set) of at most
+ * n_predict tokens on sequence 0 of spec from prompt ids[0..np): the sampler is reset and
+ * primed with the prompt, the tokens go to out (n_predict entries, the stop token excluded) and the
  * numbers are added to row. With pool (the one spec runs on, its wait accounting on) the
  * threads' waits during the decode are added too; NULL leaves them out. Returns the count, or
  * -1 after printing an error. */

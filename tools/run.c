@@ -459,23 +459,6 @@ static int32_t *tokenize_all(const spex_tokenizer *tok, const char *text, size_t
 /* Generation                                                                */
 /* ======================================================================== */
 
-bool run_prime(int32_t n_vocab, spex_detok_stream *ds, spex_sampler *smp, const int32_t *ids, int n_prompt) {
-    /* The prompt's pieces go through the stream unprinted (so the first generated piece is
-     * rendered as a continuation), its ids into the penalty history (as llama-cli does). */
-    spex_error err = {0};
-    for (int i = 0; i < n_prompt; i++) {
-        spex_str ignored;
-        if (ids[i] < 0 || ids[i] >= n_vocab || spex_detok_stream_push(ds, ids[i], &ignored, &err) != SPEX_OK ||
-            spex_sampler_accept(smp, ids[i]) != SPEX_OK) {
-            fprintf(stderr, "error: prompt token %d (id %d): %s\n", i, ids[i], err.msg[0] ? err.msg : "out of range");
-            return false;
-        }
-    }
-    /* A prompt ending inside a UTF-8 sequence must not leak its U+FFFD into the output. */
-    (void)spex_detok_stream_flush(ds);
-    return true;
-}
-
 double run_now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -501,12 +484,8 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
     spex_error err = {0};
     spex_model *m = NULL;
     spex_tokenizer *tok = NULL;
-    spex_context *ctx = NULL;
-    spex_sampler *smp = NULL;
-    spex_detok_stream *ds = NULL;
     char *chat_text = NULL;
     int32_t *ids = NULL;
-    spex_batch_token *bt = NULL;
 
     spex_model_params mp = spex_model_default_params();
     mp.verbose = o->verbose;
@@ -548,128 +527,8 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
         fprintf(stderr, "\n");
     }
 
-    if (o->draft || run_spec_is_mtp(o) || run_spec_is_ngram(o)) {
-        rc = run_speculative(o, m, tok, ids, n_prompt);
-        goto done;
-    }
-
-    spex_context_params cp = spex_context_default_params();
-    if (o->n_ctx > 0) cp.n_ctx_per_seq = (int32_t)o->n_ctx;
-    cp.n_batch_max = (int32_t)o->n_batch;
-    cp.n_outputs_max = 1;   /* only the last prompt token and each generated token need logits */
-    cp.kv_type = o->kv_type;
-    cp.n_threads = o->n_threads > 0 ? (int32_t)o->n_threads : 0;
-    if (o->n_threads == 0) {
-        long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-        cp.n_threads = (int32_t)(cpus > 0 ? cpus : 1);
-    }
-    /* The prompt check comes before the (possibly large) context allocation. */
-    int32_t n_ctx = o->n_ctx > 0 ? (int32_t)o->n_ctx : cp.n_ctx_per_seq;
-    if (n_ctx <= 0) n_ctx = hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
-    if (n_prompt > n_ctx) {
-        fprintf(stderr, "error: the prompt is %d tokens, longer than the context of %d (raise -c)\n", n_prompt,
-                n_ctx);
-        goto done;
-    }
-    if (spex_context_init(m, &cp, &ctx, &err) != SPEX_OK) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        goto done;
-    }
-    run_print_recurrent(m, ctx);
-    n_ctx = spex_context_get_params(ctx)->n_ctx_per_seq;
-    int32_t n_batch = spex_context_get_params(ctx)->n_batch_max;
-    if (n_prompt > n_ctx) {
-        fprintf(stderr, "error: the prompt is %d tokens, longer than the context of %d (raise -c)\n", n_prompt,
-                n_ctx);
-        goto done;
-    }
-
-    spex_sampler_params sp = o->sp;
-    if (sp.repeat_last_n < 0) sp.repeat_last_n = n_ctx;
-    if (spex_sampler_init(&sp, hp->n_vocab, &smp, &err) != SPEX_OK) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        goto done;
-    }
-    if (o->verbose) fprintf(stderr, "seed: %s\n", sp.seed == SPEX_SEED_RANDOM ? "random" : "fixed");
-    unsigned dflags = SPEX_DETOK_STRIP_SPACE | (o->special ? SPEX_DETOK_SPECIAL : 0u);
-    if (spex_detok_stream_create(tok, dflags, &ds, &err) != SPEX_OK) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        goto done;
-    }
-    bt = malloc(sizeof *bt * (size_t)n_batch);
-    if (!bt) {
-        fprintf(stderr, "error: out of memory\n");
-        goto done;
-    }
-
-    if (!run_prime(hp->n_vocab, ds, smp, ids, n_prompt)) goto done;
-    double t0 = run_now_s();
-    for (int i = 0; i < n_prompt; i += n_batch) {
-        int k = n_prompt - i < n_batch ? n_prompt - i : n_batch;
-        for (int j = 0; j < k; j++)
-            bt[j] = (spex_batch_token){.token = ids[i + j], .pos = i + j, .seq = 0, .logits = i + j == n_prompt - 1};
-        if (spex_forward(ctx, &(spex_batch){bt, k}, &err) != SPEX_OK) {
-            fprintf(stderr, "error: prompt: %s\n", err.msg);
-            goto done;
-        }
-    }
-    double t1 = run_now_s();
-
-    const char *reason = "n_predict";
-    long n_gen = 0;
-    int32_t bos = spex_token_bos(tok), eot = spex_token_eot(tok);
-    while (o->n_predict < 0 || n_gen < o->n_predict) {
-        int32_t id;
-        if (spex_sampler_sample(smp, spex_logits(ctx, 0), &id, &err) != SPEX_OK) {
-            fprintf(stderr, "\nerror: sampling: %s\n", err.msg);
-            goto done;
-        }
-        if (spex_token_is_eog(tok, id)) {
-            reason = id == eot ? "eot" : "eos";
-            break;
-        }
-        if (id == bos) {
-            reason = "bos";
-            break;
-        }
-        n_gen++;
-        spex_str piece;
-        if (spex_detok_stream_push(ds, id, &piece, &err) != SPEX_OK) {
-            fprintf(stderr, "\nerror: detokenize: %s\n", err.msg);
-            goto done;
-        }
-        run_write_str(piece);
-        fflush(stdout);
-        if (spex_sampler_accept(smp, id) != SPEX_OK) {
-            fprintf(stderr, "\nerror: sampling: token %d out of range\n", id);
-            goto done;
-        }
-        if (o->n_predict >= 0 && n_gen >= o->n_predict) break;
-        int32_t pos = spex_kv_seq_len(ctx, 0);
-        if (pos >= n_ctx) {
-            reason = "context full";
-            break;
-        }
-        bt[0] = (spex_batch_token){.token = id, .pos = pos, .seq = 0, .logits = true};
-        if (spex_forward(ctx, &(spex_batch){bt, 1}, &err) != SPEX_OK) {
-            fprintf(stderr, "\nerror: decode: %s\n", err.msg);
-            goto done;
-        }
-    }
-    run_write_str(spex_detok_stream_flush(ds));
-    fflush(stdout);
-    double t2 = run_now_s();
-
-    fprintf(stderr, "\nprompt:    %d tokens, %.2f ms, %.2f t/s\n", n_prompt, (t1 - t0) * 1e3,
-            run_rate(n_prompt, t1 - t0));
-    fprintf(stderr, "generated: %ld tokens, %.2f ms, %.2f t/s\n", n_gen, (t2 - t1) * 1e3, run_rate(n_gen, t2 - t1));
-    fprintf(stderr, "stop:      %s\n", reason);
-    rc = 0;
+    rc = run_session(o, m, tok, ids, n_prompt);
 done:
-    free(bt);
-    spex_detok_stream_free(ds);
-    spex_sampler_free(smp);
-    spex_context_free(ctx);
     free(ids);
     free(chat_text);
     spex_tokenizer_free(tok);

@@ -1,6 +1,6 @@
 /*
- * run.h — what `spex run`'s two halves share: run.c (flags, prompt, target-only generation)
- * and run_spec.c (generation with a DFlash drafter).
+ * run.h — what `spex run`'s two halves share: run.c (flags, prompt) and run_spec.c (the
+ * session and the generation, target-only or speculative).
  */
 #ifndef SPEX_TOOLS_RUN_H
 #define SPEX_TOOLS_RUN_H
@@ -43,8 +43,6 @@ typedef struct run_opts {
     spex_ngram_params ngram;   /* --spec-ngram-size-n / -m / --spec-ngram-min-hits */
 } run_opts;
 
-/* Generation with the drafter o->draft over the tokenized prompt; prints like run.c and
- * returns the exit status. The prompt's ids are not yet in any sampler history. */
 /* --spec-type mtp (or draft-mtp): the target's MTP block drafts (no -md). */
 static inline bool run_spec_is_mtp(const run_opts *o) {
     return o->spec_type && (!strcmp(o->spec_type, "mtp") || !strcmp(o->spec_type, "draft-mtp"));
@@ -61,12 +59,11 @@ static inline void run_print_recurrent(const spex_model *m, const spex_context *
             (double)spex_context_memory(ctx).recurrent / 1048576.0);
 }
 
-int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const int32_t *ids,
+/* Generation over the tokenized prompt through a session (the target alone, or speculative):
+ * prints the text and the statistics; returns the exit status. */
+int run_session(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const int32_t *ids,
                     int n_prompt);
 
-/* Pushes the prompt through the detokenizer stream (unprinted) and the sampler's penalty
- * history; prints an error and returns false on a bad id. */
-bool run_prime(int32_t n_vocab, spex_detok_stream *ds, spex_sampler *smp, const int32_t *ids, int n_prompt);
 void run_log_stderr(void *user, const char *line);
 void run_write_str(spex_str s);
 double run_now_s(void);

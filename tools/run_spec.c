@@ -1,15 +1,12 @@
 /*
- * run_spec.c — `spex run -md DRAFTER`: generation with DFlash speculative decoding (or the
- * target's MTP block, --spec-type mtp; prompt lookup, --spec-type ngram; a small draft model,
- * --spec-type draft-simple).
+ * run_spec.c — `spex run`'s generation: a session (the target alone, or with a DFlash drafter,
+ * the target's MTP block, prompt lookup, a draft model or the hybrid; spex_session_create
+ * resolves the drafter, contexts and every size) and the library's generation loop
+ * (spex_session_generate), printing each token's text as it comes and the statistics on
+ * stderr. What it is not: flag parsing or prompt rendering (run.c).
  *
- * What it is: a speculative session (spex_session_create: drafter, contexts and every size)
- * and spex_spec steps on sequence 0, printing the emitted tokens as run.c prints target-only
- * tokens (same stop rules: end of generation, BOS, -n, full context), then the speculative
- * statistics on stderr. What it is not: flag parsing or prompt rendering (run.c).
- *
- * Output equals target-only output token for token at --temp 0 (docs/speculative.md says
- * why); the stderr block adds the llama.cpp-style line
+ * Speculative output equals target-only output token for token at --temp 0
+ * (docs/speculative.md says why); the stderr block then adds the llama.cpp-style line
  * "draft acceptance rate = 0.xxxxx ( A accepted / G generated)" and the mean acceptance length.
  */
 #include "spex.h"
@@ -21,13 +18,38 @@
 #include <string.h>
 #include <unistd.h>
 
-int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const int32_t *ids,
+static bool print_piece(void *user, int32_t token, spex_str text) {
+    (void)user, (void)token;
+    run_write_str(text);
+    fflush(stdout);
+    return true;
+}
+
+static void print_spec_stats(const run_opts *o, const spex_session_info *info, const spex_spec *spec,
+                             const spex_gen_result *res) {
+    const spex_spec_stats *st = &res->stats;
+    fprintf(stderr, "speculative: %s, path %s, n_max %d, p_min %.3g, draft cut %s (%llu tokens cut), %llu verify steps\n",
+            info->variant, spex_spec_path_name(res->path), info->n_max, (double)o->p_draft_min,
+            res->draft_cut ? "on" : "off", (unsigned long long)st->n_cut, (unsigned long long)st->n_steps);
+    const spex_spec_stats *tot = spex_spec_total_stats(spec);
+    fprintf(stderr, "guard:     %s, %llu of %llu steps kept plain\n", res->guard ? "on" : "off",
+            (unsigned long long)tot->n_guard_plain, (unsigned long long)tot->n_steps);
+    fprintf(stderr, "draft acceptance rate = %.5f (%llu accepted / %llu generated)\n", spex_spec_stats_acceptance(st),
+            (unsigned long long)st->n_accepted, (unsigned long long)st->n_drafted);
+    fprintf(stderr, "mean acceptance length = %.3f\n", spex_spec_stats_mean_len(st));
+    fprintf(stderr, "acceptance per position:");
+    for (int p = 0; p < SPEX_DRAFT_MAX_N && st->drafted_at[p]; p++)
+        fprintf(stderr, " %d:%.3f", p + 1, (double)st->accepted_at[p] / (double)st->drafted_at[p]);
+    fprintf(stderr, "\ntime:      draft %.2f ms, verify %.2f ms, other %.2f ms\n", st->t_draft * 1e3,
+            st->t_verify * 1e3, st->t_other * 1e3);
+}
+
+int run_session(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const int32_t *ids,
                     int n_prompt) {
     int rc = 1;
     spex_error err = {0};
     spex_session *ses = NULL;
     spex_sampler *smp = NULL;
-    spex_detok_stream *ds = NULL;
     const spex_model_hparams *hp = spex_model_get_hparams(m);
 
     spex_session_params pp = spex_session_default_params();
@@ -65,11 +87,10 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
     if (info->type == SPEX_SPEC_DFLASH && o->ctk_draft != SPEX_TYPE_F16 && o->ctk_draft != SPEX_TYPE_F32)
         fprintf(stderr, "warning: quantized draft KV (%s) is known to destroy acceptance (dflash2.md §21 item 10)\n",
                 spex_type_get_info(o->ctk_draft)->name);
-    spex_spec *spec = spex_session_spec(ses);
     run_print_recurrent(m, spex_session_context(ses));
     const int32_t n_ctx = info->n_ctx_per_seq;
-    if (n_prompt >= n_ctx) {
-        fprintf(stderr, "error: the prompt is %d tokens, too long for the context of %d (raise -c)\n", n_prompt,
+    if (n_prompt > n_ctx) {
+        fprintf(stderr, "error: the prompt is %d tokens, longer than the context of %d (raise -c)\n", n_prompt,
                 n_ctx);
         goto done;
     }
@@ -80,116 +101,29 @@ int run_speculative(const run_opts *o, const spex_model *m, const spex_tokenizer
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;
     }
-    unsigned dflags = SPEX_DETOK_STRIP_SPACE | (o->special ? SPEX_DETOK_SPECIAL : 0u);
-    if (spex_detok_stream_create(tok, dflags, &ds, &err) != SPEX_OK) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        goto done;
-    }
-    if (!run_prime(hp->n_vocab, ds, smp, ids, n_prompt)) goto done;
-
-    double t0 = run_now_s();
-    int32_t first;
-    if (spex_spec_seq_begin(spec, 0, ids, n_prompt, smp, &first, &err) != SPEX_OK) {
-        fprintf(stderr, "error: prompt: %s\n", err.msg);
-        goto done;
-    }
-    double t1 = run_now_s();
-    /* --spec-draft-cut auto: off where a fixed seed meets the rejection path (the library's
-     * choice for this sampler). The cut prices rows by the clock, so there the verified
-     * lengths, and with them the sampled tokens, would change from run to run; greedy and
-     * sample-and-match outputs equal the target alone's whatever is verified. */
-    const bool fixed_rejection =
-        o->sp.seed != SPEX_SEED_RANDOM && spex_spec_seq_path(spec, 0) == SPEX_SPEC_PATH_REJECTION;
-    if (o->draft_cut < 0 && fixed_rejection) {
-        spex_spec_set_draft_cut(spec, false);
-        fprintf(stderr, "note: draft cut off for a fixed --seed at T > 0 (its clock-based price would change the "
-                        "sampled tokens from run to run); --spec-draft-cut on to use it\n");
-    }
-    /* --spec-guard auto: the same rule, for the same reason (which steps draft follows the clock) */
-    if (o->guard < 0 && fixed_rejection) {
-        spex_spec_set_guard(spec, false);
-        fprintf(stderr, "note: realized-rate guard off for a fixed --seed at T > 0 (it follows the clock); "
-                        "--spec-guard on to use it\n");
-    }
-    if (o->verbose)
-        fprintf(stderr, "speculative path: %s, n_max %d\n", spex_spec_path_name(spex_spec_seq_path(spec, 0)),
-                spex_spec_get_params(spec)->n_max);
-
-    const char *reason = "n_predict";
-    long n_gen = 0;
-    int32_t bos = spex_token_bos(tok), eot = spex_token_eot(tok);
-    spex_spec_out out;
-    out.n = 1;
-    out.tokens[0] = first;
-    bool stop = o->n_predict == 0;
-    while (!stop) {
-        for (int32_t k = 0; k < out.n; k++) {
-            int32_t id = out.tokens[k];
-            if (spex_token_is_eog(tok, id)) {
-                reason = id == eot ? "eot" : "eos";
-                stop = true;
-                break;
-            }
-            if (id == bos) {
-                reason = "bos";
-                stop = true;
-                break;
-            }
-            n_gen++;
-            spex_str piece;
-            if (spex_detok_stream_push(ds, id, &piece, &err) != SPEX_OK) {
-                fprintf(stderr, "\nerror: detokenize: %s\n", err.msg);
-                goto done;
-            }
-            run_write_str(piece);
-            if (o->n_predict >= 0 && n_gen >= o->n_predict) {
-                stop = true;
-                break;
-            }
-        }
+    if (o->verbose) fprintf(stderr, "seed: %s\n", sp.seed == SPEX_SEED_RANDOM ? "random" : "fixed");
+    spex_gen_params gp = spex_gen_default_params();
+    gp.n_predict = (int32_t)(o->n_predict < 0 ? -1 : o->n_predict > INT32_MAX ? INT32_MAX : o->n_predict);
+    gp.sampler = smp;
+    gp.detok_flags = SPEX_DETOK_STRIP_SPACE | (o->special ? SPEX_DETOK_SPECIAL : 0u);
+    gp.draft_cut = (int8_t)o->draft_cut; /* auto (-1): the library's rule for a fixed seed */
+    gp.guard = (int8_t)o->guard;
+    gp.on_token = print_piece;
+    spex_gen_result res;
+    if (spex_session_generate(ses, tok, ids, n_prompt, &gp, &res, &err) != SPEX_OK) {
         fflush(stdout);
-        if (stop) break;
-        if (o->n_predict >= 0 && n_gen >= o->n_predict) break;
-        if (spex_spec_seq_len(spec, 0) >= n_ctx) {
-            reason = "context full";
-            break;
-        }
-        /* Never draft past -n: what is left of the budget bounds the step (§15.6). */
-        int32_t max_emit = o->n_predict >= 0 ? (int32_t)(o->n_predict - n_gen) : SPEX_DRAFT_MAX_N + 1;
-        int32_t seq = 0;
-        if (spex_spec_step(spec, &seq, 1, &max_emit, &out, &err) != SPEX_OK) {
-            fprintf(stderr, "\nerror: speculative step: %s\n", err.msg);
-            goto done;
-        }
+        fprintf(stderr, "\nerror: %s\n", err.msg);
+        goto done;
     }
-    run_write_str(spex_detok_stream_flush(ds));
     fflush(stdout);
-    double t2 = run_now_s();
-
-    const spex_spec_stats *st = spex_spec_seq_stats(spec, 0);
-    fprintf(stderr, "\nprompt:    %d tokens, %.2f ms, %.2f t/s\n", n_prompt, (t1 - t0) * 1e3,
-            run_rate(n_prompt, t1 - t0));
-    fprintf(stderr, "generated: %ld tokens, %.2f ms, %.2f t/s\n", n_gen, (t2 - t1) * 1e3, run_rate(n_gen, t2 - t1));
-    fprintf(stderr, "stop:      %s\n", reason);
-    fprintf(stderr, "speculative: %s, path %s, n_max %d, p_min %.3g, draft cut %s (%llu tokens cut), %llu verify steps\n",
-            info->variant,
-            spex_spec_path_name(spex_spec_seq_path(spec, 0)),
-            spex_spec_get_params(spec)->n_max, (double)o->p_draft_min, spex_spec_get_params(spec)->draft_cut ? "on" : "off",
-            (unsigned long long)st->n_cut, (unsigned long long)st->n_steps);
-    const spex_spec_stats *tot = spex_spec_total_stats(spec);
-    fprintf(stderr, "guard:     %s, %llu of %llu steps kept plain\n", spex_spec_get_params(spec)->guard ? "on" : "off",
-            (unsigned long long)tot->n_guard_plain, (unsigned long long)tot->n_steps);
-    fprintf(stderr, "draft acceptance rate = %.5f (%llu accepted / %llu generated)\n",
-            spex_spec_stats_acceptance(st), (unsigned long long)st->n_accepted, (unsigned long long)st->n_drafted);
-    fprintf(stderr, "mean acceptance length = %.3f\n", spex_spec_stats_mean_len(st));
-    fprintf(stderr, "acceptance per position:");
-    for (int p = 0; p < SPEX_DRAFT_MAX_N && st->drafted_at[p]; p++)
-        fprintf(stderr, " %d:%.3f", p + 1, (double)st->accepted_at[p] / (double)st->drafted_at[p]);
-    fprintf(stderr, "\ntime:      draft %.2f ms, verify %.2f ms, other %.2f ms\n", st->t_draft * 1e3,
-            st->t_verify * 1e3, st->t_other * 1e3);
+    fprintf(stderr, "\nprompt:    %d tokens, %.2f ms, %.2f t/s\n", n_prompt, res.t_prompt * 1e3,
+            run_rate(n_prompt, res.t_prompt));
+    fprintf(stderr, "generated: %d tokens, %.2f ms, %.2f t/s\n", res.n_gen, res.t_gen * 1e3,
+            run_rate(res.n_gen, res.t_gen));
+    fprintf(stderr, "stop:      %s\n", spex_stop_name(res.stop));
+    if (info->type != SPEX_SPEC_NONE) print_spec_stats(o, info, spex_session_spec(ses), &res);
     rc = 0;
 done:
-    spex_detok_stream_free(ds);
     spex_sampler_free(smp);
     spex_session_free(ses);
     return rc;

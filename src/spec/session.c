@@ -337,3 +337,10 @@ spex_draft_context *spex_session_draft_context(spex_session *s) { return s ? s->
 spex_context *spex_session_draft_model_context(spex_session *s) { return s ? s->dctx : NULL; }
 const spex_drafter *spex_session_drafter(const spex_session *s) { return s ? s->dr : NULL; }
 const spex_model *spex_session_draft_model(const spex_session *s) { return s ? s->draft_model : NULL; }
+
+spex_status spex_session_generate(spex_session *s, const spex_tokenizer *tok, const int32_t *prompt,
+                                  int32_t n_prompt, const spex_gen_params *params, spex_gen_result *res,
+                                  spex_error *err) {
+    if (!s) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "generate: NULL session");
+    return spex_spec_generate(s->spec, tok, prompt, n_prompt, params, res, err);
+}

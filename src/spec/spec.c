@@ -319,6 +319,9 @@ void spex_spec_test_set_cut(spex_spec *s, spex_spec_test_cut_fn fn, void *user) 
     s->cut_user = user;
 }
 
+int32_t spex_spec_n_ctx(const spex_spec *s) { return s ? s->n_ctx : 0; }
+int32_t spex_spec_n_vocab(const spex_spec *s) { return s ? s->n_vocab : 0; }
+
 void spex_spec_set_guard(spex_spec *s, bool on) {
     if (s) s->p.guard = on;
 }
@@ -547,8 +550,9 @@ spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const 
     if (n_keep < 0 || n_keep > have || n < 0 || (n > 0 && !tokens))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: feed: keep %d of %d cached positions, %d tokens",
                               n_keep, have, n);
-    /* One position must stay free for the prompt's last token and one for the first anchor. */
-    if (n_keep + n + 1 >= ctx_limit(s))
+    /* One position must stay free for the prompt's last token (a prompt may fill the context:
+     * its first token is sampled, and the caller stops there with the context full). */
+    if (n_keep + n + 1 > ctx_limit(s))
         return spex_error_set(err, SPEX_ERR_RANGE, "spec: prompt of %d tokens does not fit a context of %d",
                               n_keep + n + 1, ctx_limit(s));
     s->seq[seq].active = false;
@@ -575,8 +579,8 @@ spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sa
     int32_t pos = spex_kv_seq_len(s->t, seq);
     spex_status st = check_in_step(s, seq, pos, err);
     if (st != SPEX_OK) return st;
-    if (pos + 2 > ctx_limit(s))
-        return spex_error_set(err, SPEX_ERR_RANGE, "spec: prompt of %d tokens does not fit a context of %d", pos + 2,
+    if (pos + 1 > ctx_limit(s))
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: prompt of %d tokens does not fit a context of %d", pos + 1,
                               ctx_limit(s));
     spec_seq *q = &s->seq[seq];
     q->active = false;
