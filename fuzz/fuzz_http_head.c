@@ -9,6 +9,7 @@
  * Run: make fuzz && ./build-fuzz/fuzz_http_head -max_total_time=20 fuzz/corpus/http_head
  */
 #include "server/server.h"
+#include "spec/api.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -16,6 +16,7 @@
  * Run: make fuzz && ./build-fuzz/fuzz_server_req -max_total_time=20 fuzz/corpus/server_req
  */
 #include "server/server.h"
+#include "spec/api.h"
 
 #include <stdint.h>
 #include <stdlib.h>

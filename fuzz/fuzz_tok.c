@@ -18,6 +18,7 @@
 #include "spex.h"
 #include "gguf/api.h"
 #include "tok/tok.h"
+#include "tok/api.h"
 
 #include <stdint.h>
 #include <stdio.h>

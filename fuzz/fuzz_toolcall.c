@@ -10,6 +10,7 @@
  * Run: make fuzz && ./build-fuzz/fuzz_toolcall -max_total_time=20 fuzz/corpus/toolcall
  */
 #include "server/server.h"
+#include "spec/api.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -3,6 +3,7 @@
  */
 #include "gguf/api.h"
 #include "gguf_fixtures.h"
+#include "tensor/api.h"
 
 #include <stdlib.h>
 

@@ -13,6 +13,7 @@
  */
 #include "server/server.h"
 #include "test.h"
+#include "spec/api.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -9,6 +9,7 @@
  */
 #include "spex.h"
 #include "test.h"
+#include "tok/api.h"
 
 #include <cjson/cJSON.h>
 

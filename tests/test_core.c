@@ -8,6 +8,7 @@
 #include "core/mem.h"
 #include "tensor/blocks.h"
 #include "test.h"
+#include "tensor/api.h"
 
 TEST(fp16_roundtrip_all_halves) {
     /* every finite half converts to float and back to the same bits */

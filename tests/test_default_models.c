@@ -16,6 +16,7 @@
 #include "gguf/api.h"
 #include "model/api.h"
 #include "test.h"
+#include "spec/api.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>

@@ -23,6 +23,7 @@
 #include "model/api.h"
 #include "test.h"
 #include "model/dflash_ctx.h"
+#include "tensor/api.h"
 
 #include <stdint.h>
 #include <unistd.h>

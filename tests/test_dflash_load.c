@@ -20,6 +20,7 @@
 #include "model/api.h"
 #include "model/dflash.h"
 #include "test.h"
+#include "tensor/api.h"
 
 #include <stdint.h>
 

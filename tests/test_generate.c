@@ -12,6 +12,8 @@
  */
 #include "test.h"
 #include "spex.h"
+#include "model/api.h"
+#include "spec/api.h"
 
 #define TARGET "tests/data/models/tiny-qwen3.gguf"
 #define DRAFT2 "tests/data/dflash/tiny-qwen3.dflash2.gguf"

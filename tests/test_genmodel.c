@@ -29,6 +29,7 @@
 #include "cpu/matmul.h"
 #include "model/model.h"
 #include "test.h"
+#include "tensor/api.h"
 
 #include <limits.h>
 #include <stdint.h>

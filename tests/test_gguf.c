@@ -11,6 +11,7 @@
 #include "spex.h"
 #include "gguf/api.h"
 #include "test.h"
+#include "tensor/api.h"
 
 #include <errno.h>
 #include <stdint.h>

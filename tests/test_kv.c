@@ -14,6 +14,7 @@
 #include "model/api.h"
 #include "test.h"
 #include "model/model.h"
+#include "tensor/api.h"
 
 #include <stdint.h>
 #include <unistd.h>

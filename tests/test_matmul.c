@@ -34,6 +34,7 @@
 #include "tensor/blocks.h"
 #include "amx_emul.h"
 #include "test.h"
+#include "tensor/api.h"
 
 #if defined(__x86_64__)
 #include <cpuid.h>

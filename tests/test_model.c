@@ -22,6 +22,7 @@
 #include "model/api.h"
 #include "gguf_fixtures.h"
 #include "test.h"
+#include "tensor/api.h"
 
 #include <cjson/cJSON.h>
 #include <stdint.h>

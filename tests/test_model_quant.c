@@ -39,6 +39,7 @@
 #include "gguf_fixtures.h"
 #include "model/model.h"
 #include "test.h"
+#include "tensor/api.h"
 
 #include <stdint.h>
 #include <unistd.h>

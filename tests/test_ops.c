@@ -21,6 +21,7 @@
 #include "test.h"
 #include "core/fp16.h"
 #include "cpu/ops.h"
+#include "tensor/api.h"
 
 #include <float.h>
 #include <stdint.h>

@@ -18,6 +18,7 @@
 #include "spex.h"
 #include "tensor/quant_ref.h"
 #include "test.h"
+#include "tensor/api.h"
 
 #define GOLDEN_PATH "tests/data/golden_blocks.bin"
 

@@ -13,6 +13,7 @@
 #include "quant/api.h"
 #include "model/api.h"
 #include "test.h"
+#include "tensor/api.h"
 
 #include <stdint.h>
 #include <sys/stat.h>

@@ -17,6 +17,8 @@
 #include "model/api.h"
 #include "cpu/matmul.h"
 #include "test.h"
+#include "tensor/api.h"
+#include "tok/api.h"
 
 #include <stdbool.h>
 #include <sys/stat.h>

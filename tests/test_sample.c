@@ -10,6 +10,8 @@
  */
 #include "spex.h"
 #include "test.h"
+#include "core/rng.h"
+#include "sample/api.h"
 
 #include <time.h>
 

@@ -20,6 +20,7 @@
 #include "server/server.h"
 #include "test.h"
 #include "srv_client.h"
+#include "spec/api.h"
 
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>

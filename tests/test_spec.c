@@ -23,6 +23,8 @@
 #include "model/api.h"
 #include "spec/spec_test.h"
 #include "test.h"
+#include "sample/api.h"
+#include "spec/api.h"
 
 #include <stdint.h>
 #include <time.h>

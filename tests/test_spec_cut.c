@@ -9,6 +9,7 @@
 #include "spec/guard.h"
 #include "spex.h"
 #include "test.h"
+#include "core/rng.h"
 
 #include <math.h>
 #include <string.h>

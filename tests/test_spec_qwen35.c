@@ -10,6 +10,7 @@
 #include "quant/api.h"
 #include "model/api.h"
 #include "test.h"
+#include "spec/api.h"
 
 #include <stdint.h>
 #include <unistd.h>

@@ -14,6 +14,7 @@
 #include "test.h"
 #include "tok/tok.h"
 #include "tok_fixtures.h"
+#include "tok/api.h"
 
 #include <cjson/cJSON.h>
 #include <time.h>

@@ -8,6 +8,7 @@
  */
 #include "server/server.h"
 #include "test.h"
+#include "spec/api.h"
 
 #include <stdlib.h>
 #include <string.h>

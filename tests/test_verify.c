@@ -9,6 +9,8 @@
  * What it is not: the speculative loop over a model (test_spec.c).
  */
 #include "test.h"
+#include "core/rng.h"
+#include "sample/api.h"
 
 #include "spec/verify.h"
 

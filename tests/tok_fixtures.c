@@ -7,9 +7,9 @@
  * Not a converter itself: a thin wrapper that writes each GGUF once into a temporary directory.
  */
 #include "tok_fixtures.h"
+#include "tok/api.h"
 
 #include "spex.h"
-#include "tok/api.h"
 #include "gguf/api.h"
 #include "test.h"
 

@@ -23,6 +23,8 @@
 #include "cli.h"
 #include "genset.h"
 #include "cpu/matmul.h"
+#include "spec/api.h"
+#include "tensor/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -20,6 +20,8 @@
 #include "genset.h"
 #include "cpu/ops.h"
 #include "core/mem.h"
+#include "spec/api.h"
+#include "tensor/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>

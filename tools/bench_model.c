@@ -37,6 +37,8 @@
 #include "cli.h"
 #include "genset.h"
 #include "probe.h"
+#include "spec/api.h"
+#include "tensor/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>

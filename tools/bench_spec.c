@@ -31,6 +31,8 @@
 #include "cli.h"
 #include "genset.h"
 #include "probe.h"
+#include "spec/api.h"
+#include "tensor/api.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>

@@ -4,6 +4,7 @@
  */
 #include "cpu/api.h"
 #include "cli.h"
+#include "tensor/api.h"
 
 #include <errno.h>
 #include <math.h>

@@ -34,6 +34,8 @@
 #include "demo_real.h"
 #include "genset.h"
 #include "probe.h"
+#include "spec/api.h"
+#include "tensor/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -40,6 +40,9 @@
 #include "cpu/api.h"
 #include "quant/api.h"
 #include "cli.h"
+#include "model/api.h"
+#include "tensor/api.h"
+#include "tok/api.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -10,6 +10,7 @@
 #include "gguf/api.h"
 #include "cpu/api.h"
 #include "genset.h"
+#include "spec/api.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -14,6 +14,7 @@
 
 #include "spex.h"
 #include "cpu/api.h"
+#include "spec/api.h"
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -30,6 +30,7 @@
 #include "quant/api.h"
 #include "model/api.h"
 #include "cli.h"
+#include "tensor/api.h"
 
 #include <errno.h>
 #include <inttypes.h>

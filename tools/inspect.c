@@ -20,6 +20,9 @@
 #include "spex.h"
 #include "gguf/api.h"
 #include "cli.h"
+#include "model/api.h"
+#include "tensor/api.h"
+#include "tok/api.h"
 
 #include <inttypes.h>
 #include <stdarg.h>

@@ -4,6 +4,8 @@
 #include "gguf/api.h"
 #include "cpu/api.h"
 #include "probe.h"
+#include "model/api.h"
+#include "spec/api.h"
 
 #include "cpu/matmul.h"
 #include "genset.h"

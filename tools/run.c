@@ -26,6 +26,7 @@
 #include "model/api.h"
 #include "cli.h"
 #include "run.h"
+#include "tok/api.h"
 
 #include <errno.h>
 #include <math.h>

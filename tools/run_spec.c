@@ -12,6 +12,8 @@
 #include "spex.h"
 #include "cli.h"
 #include "run.h"
+#include "spec/api.h"
+#include "tensor/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>

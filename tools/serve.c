@@ -8,6 +8,7 @@
 #include "spex.h"
 #include "cli.h"
 #include "server/server.h"
+#include "spec/api.h"
 
 #include <errno.h>
 #include <math.h>

@@ -8,6 +8,7 @@
  * What it is not: a cryptographic generator.
  */
 #include "spex.h"
+#include "core/rng.h"
 
 #include <stdint.h>
 

@@ -41,6 +41,7 @@
 #include "cpu/isa.h"
 #include "cpu/kquants_internal.h" /* spex_matmul_register_kquants_variant: VNNI on/off */
 #include "tensor/blocks.h"
+#include "tensor/api.h"
 
 #include <pthread.h>
 #include <string.h>

@@ -28,6 +28,7 @@
 #include "cpu/api.h"
 #include "cpu/ops.h"
 #include "cpu/isa.h"
+#include "tensor/api.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -14,6 +14,7 @@
  */
 #include "cpu/matmul.h"
 #include "tensor/blocks.h"
+#include "tensor/api.h"
 
 #include <string.h>
 

@@ -20,6 +20,7 @@
 #include "gguf/api.h"
 #include "gguf/gguf.h"
 #include "core/file.h"
+#include "tensor/api.h"
 
 #include <float.h>
 #include <math.h>

@@ -13,6 +13,7 @@
 #include "gguf/api.h"
 #include "gguf/gguf.h"
 #include "core/file.h"
+#include "tensor/api.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -9,9 +9,119 @@
 #define SPEX_MODEL_API_H
 
 #include "spex.h"
+#include "core/rng.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+typedef struct spex_tensor_info spex_tensor_info;
+typedef struct spex_context spex_context;
+typedef struct spex_draft_context spex_draft_context;
+typedef struct spex_mtp_context spex_mtp_context;
+
+/* ---- the model ------------------------------------------------------------------------- */
+
+/* Hyper-parameters as read from <arch>.* keys (defaults of targets.md §4.1 / §5.1 applied). */
+typedef struct spex_model_hparams {
+    spex_arch arch;
+    int32_t n_vocab;        /* V: rows of token_embd.weight                                 */
+    int32_t n_embd;         /* E                                                            */
+    int32_t n_layer;        /* N                                                            */
+    int32_t n_head;         /* H                                                            */
+    int32_t n_head_kv;      /* H_kv (GQA: H % H_kv == 0)                                    */
+    int32_t head_dim;       /* hd: attention.key_length, else E / H                         */
+    int32_t n_ff;           /* F                                                            */
+    int32_t n_rot;          /* rope.dimension_count, else hd (even, <= hd)                  */
+    int32_t n_ctx_train;    /* context_length                                               */
+    float rope_freq_base;   /* rope.freq_base, else 10000                                   */
+    float rope_freq_scale;  /* 1 / rope.scaling.factor for "linear" scaling, else 1          */
+    float rms_eps;          /* attention.layer_norm_rms_epsilon                             */
+    int32_t rope_mode;      /* 0 NORM (llama), 2 NEOX (qwen3): ggml's rope type ids         */
+    bool qk_norm;           /* per-head RMSNorm of q and k before RoPE (qwen3)              */
+    bool tied_output;       /* no output.weight: the LM head is token_embd.weight           */
+    /* qwen35 only (zero for llama / qwen3). n_layer above counts the trunk layers N; the
+     * file's block_count is N + n_nextn. */
+    bool attn_gated;        /* attention: attn_q packs [q_h | gate_h], output * sigmoid(gate)  */
+    int32_t n_nextn;        /* nextn_predict_layers: MTP blocks after the trunk (0 or 1)      */
+    int32_t n_recurrent;    /* Gated DeltaNet layers among the N trunk layers                */
+    int32_t ssm_d_conv;     /* causal conv kernel (4)                                         */
+    int32_t ssm_d_state;    /* Dk = Dv                                                        */
+    int32_t ssm_n_group;    /* Hk: GDN key heads                                              */
+    int32_t ssm_dt_rank;    /* Hv: GDN value heads (a multiple of Hk; tiled order)            */
+    int32_t ssm_d_inner;    /* Hv x Dv                                                        */
+} spex_model_hparams;
+
+/* Layer l of the trunk is a Gated DeltaNet (recurrent) layer; false for attention layers, for
+ * l outside 0 .. N-1 and for the dense architectures. */
+bool spex_model_layer_is_recurrent(const spex_model *m, int32_t l);
+/* Bytes of one recurrent-state copy of one sequence (every GDN layer's S and conv window,
+ * fp32); 0 for models without recurrent layers. targets.md §6.4. */
+uint64_t spex_model_recurrent_state_bytes(const spex_model *m);
+
+/* The qwen35 memory plan from hyper-parameters alone (src/model/plan.c; targets.md §6.4, §9):
+ * what the context allocates, computable before (or without) loading a model. */
+typedef struct spex_qwen35_plan_in {
+    int64_t n_layer;     /* N: trunk layers (block_count - nextn_predict_layers)       */
+    int64_t n_attn;      /* full-attention layers among them                           */
+    int64_t n_head_kv;   /* H_kv                                                       */
+    int64_t head_dim;    /* hd (attention.key_length = value_length for qwen35)         */
+    int64_t ssm_n_group; /* Hk (ssm.group_count)                                       */
+    int64_t ssm_dt_rank; /* Hv (ssm.time_step_rank)                                    */
+    int64_t ssm_d_state; /* D = Dk = Dv (ssm.state_size)                               */
+    int64_t ssm_d_conv;  /* d_conv (ssm.conv_kernel)                                   */
+    int64_t n_max;       /* drafts per verify batch: the ring keeps 1 + n_max copies    */
+} spex_qwen35_plan_in;
+
+typedef struct spex_qwen35_plan {
+    int64_t n_gdn;            /* N - n_attn Gated DeltaNet layers                          */
+    int64_t conv_channels;    /* C                                                         */
+    uint64_t kv_per_token;    /* n_attn x 2 (K and V) x H_kv x hd x 2 bytes (F16)          */
+    uint64_t state_S;         /* n_gdn x Hv x D x D x 4 bytes (fp32 delta-rule state)      */
+    uint64_t state_conv;      /* n_gdn x (d_conv - 1) x C x 4 bytes (conv windows)         */
+    uint64_t state;           /* state_S + state_conv: one copy of one sequence's state    */
+    uint64_t snapshots;       /* (1 + n_max) x state: the live copy plus one per draft     */
+    uint64_t layer_S_floats;  /* one GDN layer's state S: Hv x D x D                       */
+    uint64_t layer_conv_floats; /* one GDN layer's conv window: (d_conv - 1) x C           */
+} spex_qwen35_plan;
+/* Fills *out from *in; returns 0, or -1 (and *out zeroed) when a number is negative, the
+ * attention layers outnumber the trunk, d_conv is 0, or a number is beyond what any real model
+ * has (layers 4096, heads and hd 65536, D and d_conv 1024, n_max 256): inspect feeds it the
+ * keys of untrusted files, and these caps keep every product below 2^62. */
+int spex_qwen35_plan_compute(const spex_qwen35_plan_in *in, spex_qwen35_plan *out);
+
+
+/* The same from an open GGUF (spex_gguf_open_memory: fuzzing, embedded files); the model takes
+ * ownership of g (also on failure: g is closed). */
+spex_status spex_model_load_gguf(spex_gguf *g, const spex_model_params *params, spex_model **out, spex_error *err);
+
+const spex_model_hparams *spex_model_get_hparams(const spex_model *m);
+
+/* Bytes of the tensors the forward pass reads (mapped, not allocated) and their element count. */
+uint64_t spex_model_weight_bytes(const spex_model *m);
+uint64_t spex_model_n_params(const spex_model *m);
+/* Views of the tensors a drafter borrows (dflash2.md §4.4): the embedding table {E, V} and
+ * the LM head {E, V} (the embedding table itself when tied). Owned by the model. */
+const spex_tensor_info *spex_model_token_embd(const spex_model *m);
+const spex_tensor_info *spex_model_lm_head(const spex_model *m);
+/* out[i][0..E) = f32 embedding of tokens[i] (dequantized from the table's type).
+ * SPEX_ERR_RANGE for a token outside [0, V). */
+spex_status spex_model_embed(const spex_model *m, const int32_t *tokens, int32_t n, float *out,
+                             spex_error *err);
+
+/* ---- drafts ---------------------------------------------------------------------------- */
+
+#define SPEX_DRAFT_MAX_K 64          /* most selector candidates per slot                 */
+/* A drafted continuation of one block. */
+typedef struct spex_draft {
+    int32_t n;                                /* tokens drafted (prefix of the block)       */
+    int32_t ids[SPEX_DRAFT_MAX_N];            /* d_1 .. d_n                                  */
+    int32_t kidx[SPEX_DRAFT_MAX_N];           /* DFlash2: index of d_p in C_p; v1: 0         */
+    float conf[SPEX_DRAFT_MAX_N];             /* greedy: confidence of the chosen edge       */
+    bool has_q;                               /* sampled walk: q below is the proposal       */
+    int32_t n_cand;                           /* K                                           */
+    int32_t cand[SPEX_DRAFT_MAX_N][SPEX_DRAFT_MAX_K];   /* C_p                               */
+    float q[SPEX_DRAFT_MAX_N][SPEX_DRAFT_MAX_K];        /* q_p over C_p (has_q)              */
+} spex_draft;
 
 /* ---- contexts ------------------------------------------------------------------------- */
 

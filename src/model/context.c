@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "cpu/gdn.h"
 #include "core/mem.h"
+#include "tensor/api.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

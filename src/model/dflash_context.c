@@ -18,6 +18,7 @@
 #include "model/dflash_ctx.h"
 #include "model/dflash_select.h"
 #include "core/mem.h"
+#include "tensor/api.h"
 
 #include <inttypes.h>
 #include <stdlib.h>

@@ -36,6 +36,7 @@
 #include "cpu/api.h"
 #include "model/api.h"
 #include "model/dflash_ctx.h"
+#include "tensor/api.h"
 
 #include <math.h>
 #include <string.h>

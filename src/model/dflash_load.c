@@ -23,6 +23,7 @@
 #include "gguf/api.h"
 #include "model/api.h"
 #include "model/dflash.h"
+#include "tensor/api.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -43,6 +43,7 @@
  */
 #include "cpu/api.h"
 #include "model/forward_internal.h"
+#include "tensor/api.h"
 
 #include <math.h>
 #include <string.h>

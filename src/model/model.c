@@ -13,6 +13,7 @@
  */
 #include "gguf/api.h"
 #include "model/model.h"
+#include "tensor/api.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -470,6 +471,9 @@ void spex_model_free(spex_model *m) {
 
 const spex_model_hparams *spex_model_get_hparams(const spex_model *m) { return m ? &m->hp : NULL; }
 const spex_gguf *spex_model_gguf(const spex_model *m) { return m ? m->gguf : NULL; }
+spex_arch spex_model_arch(const spex_model *m) { return m ? m->hp.arch : (spex_arch)0; }
+int32_t spex_model_n_vocab(const spex_model *m) { return m ? m->hp.n_vocab : 0; }
+int32_t spex_model_n_ctx_train(const spex_model *m) { return m ? m->hp.n_ctx_train : 0; }
 uint64_t spex_model_weight_bytes(const spex_model *m) { return m ? m->weight_bytes : 0; }
 uint64_t spex_model_n_params(const spex_model *m) { return m ? m->n_params : 0; }
 bool spex_model_layer_is_recurrent(const spex_model *m, int32_t l) {

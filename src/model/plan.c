@@ -10,6 +10,7 @@
  * the causal conv kernel; C = 2·Hk·D + Hv·D conv channels.
  */
 #include "spex.h"
+#include "model/api.h"
 
 int spex_qwen35_plan_compute(const spex_qwen35_plan_in *in, spex_qwen35_plan *out) {
     *out = (spex_qwen35_plan){0};

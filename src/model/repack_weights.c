@@ -18,6 +18,7 @@
 #include "model/model.h"
 #include "gguf/gguf.h"
 #include "core/mem.h"
+#include "tensor/api.h"
 
 #include <pthread.h>
 #include <stdatomic.h>

@@ -19,6 +19,7 @@
 #include "cpu/api.h"
 #include "quant/api.h"
 #include "core/file.h"
+#include "tensor/api.h"
 
 #include <ctype.h>
 #include <inttypes.h>

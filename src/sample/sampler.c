@@ -20,6 +20,8 @@
  * Nothing is allocated after spex_sampler_init.
  */
 #include "spex.h"
+#include "core/rng.h"
+#include "sample/api.h"
 
 #include "cpu/ops.h"
 

@@ -9,6 +9,7 @@
  * are ignored like any unknown field.
  */
 #include "server/server.h"
+#include "spec/api.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -25,6 +25,7 @@
  *   does not destroy the reply before the client reads it.
  */
 #include "server/server.h"
+#include "spec/api.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -47,6 +47,7 @@
  *    that would start drafting its share of it (srv_backlog_price); /metrics shows it apart.
  */
 #include "server/server.h"
+#include "spec/api.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -20,6 +20,7 @@
  * are skipped (RFC 9112 §2.2). Lines may end in CRLF or a bare LF.
  */
 #include "server/server.h"
+#include "spec/api.h"
 
 #include <stdio.h>
 #include <string.h>

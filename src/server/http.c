@@ -18,6 +18,9 @@
 #include "gguf/api.h"
 #include "model/api.h"
 #include "server/server.h"
+#include "tensor/api.h"
+#include "tok/api.h"
+#include "spec/api.h"
 
 #include <cjson/cJSON.h>
 #include <arpa/inet.h>

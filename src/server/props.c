@@ -15,6 +15,8 @@
  */
 #include "gguf/api.h"
 #include "server/server.h"
+#include "sample/api.h"
+#include "spec/api.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -16,6 +16,7 @@
 
 #include "spex.h"
 #include "spec/guard.h"
+#include "spec/api.h"
 
 #include <netinet/in.h>
 #include <pthread.h>

@@ -26,6 +26,7 @@
  *    is; absent or null gives "{}").
  */
 #include "server/server.h"
+#include "spec/api.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>

@@ -7,6 +7,9 @@
  * keeps following the target (so the function can be removed again between steps).
  */
 #include "spec/drafter.h"
+#include "core/rng.h"
+#include "model/api.h"
+#include "spec/api.h"
 
 #include <stdlib.h>
 

@@ -16,6 +16,9 @@
  * Nothing is allocated after the constructor.
  */
 #include "spec/drafter.h"
+#include "core/rng.h"
+#include "model/api.h"
+#include "spec/api.h"
 
 #include <stdlib.h>
 

@@ -13,6 +13,7 @@
  */
 #include "model/api.h"
 #include "spec/drafter.h"
+#include "spec/api.h"
 
 #include <math.h>
 #include <stdlib.h>

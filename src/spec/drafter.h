@@ -18,6 +18,9 @@
 #define SPEX_SPEC_DRAFTER_H
 
 #include "spex.h"
+#include "core/rng.h"
+#include "model/api.h"
+#include "spec/api.h"
 
 /* One sequence's draft request of a step. */
 typedef struct spec_draft_req {

@@ -14,6 +14,8 @@
  * ended before returning, so its caches are free for the next call.
  */
 #include "spex.h"
+#include "sample/api.h"
+#include "spec/api.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -16,6 +16,7 @@
  * milliseconds.
  */
 #include "spex.h"
+#include "spec/api.h"
 
 #include <string.h>
 

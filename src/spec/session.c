@@ -13,6 +13,8 @@
 #include "spex.h"
 #include "gguf/api.h"
 #include "model/api.h"
+#include "spec/api.h"
+#include "tok/api.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -37,6 +37,9 @@
 #include "spec/verify.h"
 #include "spex.h"
 #include "model/api.h"
+#include "core/rng.h"
+#include "sample/api.h"
+#include "spec/api.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -9,6 +9,8 @@
 #define SPEX_SPEC_SPEC_TEST_H
 
 #include "spex.h"
+#include "model/api.h"
+#include "spec/api.h"
 
 /* Gets the acceptance rule's verdict on one drafted token and returns the one the loop uses
  * (the loop's own hook returns it unchanged). */

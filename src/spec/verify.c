@@ -11,6 +11,7 @@
  * the caller passes uniforms from the stream of each purpose (§15.5).
  */
 #include "spec/verify.h"
+#include "sample/api.h"
 
 float spex_verify_p_of(const spex_token_prob *p, int32_t n_p, int32_t id) {
     for (int32_t i = 0; i < n_p; i++)

@@ -16,6 +16,7 @@
 #define SPEX_SPEC_VERIFY_H
 
 #include "spex.h"
+#include "sample/api.h"
 
 /* p(id): the mass of id in p (0 when absent). */
 float spex_verify_p_of(const spex_token_prob *p, int32_t n_p, int32_t id);

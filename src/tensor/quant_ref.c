@@ -21,6 +21,7 @@
  * undefined for NaN, and spex must not misbehave on such input (any defined output will do).
  */
 #include "tensor/quant_ref.h"
+#include "tensor/api.h"
 
 #include <math.h>
 #include <string.h>

@@ -6,6 +6,7 @@
  */
 #include "spex.h"
 #include "tensor/blocks.h"
+#include "tensor/api.h"
 
 #include <ctype.h>
 #include <string.h>

@@ -63,6 +63,7 @@
  *    <|im_start|>, else plain completion (warned if a template was given).
  */
 #include "spex.h"
+#include "tok/api.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -12,6 +12,7 @@
  * maximal prefix of a valid sequence, or per lone bad byte), the way most decoders do.
  */
 #include "tok/tok.h"
+#include "tok/api.h"
 
 #include <stdlib.h>
 #include <string.h>

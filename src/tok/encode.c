@@ -25,6 +25,7 @@
  * Scratch memory is per call and grows geometrically; the tokenizer itself is not written.
  */
 #include "tok/tok.h"
+#include "tok/api.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -13,6 +13,7 @@
  * starters that compose with nothing.
  */
 #include "tok/tok.h"
+#include "tok/api.h"
 
 #include <stdlib.h>
 #include <string.h>

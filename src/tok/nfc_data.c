@@ -3,6 +3,7 @@
  * tools/ref/gen_nfc_data.py from Python's unicodedata; do not edit by hand.
  */
 #include "tok/tok.h"
+#include "tok/api.h"
 
 const char spex_nfc_unicode_version[] = "14.0.0";
 

@@ -18,6 +18,7 @@
 #include <stdint.h>
 
 #include "spex.h"
+#include "tok/api.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

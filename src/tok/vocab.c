@@ -19,6 +19,7 @@
  */
 #include "gguf/api.h"
 #include "tok/tok.h"
+#include "tok/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,6 +10,7 @@
  */
 #include "cli.h"
 #include "server/server.h"
+#include "spec/api.h"
 
 #include <stdio.h>
 #include <stdlib.h>
