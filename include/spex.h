@@ -1,21 +1,15 @@
 /*
- * spex.h — the one public API of spex, a C inference engine for GGUF models with
- * DFlash2 speculative decoding.
+ * spex.h — the embedding API of spex, a C inference engine for GGUF models with DFlash2
+ * speculative decoding: load a model, open a session (a drafter of any kind, or none),
+ * tokenize or render a chat, generate with sampling and speculation, read the statistics.
+ * examples/chat_stream.c is the whole path. The modules' own interfaces (GGUF,
+ * thread pool, quantization, contexts and KV cache, drafters, the step-level speculative loop)
+ * are src/<module>/api.h, which tools and tests include beside this header.
  *
- * What it is: the embedding API — status codes, tensor types, models, the tokenizer, the
- * sampler, speculative sessions and the speculative loop, chat templates. What it is not:
- * the modules' own interfaces (GGUF reader/writer, the thread pool, quantization, vocabulary
- * converters, contexts and the KV cache, drafters: src/<module>/api.h, which tools and tests
- * include beside this header) and the kernels' dispatch tables.
- *
- * Conventions (stated once, they hold for every function below):
- *  - Functions that can fail return spex_status and, when given a non-NULL spex_error*,
- *    fill it with a one-line message naming the file, the field and what was expected.
- *    The library never exits or aborts on bad input.
- *  - A handle returned through an out-parameter is owned by the caller and released with
- *    the matching *_free / *_close. Pointers returned by getters are views into the
- *    handle and live as long as the handle does; the caller never frees them.
- *  - Tensor shapes use ggml's `ne` order: ne[0] is the contiguous (row) dimension.
+ * Conventions: functions that can fail return spex_status and fill a non-NULL spex_error with
+ * one line naming the file, the field and what was expected; the library never exits. Handles
+ * returned through out-parameters are the caller's, released with the matching *_free;
+ * pointers from getters are views that live as long as their handle.
  */
 #ifndef SPEX_H
 #define SPEX_H
@@ -28,9 +22,7 @@
 extern "C" {
 #endif
 
-/* ======================================================================== */
-/* Status and errors                                                         */
-/* ======================================================================== */
+/* ---- Status and errors ----------------------------------------------------- */
 
 typedef enum spex_status {
     SPEX_OK = 0,
@@ -62,9 +54,7 @@ spex_status spex_error_set(spex_error *err, spex_status status, const char *fmt,
 #endif
     ;
 
-/* ======================================================================== */
-/* Tensor types (ggml ids, so GGUF files from llama.cpp load unchanged)      */
-/* ======================================================================== */
+/* ---- Tensor types (ggml ids, so GGUF files from llama.cpp load unchanged) --- */
 
 typedef enum spex_type {
     SPEX_TYPE_F32 = 0,
@@ -101,19 +91,14 @@ typedef struct spex_str {
     const char *ptr;
     uint64_t len;
 } spex_str;
-#define SPEX_DRAFT_MAX_N 32          /* most tokens of one block (block_size <= 33)       */
-/* ======================================================================== */
-/* Tokenizer                                                                 */
-/* ======================================================================== */
 
-/* The vocabulary a GGUF file carries in its tokenizer.ggml.* keys, as llama.cpp writes them:
- *  - model "llama": SentencePiece BPE (score-driven merges, byte fallback to <0xNN> tokens,
- *    add_space_prefix: a leading space, and every space written as U+2581);
- *  - model "gpt2": byte-level BPE (merge ranks, GPT-2 byte<->unicode mapping) with the
- *    pre-tokenizer named by tokenizer.ggml.pre: qwen2, qwen35, llama-bpe, gpt-2, default.
- * docs/tokenizers.md states every behaviour, including where spex deliberately differs from
- * llama.cpp. A loaded tokenizer copies what it needs (the spex_gguf may be closed), is
- * immutable apart from spex_tokenizer_set_nfc, and may be used from several threads at once. */
+#define SPEX_DRAFT_MAX_N 32   /* most tokens one step drafts */
+
+/* ---- Tokenizer ------------------------------------------------------------- */
+
+/* The vocabulary of a GGUF's tokenizer.ggml.* keys: SentencePiece BPE ("llama") or byte-level
+ * BPE ("gpt2") with llama.cpp's pre-tokenizers (docs/tokenizers.md). Immutable once loaded
+ * and safe to share between threads; it copies what it needs from the file. */
 typedef struct spex_tokenizer spex_tokenizer;
 
 #define SPEX_TOKEN_NONE (-1)   /* "no such token" in every id-returning query */
@@ -121,46 +106,33 @@ typedef struct spex_tokenizer spex_tokenizer;
 spex_status spex_tokenizer_load_gguf(const spex_gguf *g, spex_tokenizer **out, spex_error *err);
 void spex_tokenizer_free(spex_tokenizer *t);
 int32_t spex_tokenizer_n_vocab(const spex_tokenizer *t);
-/* Special ids, or SPEX_TOKEN_NONE. eot is tokenizer.ggml.eot_token_id, else <|im_end|> /
- * <|eot_id|> / <end_of_turn> when the vocab has it as a control or user-defined token. */
+/* Special ids, or SPEX_TOKEN_NONE (eot: the file's, else <|im_end|> and the like). */
 int32_t spex_token_bos(const spex_tokenizer *t);
 int32_t spex_token_eos(const spex_tokenizer *t);
 int32_t spex_token_eot(const spex_tokenizer *t);
-/* End of generation: eos, eot, and the control tokens <|endoftext|>, <|im_end|>, <|fim_pad|>,
- * <|repo_name|>, <|file_sep|>, <|eot_id|>, <|end_of_text|>, <end_of_turn>. */
+/* End of generation: eos, eot and the end-of-text control tokens (<|endoftext|>, ...). */
 bool spex_token_is_eog(const spex_tokenizer *t, int32_t id);
-/* Tokenizes text[0..len) (any bytes: invalid UTF-8 and NUL are tokenized losslessly through
- * byte tokens / the byte-level mapping). add_special: BOS (and EOS) as the vocab's add_bos /
- * add_eos flags say. parse_special: control and unknown tokens written in the text become
- * those tokens (user-defined tokens always do, as in llama.cpp). Writes at most n_max ids to
- * out (NULL allowed when n_max is 0) and the full count to *n_out; if that count exceeds n_max
- * the result is SPEX_ERR_RANGE (out holds the first n_max ids). */
+/* Tokenizes text[0..len) (any bytes, losslessly). add_special: BOS / EOS as the vocab says;
+ * parse_special: control tokens written in the text become those tokens. Writes at most n_max
+ * ids and the full count to *n_out (SPEX_ERR_RANGE when it exceeds n_max). */
 spex_status spex_tokenize(const spex_tokenizer *t, const char *text, size_t len, bool add_special,
                           bool parse_special, int32_t *out, int n_max, int *n_out, spex_error *err);
 
 /* Detokenizer flags. */
 #define SPEX_DETOK_SPECIAL 1u      /* render control/unknown tokens as their text (else nothing) */
-#define SPEX_DETOK_STRIP_SPACE 2u  /* SPM with add_space_prefix: drop one leading space of the
-                                      first piece and of any piece right after a control,
-                                      unknown or user-defined token (the inverse of tokenize) */
+#define SPEX_DETOK_STRIP_SPACE 2u  /* SPM: drop the leading space tokenize added (after BOS/controls) */
 
-/* The bytes of one token (a view owned by t): SPM "\xe2\x96\x81" -> " ", <0xNN> -> that byte;
- * gpt2 byte-level text -> raw bytes; user-defined tokens as written; control and unknown
- * tokens as written if special, else empty; unused tokens empty. SPEX_ERR_RANGE for a bad id. */
+/* The bytes of one token (a view owned by t); control tokens only if special. */
 spex_status spex_token_to_piece(const spex_tokenizer *t, int32_t id, bool special, spex_str *out,
                                 spex_error *err);
-/* Concatenated raw bytes of ids[0..n) (not NUL-terminated, not UTF-8-repaired). Writes at
- * most cap bytes (out may be NULL when cap is 0) and the full length to *n_out;
- * SPEX_ERR_RANGE if it exceeds cap, SPEX_ERR_RANGE too for an out-of-range id. */
+/* The raw bytes of ids[0..n) (not NUL-terminated): at most cap, the full length in *n_out
+ * (SPEX_ERR_RANGE beyond cap, or for a bad id). */
 spex_status spex_detokenize(const spex_tokenizer *t, const int32_t *ids, size_t n, unsigned flags,
                             char *out, size_t cap, size_t *n_out, spex_error *err);
 
-/* Streaming detokenizer for generation: each push returns only complete, valid UTF-8; an
- * incomplete sequence at the end of a piece is held back until the next piece completes it.
- * Bytes that cannot be valid UTF-8 become U+FFFD (one per maximal invalid subpart, as
- * Unicode §3.9 recommends); flush turns a held-back incomplete tail into U+FFFD. To continue
- * after a prompt, push the prompt's tokens first and ignore their output. The views returned
- * live until the next call on the stream. Allocates only in create. */
+/* Streaming detokenizer: each push returns only complete, valid UTF-8 (an incomplete tail is
+ * held back; invalid bytes become U+FFFD; flush ends a held-back tail as U+FFFD). Push a
+ * prompt's tokens first to continue after it. Views live until the next call. */
 typedef struct spex_detok_stream spex_detok_stream;
 
 spex_status spex_detok_stream_create(const spex_tokenizer *t, unsigned flags, spex_detok_stream **out,
@@ -170,10 +142,7 @@ void spex_detok_stream_reset(spex_detok_stream *s);
 spex_status spex_detok_stream_push(spex_detok_stream *s, int32_t id, spex_str *out, spex_error *err);
 spex_str spex_detok_stream_flush(spex_detok_stream *s);
 
-
-/* ======================================================================== */
-/* Models: target architectures, contexts, batched forward, KV cache         */
-/* ======================================================================== */
+/* ---- Models ---------------------------------------------------------------- */
 
 /* A target model (docs/models.md; targets.md §3–5): llama, qwen3 or qwen35, its weights in
  * the read-only mapping of the file (some matrices copied once into the CPU kernels' faster
@@ -214,9 +183,7 @@ const spex_gguf *spex_model_gguf(const spex_model *m);
 spex_arch spex_model_arch(const spex_model *m);
 int32_t spex_model_n_vocab(const spex_model *m);     /* logits per token (spex_sampler_init) */
 int32_t spex_model_n_ctx_train(const spex_model *m);
-/* ======================================================================== */
-/* Sampler                                                                   */
-/* ======================================================================== */
+/* ---- Sampler --------------------------------------------------------------- */
 
 /* The stages of the sampling chain (docs/sampling.md). After the chain, the final
  * distribution is the softmax of the surviving logits. */
@@ -229,9 +196,7 @@ typedef enum spex_sampler_stage {
 } spex_sampler_stage;
 
 #define SPEX_SAMPLER_MAX_STAGES 16
-/* llama.cpp's default chain (common_params_sampling::samplers: penalties; dry; top_n_sigma;
- * top_k; typ_p; top_p; min_p; xtc; temperature) less the stages spex lacks, all of which are
- * off at llama.cpp's defaults. The spex default. */
+/* llama.cpp's default chain less the stages spex lacks (all off at its defaults). */
 #define SPEX_SAMPLER_ORDER_LLAMA "penalties;top_k;top_p;min_p;temperature"
 /* dflash2.md §15.1's reference order (temperature before the truncations). */
 #define SPEX_SAMPLER_ORDER_REFERENCE "penalties;temperature;top_k;top_p;min_p"
@@ -254,10 +219,8 @@ typedef struct spex_sampler_params {
 
 /* llama.cpp's defaults (common_params_sampling) and SPEX_SAMPLER_ORDER_LLAMA. */
 spex_sampler_params spex_sampler_default_params(void);
-/* Sets p->stages from a ';'- or ','-separated list of llama.cpp's --samplers names: penalties,
- * top_k, top_p, min_p, temperature (also top-k, top-p, min-p, temp). dry, top_n_sigma, typ_p,
- * typical_p and xtc are accepted and skipped (spex lacks them; llama.cpp's defaults disable
- * them). Anything else is SPEX_ERR_INVALID_ARG naming it. */
+/* Sets p->stages from llama.cpp's --samplers list (';' or ','): penalties, top_k, top_p, min_p,
+ * temperature; dry, top_n_sigma, typ_p and xtc are skipped (off at llama.cpp's defaults). */
 spex_status spex_sampler_parse_stages(const char *names, spex_sampler_params *p, spex_error *err);
 
 /* A sampler for one sequence: penalty history, RNG and scratch for a vocabulary of n_vocab,
@@ -270,22 +233,12 @@ spex_status spex_sampler_init(const spex_sampler_params *params, int32_t n_vocab
 void spex_sampler_free(spex_sampler *s);
 /* Empties the penalty history and reseeds the RNG from params.seed (a random seed is redrawn). */
 void spex_sampler_reset(spex_sampler *s);
-/* ======================================================================== */
-/* Speculative decoding: draft -> verify -> accept -> rollback               */
-/* ======================================================================== */
 
-/* Drives a target context and (optionally) a draft context over several sequences
- * (dflash2.md §15–§19; docs/speculative.md). Each sequence has a sampler (borrowed) and an
- * anchor: the last token emitted, which the target has not processed yet. One step drafts a
- * block for every stepping sequence in one drafter batch, verifies all the blocks in one
- * target batch (taps captured in the same pass), accepts, emits, rolls both caches back to
- * the accepted prefix and injects the accepted rows' features. Emitted tokens follow the
- * target alone exactly (temp <= 0) or in distribution (temp > 0).
- *
- * Verification path of a sequence (fixed by its sampler params, reported by
- * spex_spec_seq_path): greedy (temp <= 0): exact match; temp > 0 without penalties and with
- * a sampled walk: rejection sampling against q (§15.4); otherwise (penalties, v1 drafter,
- * greedy walk at T > 0, a draft function without q): sample-and-match (§15.3). */
+/* ---- Speculative decoding: paths, statistics, n-gram lookup ---------------- */
+
+/* How a sequence's drafts are verified (docs/speculative.md; dflash2.md §15): greedy at
+ * temp <= 0 (exact match); rejection sampling against the drafter's q at temp > 0 with a
+ * sampled walk and no penalties; sample-and-match otherwise. */
 typedef enum spex_spec_path {
     SPEX_SPEC_PATH_GREEDY = 1,
     SPEX_SPEC_PATH_REJECTION = 2,
@@ -305,14 +258,10 @@ typedef struct spex_spec_stats {
     double t_draft;           /* seconds in drafting (forward + walk), verify, the rest     */
     double t_verify;
     double t_other;
-    double t_flush;           /* of t_draft + t_other: injecting deferred features (a backlog
-                               * of prompt rows and of steps without a draft); per sequence,
-                               * only its own backlog                                         */
+    double t_flush;           /* of t_draft + t_other: injecting deferred drafter features   */
     uint64_t n_cut;           /* drafted tokens the draft cut left unverified                */
     uint64_t n_target_batches; /* total only: target forwards that verified a step's rows   */
-    uint64_t n_draft_batches;  /* total only: drafter forwards (DFlash or MTP) of the steps;
-                                * each spex_spec_step makes at most one of each, for all its
-                                * sequences together                                        */
+    uint64_t n_draft_batches;  /* total only: drafter forwards of the steps                   */
     uint64_t n_guard_plain;    /* total only: steps the realized-rate guard kept plain      */
 } spex_spec_stats;
 
@@ -321,11 +270,8 @@ typedef struct spex_spec_stats {
 double spex_spec_stats_acceptance(const spex_spec_stats *st);
 double spex_spec_stats_mean_len(const spex_spec_stats *st);
 
-/* N-gram drafting (prompt lookup; llama.cpp's --spec-type ngram-simple and its
- * --spec-ngram-size-n / -size-m / --spec-ngram-min-hits): the draft is what followed the most
- * recent earlier occurrence of the last size_n tokens (the anchor last) in the sequence's own
- * prompt and output, at most size_m tokens; the key must have stood min_hits times. Free
- * drafting for code edits, quotes of the prompt, RAG and other repetition. */
+/* N-gram drafting (prompt lookup, llama.cpp's ngram-simple): the draft is what followed the
+ * latest earlier occurrence of the last size_n tokens in the sequence's prompt and output. */
 typedef struct spex_ngram_params {
     int32_t size_n;     /* key length (12)                          */
     int32_t size_m;     /* most tokens drafted (48; n_max caps it)  */
@@ -334,15 +280,11 @@ typedef struct spex_ngram_params {
 
 spex_ngram_params spex_ngram_default_params(void);
 
-/* ======================================================================== */
-/* Speculative sessions: drafter + contexts + loop, every size resolved once  */
-/* ======================================================================== */
+/* ---- Speculative sessions: drafter + contexts + loop, every size resolved once --- */
 
-/* What drafts (llama.cpp's --spec-type names, spex_spec_type_parse): none; auto (a DFlash
- * drafter or a draft model, told by the file's general.architecture; none without a file);
- * dflash / draft-dflash; mtp / draft-mtp (the target's own MTP block); ngram / ngram-simple /
- * ngram-map-k (prompt lookup); draft-simple / draft (a small model of the target's vocabulary);
- * hybrid / dflash+ngram (spex_spec_set_hybrid_ngram). */
+/* What drafts; spex_spec_type_parse takes llama.cpp's --spec-type names (none, auto, dflash /
+ * draft-dflash, mtp / draft-mtp, ngram / ngram-simple, draft-simple / draft, hybrid). auto: a
+ * DFlash drafter or a draft model, told by the file's general.architecture. */
 typedef enum spex_spec_type {
     SPEX_SPEC_NONE = 0,
     SPEX_SPEC_AUTO,
@@ -402,9 +344,7 @@ spex_status spex_session_create(const spex_model *target, const spex_session_par
 void spex_session_free(spex_session *s);
 const spex_session_info *spex_session_get_info(const spex_session *s);
 
-/* ======================================================================== */
-/* Generation: one prompt, tokens out through a callback                     */
-/* ======================================================================== */
+/* ---- Generation: one prompt, tokens out through a callback ----------------- */
 
 typedef enum spex_stop {
     SPEX_STOP_LENGTH = 0,   /* n_predict tokens                   */
@@ -453,13 +393,9 @@ spex_status spex_session_generate(spex_session *s, const spex_tokenizer *tok, co
                                   int32_t n_prompt, const spex_gen_params *params, spex_gen_result *res,
                                   spex_error *err);
 
-/* ======================================================================== */
-/* Chat templates                                                            */
-/* ======================================================================== */
+/* ---- Chat templates -------------------------------------------------------- */
 
-/* Built-in renderers for the templates spex's targets ship (targets.md §13); there is no Jinja
- * engine. src/tok/chat.c's opening comment lists what each reproduces and which substrings
- * recognise a template text. */
+/* Built-in renderers of the templates spex's targets ship (targets.md §13; no Jinja engine). */
 typedef enum spex_chat_template {
     SPEX_CHAT_NONE = 0,            /* plain completion: the contents concatenated            */
     SPEX_CHAT_CHATML_QWEN3 = 1,    /* Qwen3's tokenizer_config.json template                 */
@@ -477,11 +413,8 @@ typedef enum spex_chat_role {
 /* One tool call of an assistant message (the template's message.tool_calls[i].function). */
 typedef struct spex_chat_tool_call {
     const char *name;
-    /* JSON text of the arguments object, as the OpenAI API carries it (a string). Valid JSON
-     * is rendered as the template's `tojson` prints the decoded value (Python json.dumps:
-     * ", " and ": " separators, non-ASCII kept), i.e. as if the client's string had been
-     * decoded into an object before templating, as vLLM and llama-server do; other text is
-     * rendered verbatim by Qwen3 and refused by Qwen3.5 (whose template iterates the object). */
+    /* JSON text of the arguments object (as the OpenAI API carries it), rendered as the
+     * template's `tojson` prints the decoded value, as vLLM and llama-server do. */
     const char *arguments;
 } spex_chat_tool_call;
 
@@ -489,8 +422,7 @@ typedef struct spex_chat_tool_call {
 typedef struct spex_chat_msg {
     spex_chat_role role;
     const char *content;
-    /* Assistant only: the reasoning text. NULL: the template splits it out of content at
-     * </think> as the Jinja template does. */
+    /* Assistant only: the reasoning (NULL: split out of content at </think>). */
     const char *reasoning_content;
     /* Assistant only: tool calls rendered after the content (borrowed; may be NULL when 0). */
     const spex_chat_tool_call *tool_calls;
@@ -503,23 +435,17 @@ bool spex_chat_template_from_name(const char *name, spex_chat_template *out);
 /* "system", "user", "assistant", "tool". */
 bool spex_chat_role_from_name(const char *name, spex_chat_role *out);
 
-/* spex_chat_detect for a loaded model: its tokenizer.chat_template text, and whether its
- * vocabulary has <|im_start|>. *guessed (may be NULL): as spex_chat_detect's flag. */
+/* The renderer for a model's tokenizer.chat_template: Qwen3 or Qwen3.5 when recognised, else
+ * ChatML when the template or vocabulary has <|im_start|> (*guessed true), else none. */
 spex_chat_template spex_model_chat_template(const spex_model *m, const spex_tokenizer *tok, bool *guessed);
 
-/* Renders msgs[0 .. n) as the template does for add_generation_prompt and enable_thinking
- * (the Jinja variables of those names). Writes the text and a NUL to buf and its length
- * (without the NUL) to *len. If cap < length + 1: SPEX_ERR_RANGE, *len = the length needed
- * (allocate *len + 1), buf holds a NUL-terminated prefix when cap > 0 (buf may be NULL when
- * cap is 0). SPEX_ERR_INVALID_ARG where the Jinja template raises (Qwen3.5: no messages, no
- * user query, a system message not first) and for an unknown role or template. */
+/* Renders msgs[0 .. n) as the template does for add_generation_prompt and enable_thinking:
+ * the text and a NUL into buf, its length into *len (SPEX_ERR_RANGE with the length needed
+ * when cap is too small). SPEX_ERR_INVALID_ARG where the Jinja template raises. */
 spex_status spex_chat_apply(spex_chat_template tmpl, const spex_chat_msg *msgs, size_t n,
                             bool add_generation_prompt, bool enable_thinking, char *buf, size_t cap,
                             size_t *len, spex_error *err);
-/* spex_chat_apply with the template's `tools` variable: tools[0 .. n_tools) are the JSON texts
- * of the tool objects ({"type": "function", "function": {...}}, any formatting; each rendered
- * as `tojson` prints it, key order kept). n_tools == 0 is spex_chat_apply. SPEX_ERR_INVALID_ARG
- * also for a tool text that is not valid JSON. SPEX_CHAT_NONE ignores tools. */
+/* The same with the template's `tools`: the JSON texts of the tool objects (each must parse). */
 spex_status spex_chat_apply_tools(spex_chat_template tmpl, const spex_chat_msg *msgs, size_t n,
                                   const char *const *tools, size_t n_tools, bool add_generation_prompt,
                                   bool enable_thinking, char *buf, size_t cap, size_t *len, spex_error *err);
