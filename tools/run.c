@@ -385,26 +385,15 @@ static char *render_chat(const run_opts *o, const spex_model *m, const spex_toke
     if (o->chat_template) {
         (void)spex_chat_template_from_name(o->chat_template, &tmpl);   /* checked by parse_args */
     } else {
-        /* tokenizer.chat_template is not NUL-terminated in the mapping: copy it. */
-        spex_str js = {0};
-        char *jinja = NULL;
-        if (spex_gguf_get_str(spex_model_gguf(m), "tokenizer.chat_template", &js, NULL) == SPEX_OK) {
-            jinja = malloc(js.len + 1);
-            if (!jinja) {
-                fprintf(stderr, "error: out of memory\n");
-                return NULL;
-            }
-            memcpy(jinja, js.ptr, js.len);
-            jinja[js.len] = 0;
-        }
-        bool has_im_start = spex_token_find(tok, "<|im_start|>", 12) != SPEX_TOKEN_NONE;
         bool warned = false;
-        spex_chat_detect(jinja, has_im_start, &tmpl, &warned);
+        tmpl = spex_model_chat_template(m, tok, &warned);
+        spex_str js = {0};
         if (warned)
             fprintf(stderr, "warning: %s; using the %s template\n",
-                    jinja ? "tokenizer.chat_template is not one spex knows" : "the model has no chat template",
+                    spex_gguf_get_str(spex_model_gguf(m), "tokenizer.chat_template", &js, NULL) == SPEX_OK
+                        ? "tokenizer.chat_template is not one spex knows"
+                        : "the model has no chat template",
                     spex_chat_template_name(tmpl));
-        free(jinja);
     }
     if (o->verbose) fprintf(stderr, "chat template: %s\n", spex_chat_template_name(tmpl));
 

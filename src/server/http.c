@@ -1163,21 +1163,13 @@ static int load(srv_server *S) {
             return 1;
         }
     } else {
-        spex_str js = {0};
-        char *jinja = NULL;
-        if (spex_gguf_get_str(spex_model_gguf(S->model), "tokenizer.chat_template", &js, NULL) == SPEX_OK) {
-            jinja = malloc(js.len + 1);
-            if (jinja) memcpy(jinja, js.ptr, js.len), jinja[js.len] = 0;
-        }
         bool warned = false;
-        spex_chat_detect(jinja, spex_token_find(S->tok, "<|im_start|>", 12) != SPEX_TOKEN_NONE, &S->tmpl, &warned);
+        S->tmpl = spex_model_chat_template(S->model, S->tok, &warned);
         if (warned) fprintf(stderr, "warning: using the %s chat template\n", spex_chat_template_name(S->tmpl));
-        free(jinja);
     }
     int32_t np = cfg->n_slots;
-    const spex_model_hparams *hp = spex_model_get_hparams(S->model);
-    S->n_ctx_slot = cfg->n_ctx > 0 ? cfg->n_ctx / np : (hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096);
-    if (S->n_ctx_slot < 8) {
+    S->n_ctx_slot = cfg->n_ctx > 0 ? cfg->n_ctx / np : 0;   /* 0: the session's default */
+    if (cfg->n_ctx > 0 && S->n_ctx_slot < 8) {
         fprintf(stderr, "error: -c %d leaves %d tokens per slot with -np %d\n", cfg->n_ctx, S->n_ctx_slot, np);
         return 1;
     }
@@ -1208,6 +1200,7 @@ static int load(srv_server *S) {
         return 1;
     }
     const spex_session_info *si = spex_session_get_info(S->ses);
+    S->n_ctx_slot = si->n_ctx_per_seq;
     S->ctx = spex_session_context(S->ses);
     S->spec = spex_session_spec(S->ses);
     S->drafter = spex_session_drafter(S->ses);

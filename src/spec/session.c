@@ -317,17 +317,17 @@ spex_status spex_session_create(const spex_model *target, const spex_session_par
 }
 
 spex_chat_template spex_model_chat_template(const spex_model *m, const spex_tokenizer *tok, bool *guessed) {
-    static _Thread_local char jinja[1 << 16];   /* GGUF strings are not NUL-terminated */
     spex_str js = {0};
-    jinja[0] = 0;
+    char *jinja = NULL;   /* GGUF strings are not NUL-terminated: a copy (no allocation: read as none) */
     if (m && spex_gguf_get_str(spex_model_gguf(m), "tokenizer.chat_template", &js, NULL) == SPEX_OK &&
-        js.len < sizeof jinja) {
+        (jinja = malloc(js.len + 1))) {
         memcpy(jinja, js.ptr, js.len);
         jinja[js.len] = 0;
     }
     spex_chat_template t;
     bool g = false;
-    spex_chat_detect(jinja[0] ? jinja : NULL, tok && spex_token_find(tok, "<|im_start|>", 12) != SPEX_TOKEN_NONE, &t, &g);
+    spex_chat_detect(jinja, tok && spex_token_find(tok, "<|im_start|>", 12) != SPEX_TOKEN_NONE, &t, &g);
+    free(jinja);
     if (guessed) *guessed = g;
     return t;
 }
