@@ -207,6 +207,101 @@ static bool alloc_q35_bufs(spex_context *c, const spex_model_hparams *hp, uint64
     return q35_ok;
 }
 
+/* The KV cache: zeroed pages committed as first touched, head-major (model.h), advised for
+ * huge pages (core/mem.h): each kv head's stream then commits in 2 MiB steps (the whole
+ * default cache after one token, as llama.cpp commits it at load), and a decode at 3000
+ * positions runs 10 % faster than on 4 KiB pages (docs/performance.md, "Attention and the
+ * KV cache at depth"). *rows: the cache's rows per K or V. A failed allocation leaves
+ * k_cache or v_cache NULL for the caller to report with the other buffers. */
+static spex_status alloc_kv(spex_context *c, const spex_model *m, const spex_context_params *p, uint64_t *rows,
+                            spex_error *err) {
+    const spex_model_hparams *hp = &m->hp;
+    const uint64_t kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    c->kv_row_bytes = spex_type_row_size(p->kv_type, (int64_t)kvd);
+    *rows = (uint64_t)m->n_kv_layers * (uint64_t)p->n_seq_max * (uint64_t)p->n_ctx_per_seq;
+    if (c->kv_row_bytes == 0 || *rows > (uint64_t)SIZE_MAX / 4 / c->kv_row_bytes)
+        return spex_error_set(err, SPEX_ERR_RANGE, "context: KV cache of %" PRIu64 " rows is too large", *rows);
+    c->kv_nseg = p->kv_type == SPEX_TYPE_Q8_0 && hp->head_dim % 32 ? 1 : hp->n_head_kv;
+    c->kv_seg_bytes = c->kv_row_bytes / (size_t)c->kv_nseg;
+    c->kv_bytes = (size_t)(*rows ? *rows : 1) * c->kv_row_bytes;
+    c->k_cache = spex_alloc_zeroed(c->kv_bytes);
+    c->v_cache = spex_alloc_zeroed(c->kv_bytes);
+    return SPEX_OK;
+}
+
+/* The forward pass's activations and scratch (fwd_bufs in model.h), sized for n_batch_max
+ * tokens and n_outputs_max output rows; false: one of them is out of memory. */
+static bool alloc_fwd_bufs(spex_context *c, const spex_model *m, const spex_context_params *p, uint64_t *compute) {
+    const spex_model_hparams *hp = &m->hp;
+    const uint64_t E = (uint64_t)hp->n_embd, C = (uint64_t)p->n_ctx_per_seq;
+    const uint64_t nb = (uint64_t)p->n_batch_max, no = (uint64_t)p->n_outputs_max;
+    const uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
+    const uint64_t kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
+    const uint64_t F = (uint64_t)hp->n_ff, V = (uint64_t)hp->n_vocab;
+    fwd_bufs *b = &c->b;
+    spex_attn_args aa = {.n_q = p->n_batch_max, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
+                         .head_dim = hp->head_dim};
+    b->attn_ws_floats = (spex_attn_scratch_floats(&aa) + 15) / 16 * 16;
+    b->x = spex_ctx_buf_alloc(nb * E * 4, compute);
+    b->xn = spex_ctx_buf_alloc(nb * E * 4, compute);
+    b->tmp = spex_ctx_buf_alloc(nb * E * 4, compute);
+    b->q = spex_ctx_buf_alloc(nb * qd * 4, compute);
+    b->k = spex_ctx_buf_alloc(nb * kvd * 4, compute);
+    b->v = spex_ctx_buf_alloc(nb * kvd * 4, compute);
+    b->att = spex_ctx_buf_alloc(nb * qd * 4, compute);
+    b->gate = spex_ctx_buf_alloc(nb * F * 4, compute);
+    b->up = spex_ctx_buf_alloc(nb * F * 4, compute);
+    b->rope = spex_ctx_buf_alloc(nb * (uint64_t)hp->n_rot * 4, compute);
+    spex_rope_freqs(b->rope_inv, hp->n_rot, hp->rope_freq_base);
+    b->hout = spex_ctx_buf_alloc(no * E * 4, compute);
+    b->logits = spex_ctx_buf_alloc(no * V * 4, compute);
+    b->taps = p->n_taps ? spex_ctx_buf_alloc(nb * (uint64_t)p->n_taps * E * 4, compute) : NULL;
+    b->mm_ws = spex_ctx_buf_alloc(spex_forward_mm_ws_size(m, p->n_batch_max, p->n_outputs_max), compute);
+    b->attn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * b->attn_ws_floats * 4, compute);
+    const bool expand = p->kv_type == SPEX_TYPE_Q8_0 && c->kv_nseg == 1; /* forward.c, spex_fwd_attend */
+    b->kv_f32 = expand ? spex_ctx_buf_alloc(2 * C * kvd * 4, compute) : NULL;
+    const bool q35_ok = alloc_q35_bufs(c, hp, nb, compute);
+    return q35_ok && b->x && b->xn && b->tmp && b->q && b->k && b->v && b->att && b->gate && b->up && b->rope &&
+           b->hout && b->logits && (!p->n_taps || b->taps) && b->mm_ws && b->attn_ws && (!expand || b->kv_f32);
+}
+
+/* The batch bookkeeping spex_forward sorts and routes tokens with, and the tap tables;
+ * false: one of them is out of memory. */
+static bool alloc_index_bufs(spex_context *c, const spex_model_hparams *hp, const spex_context_params *p,
+                             uint64_t *small) {
+    const uint64_t N = (uint64_t)hp->n_layer, S = (uint64_t)p->n_seq_max;
+    const uint64_t nb = (uint64_t)p->n_batch_max, no = (uint64_t)p->n_outputs_max;
+    c->tap_ids = spex_ctx_buf_alloc((uint64_t)(p->n_taps + 1) * 4, small);
+    c->tap_slot = spex_ctx_buf_alloc((N + 1) * 4, small);
+    c->seq_len = spex_ctx_buf_alloc(S * 4, small);
+    c->perm = spex_ctx_buf_alloc(nb * 4, small);
+    c->row_of = spex_ctx_buf_alloc(nb * 4, small);
+    c->tok = spex_ctx_buf_alloc(nb * 4, small);
+    c->pos = spex_ctx_buf_alloc(nb * 4, small);
+    c->out_row = spex_ctx_buf_alloc(no * 4, small);
+    c->out_of = spex_ctx_buf_alloc(nb * 4, small);
+    c->seq_start = spex_ctx_buf_alloc((S + 1) * 4, small);
+    c->seq_next = spex_ctx_buf_alloc(S * 4, small);
+    return c->tap_ids && c->tap_slot && c->seq_len && c->perm && c->row_of && c->tok && c->pos && c->out_row &&
+           c->out_of && c->seq_start && c->seq_next;
+}
+
+/* The context's size, once, in the model's log. */
+static void log_context(const spex_context *c, const spex_model *m, const spex_context_params *p, uint64_t rs_bytes) {
+    spex_model_log(m,
+                   "context: %d seq x %d ctx, batch %d, outputs %d, KV %s %.2f MiB, compute %.2f MiB, weights %.2f "
+                   "MiB, %d threads, %d taps",
+                   p->n_seq_max, p->n_ctx_per_seq, p->n_batch_max, p->n_outputs_max, type_name(p->kv_type),
+                   (double)c->mem.kv / 1048576.0, (double)c->mem.compute / 1048576.0,
+                   (double)c->mem.weights / 1048576.0, c->nth, p->n_taps);
+    if (rs_bytes)
+        spex_model_log(m,
+                       "context: recurrent state %.2f MiB per copy per sequence, %d copies (1 + n_rs_seq %d) x %d seq "
+                       "= %.2f MiB",
+                       (double)spex_model_recurrent_state_bytes(m) / 1048576.0, c->rs_ring, p->n_rs_seq, p->n_seq_max,
+                       (double)rs_bytes / 1048576.0);
+}
+
 spex_status spex_context_init(const spex_model *m, const spex_context_params *params, spex_context **out,
                               spex_error *err) {
     if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_context_init: out is NULL");
@@ -220,14 +315,8 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     if (!c) return spex_error_set(err, SPEX_ERR_NOMEM, "context: out of memory");
     c->model = m;
     const spex_model_hparams *hp = &m->hp;
-    const uint64_t E = (uint64_t)hp->n_embd, N = (uint64_t)hp->n_layer, S = (uint64_t)p.n_seq_max;
-    const uint64_t C = (uint64_t)p.n_ctx_per_seq, nb = (uint64_t)p.n_batch_max, no = (uint64_t)p.n_outputs_max;
-    const uint64_t qd = (uint64_t)hp->n_head * (uint64_t)hp->head_dim;
-    const uint64_t kvd = (uint64_t)hp->n_head_kv * (uint64_t)hp->head_dim;
-    const uint64_t F = (uint64_t)hp->n_ff, V = (uint64_t)hp->n_vocab;
-    uint64_t compute = 0, small = 0;
+    uint64_t compute = 0, small = 0, rows = 0;
 
-    /* pool */
     if (p.pool) {
         c->pool = p.pool;
     } else {
@@ -236,73 +325,21 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     }
     c->nth = spex_pool_n_threads(c->pool);
 
-    /* KV cache: zeroed pages committed as first touched, head-major (model.h), advised for
-     * huge pages (core/mem.h): each kv head's stream then commits in 2 MiB steps (the whole
-     * default cache after one token, as llama.cpp commits it at load), and a decode at 3000
-     * positions runs 10 % faster than on 4 KiB pages (docs/performance.md, "Attention and the
-     * KV cache at depth"). */
-    c->kv_row_bytes = spex_type_row_size(p.kv_type, (int64_t)kvd);
-    const uint64_t rows = (uint64_t)m->n_kv_layers * S * C;
-    if (c->kv_row_bytes == 0 || rows > (uint64_t)SIZE_MAX / 4 / c->kv_row_bytes) {
-        s = spex_error_set(err, SPEX_ERR_RANGE, "context: KV cache of %" PRIu64 " rows is too large", rows);
-        goto fail;
-    }
-    c->kv_nseg = p.kv_type == SPEX_TYPE_Q8_0 && hp->head_dim % 32 ? 1 : hp->n_head_kv;
-    c->kv_seg_bytes = c->kv_row_bytes / (size_t)c->kv_nseg;
-    c->kv_bytes = (size_t)(rows ? rows : 1) * c->kv_row_bytes;
-    c->k_cache = spex_alloc_zeroed(c->kv_bytes);
-    c->v_cache = spex_alloc_zeroed(c->kv_bytes);
+    if ((s = alloc_kv(c, m, &p, &rows, err)) != SPEX_OK) goto fail;
     uint64_t rs_bytes = 0;
     bool rs_ok = true;
     if (hp->n_recurrent > 0 && (s = alloc_ring(c, hp, &p, &rs_bytes, &rs_ok, err)) != SPEX_OK) goto fail;
     c->params = p;
 
-    fwd_bufs *b = &c->b;
-    spex_attn_args aa = {.n_q = p.n_batch_max, .n_head = hp->n_head, .n_head_kv = hp->n_head_kv,
-                         .head_dim = hp->head_dim};
-    b->attn_ws_floats = (spex_attn_scratch_floats(&aa) + 15) / 16 * 16;
-    b->x = spex_ctx_buf_alloc(nb * E * 4, &compute);
-    b->xn = spex_ctx_buf_alloc(nb * E * 4, &compute);
-    b->tmp = spex_ctx_buf_alloc(nb * E * 4, &compute);
-    b->q = spex_ctx_buf_alloc(nb * qd * 4, &compute);
-    b->k = spex_ctx_buf_alloc(nb * kvd * 4, &compute);
-    b->v = spex_ctx_buf_alloc(nb * kvd * 4, &compute);
-    b->att = spex_ctx_buf_alloc(nb * qd * 4, &compute);
-    b->gate = spex_ctx_buf_alloc(nb * F * 4, &compute);
-    b->up = spex_ctx_buf_alloc(nb * F * 4, &compute);
-    b->rope = spex_ctx_buf_alloc(nb * (uint64_t)hp->n_rot * 4, &compute);
-    spex_rope_freqs(b->rope_inv, hp->n_rot, hp->rope_freq_base);
-    b->hout = spex_ctx_buf_alloc(no * E * 4, &compute);
-    b->logits = spex_ctx_buf_alloc(no * V * 4, &compute);
-    b->taps = p.n_taps ? spex_ctx_buf_alloc(nb * (uint64_t)p.n_taps * E * 4, &compute) : NULL;
-    b->mm_ws = spex_ctx_buf_alloc(spex_forward_mm_ws_size(m, p.n_batch_max, p.n_outputs_max), &compute);
-    b->attn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * b->attn_ws_floats * 4, &compute);
-    const bool expand = p.kv_type == SPEX_TYPE_Q8_0 && c->kv_nseg == 1; /* forward.c, spex_fwd_attend */
-    b->kv_f32 = expand ? spex_ctx_buf_alloc(2 * C * kvd * 4, &compute) : NULL;
-    const bool q35_ok = alloc_q35_bufs(c, hp, nb, &compute);
-
-    c->tap_ids = spex_ctx_buf_alloc((uint64_t)(p.n_taps + 1) * 4, &small);
-    c->tap_slot = spex_ctx_buf_alloc((N + 1) * 4, &small);
-    c->seq_len = spex_ctx_buf_alloc(S * 4, &small);
-    c->perm = spex_ctx_buf_alloc(nb * 4, &small);
-    c->row_of = spex_ctx_buf_alloc(nb * 4, &small);
-    c->tok = spex_ctx_buf_alloc(nb * 4, &small);
-    c->pos = spex_ctx_buf_alloc(nb * 4, &small);
-    c->out_row = spex_ctx_buf_alloc(no * 4, &small);
-    c->out_of = spex_ctx_buf_alloc(nb * 4, &small);
-    c->seq_start = spex_ctx_buf_alloc((S + 1) * 4, &small);
-    c->seq_next = spex_ctx_buf_alloc(S * 4, &small);
-    if (!rs_ok || !q35_ok || !c->k_cache || !c->v_cache || !b->x || !b->xn || !b->tmp || !b->q || !b->k || !b->v || !b->att ||
-        !b->gate || !b->up || !b->rope || !b->hout || !b->logits || (p.n_taps && !b->taps) || !b->mm_ws ||
-        !b->attn_ws || (expand && !b->kv_f32) || !c->tap_ids || !c->tap_slot ||
-        !c->seq_len || !c->perm || !c->row_of || !c->tok || !c->pos || !c->out_row || !c->out_of ||
-        !c->seq_start || !c->seq_next) {
+    const bool fwd_ok = alloc_fwd_bufs(c, m, &p, &compute);
+    const bool index_ok = alloc_index_bufs(c, hp, &p, &small);
+    if (!rs_ok || !fwd_ok || !index_ok || !c->k_cache || !c->v_cache) {
         s = spex_error_set(err, SPEX_ERR_NOMEM,
                            "context: out of memory (KV %.1f MiB, compute %.1f MiB)",
                            (double)(2 * rows * c->kv_row_bytes) / 1048576.0, (double)compute / 1048576.0);
         goto fail;
     }
-    for (uint64_t l = 0; l <= N; l++) c->tap_slot[l] = -1;
+    for (uint64_t l = 0; l <= (uint64_t)hp->n_layer; l++) c->tap_slot[l] = -1;
     for (int i = 0; i < p.n_taps; i++) {
         c->tap_ids[i] = p.tap_layers[i];
         c->tap_slot[p.tap_layers[i]] = i;
@@ -314,18 +351,7 @@ spex_status spex_context_init(const spex_model *m, const spex_context_params *pa
     c->mem.kv = 2 * rows * c->kv_row_bytes;
     c->mem.compute = compute + small;
     c->mem.recurrent = rs_bytes;
-    spex_model_log(m,
-                   "context: %d seq x %d ctx, batch %d, outputs %d, KV %s %.2f MiB, compute %.2f MiB, weights %.2f "
-                   "MiB, %d threads, %d taps",
-                   p.n_seq_max, p.n_ctx_per_seq, p.n_batch_max, p.n_outputs_max, type_name(p.kv_type),
-                   (double)c->mem.kv / 1048576.0, (double)c->mem.compute / 1048576.0,
-                   (double)c->mem.weights / 1048576.0, c->nth, p.n_taps);
-    if (rs_bytes)
-        spex_model_log(m,
-                       "context: recurrent state %.2f MiB per copy per sequence, %d copies (1 + n_rs_seq %d) x %d seq "
-                       "= %.2f MiB",
-                       (double)spex_model_recurrent_state_bytes(m) / 1048576.0, c->rs_ring, p.n_rs_seq, p.n_seq_max,
-                       (double)rs_bytes / 1048576.0);
+    log_context(c, m, &p, rs_bytes);
     *out = c;
     return SPEX_OK;
 fail:

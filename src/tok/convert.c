@@ -219,7 +219,10 @@ static void hf_vocab_free(hf_vocab *v) {
     free(v->merge_text);
 }
 
-static spex_status build_vocab(const cJSON *root, const char *name, int32_t n_min, hf_vocab *v, spex_error *err) {
+/* model.vocab, model.merges and added_tokens, checked to be those of a byte-level BPE; the
+ * caller has checked nothing. */
+static spex_status bpe_model_parts(const cJSON *root, const char *name, const cJSON **vocab, const cJSON **merges,
+                                   const cJSON **added, spex_error *err) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(root, "model");
     if (!cJSON_IsObject(model)) return spex_error_set(err, SPEX_ERR_FORMAT, "%s: no \"model\" object", name);
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(model, "type");
@@ -227,20 +230,26 @@ static spex_status build_vocab(const cJSON *root, const char *name, int32_t n_mi
         return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "%s: model.type is %s%s%s, spex converts \"BPE\" only", name,
                               cJSON_IsString(type) ? "\"" : "", cJSON_IsString(type) ? type->valuestring : "not a string",
                               cJSON_IsString(type) ? "\"" : "");
-    const cJSON *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
-    const cJSON *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
-    const cJSON *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
-    if (!cJSON_IsObject(vocab)) return spex_error_set(err, SPEX_ERR_TYPE, "%s: model.vocab is not an object", name);
-    if (!cJSON_IsArray(merges)) return spex_error_set(err, SPEX_ERR_TYPE, "%s: model.merges is not a list", name);
-    if (added && !cJSON_IsArray(added)) return spex_error_set(err, SPEX_ERR_TYPE, "%s: added_tokens is not a list", name);
+    *vocab = cJSON_GetObjectItemCaseSensitive(model, "vocab");
+    *merges = cJSON_GetObjectItemCaseSensitive(model, "merges");
+    *added = cJSON_GetObjectItemCaseSensitive(root, "added_tokens");
+    if (!cJSON_IsObject(*vocab)) return spex_error_set(err, SPEX_ERR_TYPE, "%s: model.vocab is not an object", name);
+    if (!cJSON_IsArray(*merges)) return spex_error_set(err, SPEX_ERR_TYPE, "%s: model.merges is not a list", name);
+    if (*added && !cJSON_IsArray(*added))
+        return spex_error_set(err, SPEX_ERR_TYPE, "%s: added_tokens is not a list", name);
     if (!has_byte_level(cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), "pretokenizers") &&
         !has_byte_level(cJSON_GetObjectItemCaseSensitive(root, "decoder"), "decoders"))
         return spex_error_set(err, SPEX_ERR_UNSUPPORTED,
                               "%s: not a byte-level BPE (no ByteLevel step); for a SentencePiece model convert its "
                               "tokenizer.model instead",
                               name);
+    return SPEX_OK;
+}
 
-    /* size: the largest id, or the model's row count when asked to pad */
+/* The vocabulary size: the largest id + 1, or n_min when asked to pad to the model's rows.
+ * Checks every id and added token's content, so that fill_tokens can trust them. */
+static spex_status vocab_size(const cJSON *vocab, const cJSON *added, int32_t n_min, const char *name, int32_t *n_out,
+                              spex_error *err) {
     int32_t n = 0, id;
     const cJSON *it;
     cJSON_ArrayForEach(it, vocab) {
@@ -270,13 +279,22 @@ static spex_status build_vocab(const cJSON *root, const char *name, int32_t n_mi
                                   SPEX_CONVERT_MAX_VOCAB);
         n = n_min;
     }
-    v->n = n;
+    *n_out = n;
+    return SPEX_OK;
+}
+
+/* v->tokens and v->types for v->n ids: the vocab entries, then the added tokens over them,
+ * then "[PADi]" in every hole. The ids were checked by vocab_size. */
+static spex_status fill_tokens(hf_vocab *v, const cJSON *vocab, const cJSON *added, const char *name, spex_error *err) {
+    const int32_t n = v->n;
     v->tokens = calloc((size_t)n, sizeof *v->tokens);
     v->types = calloc((size_t)n, sizeof *v->types);
     v->pads = malloc((size_t)n * 16);
     if (!v->tokens || !v->types || !v->pads)
         return spex_error_set(err, SPEX_ERR_NOMEM, "%s: out of memory for %d tokens", name, n);
 
+    int32_t id = 0;   /* set by valid_id, which cannot fail here */
+    const cJSON *it;
     cJSON_ArrayForEach(it, vocab) {
         valid_id(it, &id);
         if (v->types[id])
@@ -301,11 +319,16 @@ static spex_status build_vocab(const cJSON *root, const char *name, int32_t n_mi
             v->tokens[i] = (spex_str){p, (uint64_t)len};
             v->types[i] = SPEX_TOKEN_UNUSED;
         }
+    return SPEX_OK;
+}
 
-    /* merges: "a b" strings as they are, ["a", "b"] pairs joined with one space */
+/* v->merges: "a b" strings as they are, ["a", "b"] pairs joined with one space, all in one
+ * v->merge_text. A first pass checks every entry and sums the bytes, so the second cannot fail. */
+static spex_status fill_merges(hf_vocab *v, const cJSON *merges, const char *name, spex_error *err) {
     int n_merges = cJSON_GetArraySize(merges);
     size_t bytes = 0;
-    k = 0;
+    int k = 0;
+    const cJSON *it;
     cJSON_ArrayForEach(it, merges) {
         const cJSON *a = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, 0) : NULL;
         const cJSON *b = cJSON_IsArray(it) ? cJSON_GetArrayItem(it, 1) : NULL;
@@ -345,6 +368,16 @@ static spex_status build_vocab(const cJSON *root, const char *name, int32_t n_mi
         p += len + 1;
     }
     return SPEX_OK;
+}
+
+static spex_status build_vocab(const cJSON *root, const char *name, int32_t n_min, hf_vocab *v, spex_error *err) {
+    const cJSON *vocab, *merges, *added;
+    spex_status st;
+    if ((st = bpe_model_parts(root, name, &vocab, &merges, &added, err)) != SPEX_OK ||
+        (st = vocab_size(vocab, added, n_min, name, &v->n, err)) != SPEX_OK ||
+        (st = fill_tokens(v, vocab, added, name, err)) != SPEX_OK)
+        return st;
+    return fill_merges(v, merges, name, err);
 }
 
 /* The id of a token the config names; absent from the vocabulary is an error. */
