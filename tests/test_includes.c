@@ -6,7 +6,9 @@
  * core ← tensor ← gguf ← cpu ← {model, tok, sample, quant} ← spec ← server (with the rules for
  * include/, tools/, tests/ and examples/ that the script states); and, on copies of the tree
  * with bad edges put in on purpose, that the script fails naming each file, line and edge — so
- * a check that passes everything would fail here.
+ * a check that passes everything would fail here. Beside it, the size rule of the same layout:
+ * scripts/func-lengths.sh finds no function in src/ over 120 lines, and finds one made long on
+ * purpose.
  * What it is not: the rules themselves (they live in the script, with its allow-list).
  */
 #include "test.h"
@@ -191,6 +193,23 @@ TEST(check_refuses_bad_arguments) {
     free(out);
     rc = sh(SCRIPT " --root /nonexistent-spex-root", &out);
     CHECK_MSG(rc == 2 && strstr(out, "/nonexistent-spex-root has no src/"), "rc %d: %s", rc, out);
+    free(out);
+}
+
+TEST(no_function_in_src_over_120_lines) {
+    char *out;
+    int rc = sh("bash scripts/func-lengths.sh --max 120 src", &out);
+    CHECK_MSG(rc == 0 && out[0] == 0, "rc %d, functions over 120 lines:\n%s", rc, out);
+    free(out);
+    /* a function of 130 lines is listed with its length and name, and the status says so */
+    char dir[600], cmd[2200];
+    snprintf(dir, sizeof dir, "%s", test_tmp_path("func_lengths"));
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && { echo 'int long_one(void) {'; for i in $(seq 128); do echo '    x();'; done; "
+             "echo '}'; } > '%s/f.c' && bash scripts/func-lengths.sh --max 120 '%s'",
+             dir, dir, dir);
+    rc = sh(cmd, &out);
+    CHECK_MSG(rc == 1 && strstr(out, "130 ") && strstr(out, "long_one"), "rc %d:\n%s", rc, out);
     free(out);
 }
 
