@@ -6,8 +6,12 @@
  * expected accepted length, r + r^2 + .. + r^L with r the lookup's learned per-token
  * acceptance, exceeds the mean accepted length of this drafter's recent DFlash steps;
  * otherwise DFlash drafts (and the sequences that took the lookup skip the drafter forward).
- * Both estimates are decayed counts over earlier steps, so the choice reads nothing of this
- * step's DFlash draft: a sampled DFlash draft stays a draw from its proposal q and rejection
+ * r is learned from every lookup draft, taken or not: at the sequence's next draft its tokens
+ * are compared with what the target wrote at their positions (matches until the first
+ * mismatch; a draft the cut shortened is judged on what the target then wrote, so a cut is
+ * not a rejection). Without the untaken drafts r would stay at its prior and the lookup would
+ * never be tried. Both estimates are decayed counts over earlier steps, so the choice reads
+ * nothing of this step's DFlash draft: a sampled DFlash draft stays a draw from its proposal q and rejection
  * sampling stays exact; lookup drafts carry no q and verify by sample-and-match. Either way
  * the output is the target's.
  * Where it wins: code edits, quotes of the prompt, RAG — text that repeats, where a lookup
@@ -36,7 +40,8 @@ typedef struct hybrid {
     double ng_ok, ng_tot;        /* decayed accepted / judged lookup tokens  */
     double df_acc, df_steps;     /* decayed accepted tokens / DFlash steps   */
     uint8_t *src;                /* [n_seq]: what drafted this step          */
-    int32_t *len;                /* [n_seq]: its length                      */
+    int32_t *lk_n, *lk_pos;      /* [n_seq]: the last lookup draft, unjudged; its first position */
+    int32_t *lk_ids;             /* [n_seq][SPEX_DRAFT_MAX_N]: its tokens    */
     spec_draft_req *sub;         /* [n_seq]: the requests DFlash drafts      */
     int32_t *sub_of;             /* [n_seq]: their index in the caller's     */
     spex_draft *sub_out;         /* [n_seq]                                  */
@@ -50,6 +55,25 @@ static double expected_lookup(const hybrid *h, int32_t L) {
 
 static double expected_dflash(const hybrid *h) { return (h->df_acc + HY_PRIOR_DF) / (h->df_steps + 1.0); }
 
+/* Judges seq's last lookup draft against the tokens the target has written since
+ * (hist[0 .. pos], the anchor at pos): matches up to the first mismatch, a failure at it;
+ * positions not written yet are left unjudged. */
+static void judge_lookup(hybrid *h, const spec_draft_req *r) {
+    int32_t *n = &h->lk_n[r->seq];
+    if (*n <= 0 || !r->hist) return;
+    const int32_t *ids = h->lk_ids + (size_t)r->seq * SPEX_DRAFT_MAX_N, p0 = h->lk_pos[r->seq];
+    int32_t ok = 0;
+    bool miss = false;
+    for (; ok < *n && p0 + ok <= r->pos; ok++)
+        if (r->hist[p0 + ok] != ids[ok]) {
+            miss = true;
+            break;
+        }
+    h->ng_ok = HY_DECAY * h->ng_ok + ok;
+    h->ng_tot = HY_DECAY * h->ng_tot + ok + (miss ? 1 : 0);
+    *n = 0;
+}
+
 static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t n, spex_draft *out,
                             uint64_t *n_batches, spex_error *err) {
     hybrid *h = (hybrid *)d;
@@ -57,10 +81,14 @@ static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
     const double e_df = expected_dflash(h);
     for (int32_t i = 0; i < n; i++) {
         spex_draft *o = &out[i];
-        spec_lookup_draft(&reqs[i], &h->ng, o);
+        spec_lookup_draft(&reqs[i], &h->ng, o);   /* writes the anchor into hist */
+        judge_lookup(h, &reqs[i]);
+        const int32_t sq = reqs[i].seq;
+        h->lk_n[sq] = o->n;
+        h->lk_pos[sq] = reqs[i].pos + 1;
+        for (int32_t j = 0; j < o->n; j++) h->lk_ids[(size_t)sq * SPEX_DRAFT_MAX_N + j] = o->ids[j];
         if (o->n > 0 && expected_lookup(h, o->n) > e_df) {
             h->src[reqs[i].seq] = SRC_NGRAM;
-            h->len[reqs[i].seq] = o->n;
             continue;
         }
         o->n = 0;
@@ -73,7 +101,6 @@ static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
     spex_status st = h->inner->ops->draft(h->inner, h->sub, n_sub, h->sub_out, n_batches, err);
     for (int32_t k = 0; k < n_sub && st == SPEX_OK; k++) {
         out[h->sub_of[k]] = h->sub_out[k];
-        h->len[h->sub[k].seq] = h->sub_out[k].n;
     }
     return st;
 }
@@ -82,15 +109,9 @@ static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
 static spex_status hy_wrote(spec_drafter *d, int32_t seq, const int32_t *toks, int32_t r0, int32_t n, int32_t pos0,
                             bool idle, spex_error *err) {
     hybrid *h = (hybrid *)d;
-    if (!idle && h->src[seq] != SRC_NONE) {
-        const double m = n - 1;
-        if (h->src[seq] == SRC_NGRAM) {
-            h->ng_ok = HY_DECAY * h->ng_ok + m;
-            h->ng_tot = HY_DECAY * h->ng_tot + m + (m < h->len[seq] ? 1 : 0);   /* a rejection is a failure */
-        } else {
-            h->df_acc = HY_DECAY * h->df_acc + m;
-            h->df_steps = HY_DECAY * h->df_steps + 1;
-        }
+    if (!idle && h->src[seq] == SRC_DFLASH) {   /* lookup drafts are judged at the next draft */
+        h->df_acc = HY_DECAY * h->df_acc + (n - 1);
+        h->df_steps = HY_DECAY * h->df_steps + 1;
     }
     h->src[seq] = SRC_NONE;
     return h->inner->ops->wrote(h->inner, seq, toks, r0, n, pos0, idle, err);
@@ -107,6 +128,7 @@ static bool hy_can_keep(const spec_drafter *d, int32_t seq, int32_t n_keep, int3
 }
 
 static spex_status hy_keep(spec_drafter *d, int32_t seq, int32_t n_keep, spex_error *err) {
+    ((hybrid *)d)->lk_n[seq] = 0;   /* the positions it would be judged at may be rewritten */
     spec_drafter *in = ((hybrid *)d)->inner;
     return in->ops->keep(in, seq, n_keep, err);
 }
@@ -119,6 +141,7 @@ static int32_t hy_have(const spec_drafter *d, int32_t seq) {
 static void hy_seq_end(spec_drafter *d, int32_t seq) {
     hybrid *h = (hybrid *)d;
     h->src[seq] = SRC_NONE;
+    h->lk_n[seq] = 0;
     h->inner->ops->seq_end(h->inner, seq);
 }
 
@@ -127,7 +150,9 @@ static void hy_free(spec_drafter *d) {
     if (!h) return;
     if (h->inner) h->inner->ops->free(h->inner);
     free(h->src);
-    free(h->len);
+    free(h->lk_n);
+    free(h->lk_pos);
+    free(h->lk_ids);
     free(h->sub);
     free(h->sub_of);
     free(h->sub_out);
@@ -158,11 +183,13 @@ spex_status spec_drafter_hybrid(spec_drafter *inner, int32_t n_seq, const spex_n
     h->base.replaceable = false;
     h->ng = *p;
     h->src = calloc((size_t)n_seq, 1);
-    h->len = calloc((size_t)n_seq, sizeof(int32_t));
+    h->lk_n = calloc((size_t)n_seq, sizeof(int32_t));
+    h->lk_pos = calloc((size_t)n_seq, sizeof(int32_t));
+    h->lk_ids = malloc(sizeof(int32_t) * SPEX_DRAFT_MAX_N * (size_t)n_seq);
     h->sub = malloc(sizeof *h->sub * (size_t)n_seq);
     h->sub_of = malloc(sizeof(int32_t) * (size_t)n_seq);
     h->sub_out = malloc(sizeof *h->sub_out * (size_t)n_seq);
-    if (!h->src || !h->len || !h->sub || !h->sub_of || !h->sub_out) {
+    if (!h->src || !h->lk_n || !h->lk_pos || !h->lk_ids || !h->sub || !h->sub_of || !h->sub_out) {
         hy_free(&h->base);
         return spex_error_set(err, SPEX_ERR_NOMEM, "spec: out of memory");
     }
