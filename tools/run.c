@@ -33,7 +33,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 
@@ -448,12 +447,6 @@ static int32_t *tokenize_all(const spex_tokenizer *tok, const char *text, size_t
 /* ======================================================================== */
 /* Generation                                                                */
 /* ======================================================================== */
-
-double run_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void run_write_str(spex_str s) {
     if (s.len) fwrite(s.ptr, 1, s.len, stdout);

@@ -66,7 +66,6 @@ int run_session(const run_opts *o, const spex_model *m, const spex_tokenizer *to
 
 void run_log_stderr(void *user, const char *line);
 void run_write_str(spex_str s);
-double run_now_s(void);
 double run_rate(long n, double secs);
 
 #endif
