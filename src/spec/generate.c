@@ -82,7 +82,7 @@ typedef struct gen_run {
     spex_gen_result *res;
 } gen_run;
 
-/* Hands out's tokens to the caller in order; true when generation stops (res->stop says why). */
+/* Hands out's tokens to the caller in order; sets *stop when generation stops (res->stop says why). */
 static spex_status emit(gen_run *g, const spex_spec_out *out, bool *stop, spex_error *err) {
     for (int32_t k = 0; k < out->n; k++) {
         int32_t id = out->tokens[k];
