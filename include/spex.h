@@ -1,10 +1,9 @@
 /*
  * spex.h — the embedding API of spex, a C inference engine for GGUF models with DFlash2
- * speculative decoding: load a model, open a session (a drafter of any kind, or none),
- * tokenize or render a chat, generate with sampling and speculation, read the statistics.
- * examples/chat_stream.c is the whole path. The modules' own interfaces (GGUF,
- * thread pool, quantization, contexts and KV cache, drafters, the step-level speculative loop)
- * are src/<module>/api.h, which tools and tests include beside this header.
+ * speculative decoding: load a model, open a session (any drafter, or none), tokenize or render
+ * a chat, generate with sampling and speculation, read the statistics; examples/chat_stream.c is
+ * the whole path. The modules' own interfaces (GGUF, thread pool, quantization, contexts and KV
+ * cache, drafters, the step-level speculative loop) are src/<module>/api.h, for tools and tests.
  *
  * Conventions: functions that can fail return spex_status and fill a non-NULL spex_error with
  * one line naming the file, the field and what was expected; the library never exits. Handles
@@ -57,40 +56,23 @@ spex_status spex_error_set(spex_error *err, spex_status status, const char *fmt,
 /* ---- Tensor types (ggml ids, so GGUF files from llama.cpp load unchanged) --- */
 
 typedef enum spex_type {
-    SPEX_TYPE_F32 = 0,
-    SPEX_TYPE_F16 = 1,
-    SPEX_TYPE_Q4_0 = 2,
-    SPEX_TYPE_Q4_1 = 3,
-    SPEX_TYPE_Q5_0 = 6,
-    SPEX_TYPE_Q5_1 = 7,
-    SPEX_TYPE_Q8_0 = 8,
-    SPEX_TYPE_Q8_1 = 9,   /* activations only (for Q4_1/Q5_1 dot products) */
-    SPEX_TYPE_Q2_K = 10,  /* known id; not implemented */
-    SPEX_TYPE_Q3_K = 11,  /* known id; not implemented */
-    SPEX_TYPE_Q4_K = 12,
-    SPEX_TYPE_Q5_K = 13,
-    SPEX_TYPE_Q6_K = 14,
-    SPEX_TYPE_Q8_K = 15,  /* activations only (for K-quant dot products) */
-    SPEX_TYPE_I8 = 24,
-    SPEX_TYPE_I16 = 25,
-    SPEX_TYPE_I32 = 26,
-    SPEX_TYPE_I64 = 27,
-    SPEX_TYPE_F64 = 28,
-    SPEX_TYPE_BF16 = 30,
-    SPEX_TYPE_COUNT = 40  /* upper bound for table sizes, not a type */
+    SPEX_TYPE_F32 = 0, SPEX_TYPE_F16 = 1, SPEX_TYPE_BF16 = 30, SPEX_TYPE_F64 = 28,
+    SPEX_TYPE_Q4_0 = 2, SPEX_TYPE_Q4_1 = 3, SPEX_TYPE_Q5_0 = 6, SPEX_TYPE_Q5_1 = 7, SPEX_TYPE_Q8_0 = 8,
+    SPEX_TYPE_Q8_1 = 9,                         /* activations only (for Q4_1/Q5_1 dot products) */
+    SPEX_TYPE_Q2_K = 10, SPEX_TYPE_Q3_K = 11,   /* known ids; not implemented */
+    SPEX_TYPE_Q4_K = 12, SPEX_TYPE_Q5_K = 13, SPEX_TYPE_Q6_K = 14,
+    SPEX_TYPE_Q8_K = 15,                        /* activations only (for K-quant dot products) */
+    SPEX_TYPE_I8 = 24, SPEX_TYPE_I16 = 25, SPEX_TYPE_I32 = 26, SPEX_TYPE_I64 = 27,
+    SPEX_TYPE_COUNT = 40                        /* upper bound for table sizes, not a type */
 } spex_type;
 
-/* Handles an embedder passes through (their functions are in the module interfaces under
- * src/: gguf/api.h, cpu/api.h, model/api.h). */
+/* Handles an embedder passes through (their functions: src/gguf/api.h, cpu/api.h, model/api.h). */
 typedef struct spex_gguf spex_gguf;
 typedef struct spex_pool spex_pool;
 typedef struct spex_drafter spex_drafter;
 
 /* A length-delimited string inside the mapped file (GGUF strings are not NUL-terminated). */
-typedef struct spex_str {
-    const char *ptr;
-    uint64_t len;
-} spex_str;
+typedef struct spex_str { const char *ptr; uint64_t len; } spex_str;
 
 #define SPEX_DRAFT_MAX_N 32   /* most tokens one step drafts */
 
@@ -100,7 +82,6 @@ typedef struct spex_str {
  * BPE ("gpt2") with llama.cpp's pre-tokenizers (docs/tokenizers.md). Immutable once loaded
  * and safe to share between threads; it copies what it needs from the file. */
 typedef struct spex_tokenizer spex_tokenizer;
-
 #define SPEX_TOKEN_NONE (-1)   /* "no such token" in every id-returning query */
 
 spex_status spex_tokenizer_load_gguf(const spex_gguf *g, spex_tokenizer **out, spex_error *err);
@@ -118,7 +99,6 @@ bool spex_token_is_eog(const spex_tokenizer *t, int32_t id);
 spex_status spex_tokenize(const spex_tokenizer *t, const char *text, size_t len, bool add_special,
                           bool parse_special, int32_t *out, int n_max, int *n_out, spex_error *err);
 
-/* Detokenizer flags. */
 #define SPEX_DETOK_SPECIAL 1u      /* render control/unknown tokens as their text (else nothing) */
 #define SPEX_DETOK_STRIP_SPACE 2u  /* SPM: drop the leading space tokenize added (after BOS/controls) */
 
@@ -134,7 +114,6 @@ spex_status spex_detokenize(const spex_tokenizer *t, const int32_t *ids, size_t 
  * held back; invalid bytes become U+FFFD; flush ends a held-back tail as U+FFFD). Push a
  * prompt's tokens first to continue after it. Views live until the next call. */
 typedef struct spex_detok_stream spex_detok_stream;
-
 spex_status spex_detok_stream_create(const spex_tokenizer *t, unsigned flags, spex_detok_stream **out,
                                      spex_error *err);
 void spex_detok_stream_free(spex_detok_stream *s);
@@ -152,10 +131,9 @@ typedef struct spex_model spex_model;
 typedef enum spex_arch {
     SPEX_ARCH_LLAMA = 1,   /* "llama": NORM RoPE, optional GQA, tied or untied output  */
     SPEX_ARCH_QWEN3 = 2,   /* "qwen3": per-head QK-norm before NEOX RoPE, no biases     */
-    SPEX_ARCH_QWEN35 = 3,  /* "qwen35": hybrid Gated DeltaNet + gated attention, native
-                            * MTP block (targets.md §6-§9)                               */
+    SPEX_ARCH_QWEN35 = 3,  /* "qwen35": hybrid Gated DeltaNet + gated attention, native MTP
+                            * block (targets.md §6-§9)                                   */
 } spex_arch;
-
 const char *spex_arch_name(spex_arch arch);   /* "llama", "qwen3", "qwen35"; "?" if unknown */
 
 /* A log sink: one line (no trailing newline) per call. */
@@ -164,11 +142,9 @@ typedef void (*spex_log_fn)(void *user, const char *line);
 typedef struct spex_model_params {
     bool verbose;        /* one line at load (shapes, weight bytes) and at context init
                           * (KV, compute and weight bytes), through log or on stderr     */
-    spex_log_fn log;     /* NULL: stderr                                                  */
-    void *log_user;
+    spex_log_fn log; void *log_user;   /* NULL: stderr                                    */
     bool no_repack;      /* keep every weight in the mapping: no R16 copies (below)       */
 } spex_model_params;
-
 spex_model_params spex_model_default_params(void);
 
 /* Loads a llama, qwen3 or qwen35 GGUF. Errors name the file and the key or tensor, with both shapes
@@ -226,7 +202,6 @@ spex_status spex_sampler_parse_stages(const char *names, spex_sampler_params *p,
 /* A sampler for one sequence: penalty history, RNG and scratch for a vocabulary of n_vocab,
  * all allocated by init (no allocation per token). Not thread-safe; use one per sequence. */
 typedef struct spex_sampler spex_sampler;
-
 /* Checks the params (SPEX_ERR_INVALID_ARG naming the field) and allocates. */
 spex_status spex_sampler_init(const spex_sampler_params *params, int32_t n_vocab, spex_sampler **out,
                               spex_error *err);
@@ -234,17 +209,14 @@ void spex_sampler_free(spex_sampler *s);
 /* Empties the penalty history and reseeds the RNG from params.seed (a random seed is redrawn). */
 void spex_sampler_reset(spex_sampler *s);
 
-/* ---- Speculative decoding: paths, statistics, n-gram lookup ---------------- */
+/* ---- Speculative decoding: paths, statistics, n-gram lookup, sessions ------ */
 
 /* How a sequence's drafts are verified (docs/speculative.md; dflash2.md §15): greedy at
  * temp <= 0 (exact match); rejection sampling against the drafter's q at temp > 0 with a
  * sampled walk and no penalties; sample-and-match otherwise. */
 typedef enum spex_spec_path {
-    SPEX_SPEC_PATH_GREEDY = 1,
-    SPEX_SPEC_PATH_REJECTION = 2,
-    SPEX_SPEC_PATH_SAMPLE_MATCH = 3,
+    SPEX_SPEC_PATH_GREEDY = 1, SPEX_SPEC_PATH_REJECTION = 2, SPEX_SPEC_PATH_SAMPLE_MATCH = 3,
 } spex_spec_path;
-
 const char *spex_spec_path_name(spex_spec_path p);   /* "greedy", "rejection", "sample-and-match" */
 
 /* Statistics of one sequence since spex_spec_seq_begin, or of all sequences in total. */
@@ -255,9 +227,7 @@ typedef struct spex_spec_stats {
     uint64_t n_emitted;       /* tokens emitted by steps (accepted + corrections + bonuses) */
     uint64_t drafted_at[SPEX_DRAFT_MAX_N];    /* per slot p (index p-1): drafted at p       */
     uint64_t accepted_at[SPEX_DRAFT_MAX_N];   /* ... and accepted                           */
-    double t_draft;           /* seconds in drafting (forward + walk), verify, the rest     */
-    double t_verify;
-    double t_other;
+    double t_draft, t_verify, t_other;   /* seconds: drafting (forward + walk), verify, the rest */
     double t_flush;           /* of t_draft + t_other: injecting deferred drafter features   */
     uint64_t n_cut;           /* drafted tokens the draft cut left unverified                */
     uint64_t n_target_batches; /* total only: target forwards that verified a step's rows   */
@@ -265,10 +235,8 @@ typedef struct spex_spec_stats {
     uint64_t n_guard_plain;    /* total only: steps the realized-rate guard kept plain      */
 } spex_spec_stats;
 
-/* Acceptance rate n_accepted / n_drafted (0 if none) and mean acceptance length
- * 1 + n_accepted / n_steps (dflash2.md §23). */
-double spex_spec_stats_acceptance(const spex_spec_stats *st);
-double spex_spec_stats_mean_len(const spex_spec_stats *st);
+double spex_spec_stats_acceptance(const spex_spec_stats *st);   /* n_accepted / n_drafted (0 if none) */
+double spex_spec_stats_mean_len(const spex_spec_stats *st);   /* 1 + n_accepted / n_steps (dflash2.md §23) */
 
 /* N-gram drafting (prompt lookup, llama.cpp's ngram-simple): the draft is what followed the
  * latest earlier occurrence of the last size_n tokens in the sequence's prompt and output. */
@@ -277,24 +245,15 @@ typedef struct spex_ngram_params {
     int32_t size_m;     /* most tokens drafted (48; n_max caps it)  */
     int32_t min_hits;   /* occurrences of the key needed (1)        */
 } spex_ngram_params;
-
 spex_ngram_params spex_ngram_default_params(void);
-
-/* ---- Speculative sessions: drafter + contexts + loop, every size resolved once --- */
 
 /* What drafts; spex_spec_type_parse takes llama.cpp's --spec-type names (none, auto, dflash /
  * draft-dflash, mtp / draft-mtp, ngram / ngram-simple, draft-simple / draft, hybrid). auto: a
  * DFlash drafter or a draft model, told by the file's general.architecture. */
 typedef enum spex_spec_type {
-    SPEX_SPEC_NONE = 0,
-    SPEX_SPEC_AUTO,
-    SPEX_SPEC_DFLASH,
-    SPEX_SPEC_MTP,
-    SPEX_SPEC_NGRAM,
-    SPEX_SPEC_DRAFT_MODEL,
-    SPEX_SPEC_HYBRID,               /* DFlash + n-gram lookup, the better draft per step */
+    SPEX_SPEC_NONE = 0, SPEX_SPEC_AUTO, SPEX_SPEC_DFLASH, SPEX_SPEC_MTP, SPEX_SPEC_NGRAM,
+    SPEX_SPEC_DRAFT_MODEL, SPEX_SPEC_HYBRID,   /* HYBRID: DFlash + n-gram lookup, the better draft per step */
 } spex_spec_type;
-
 bool spex_spec_type_parse(const char *name, spex_spec_type *out);
 const char *spex_spec_type_name(spex_spec_type t);   /* "none", "draft-dflash", ... */
 
@@ -312,15 +271,13 @@ typedef struct spex_session_params {
     spex_pool *pool;                /* borrowed: run everything on it                               */
     spex_type kv_type, draft_kv_type;   /* F16 (default)                                           */
     int32_t n_ctx_checkpoints, checkpoint_min_step;   /* spex_context_params                       */
-    int32_t n_draft_max;            /* 0: the type's default (below)                                */
-    int32_t n_draft_min;            /* clamped to n_max with a warning                              */
+    int32_t n_draft_max, n_draft_min;   /* max 0: the type's default (below); min clamped to max (warned) */
     float p_min;
     bool draft_greedy;              /* greedy walk at T > 0 (spex_spec_params.sampled_walk false)   */
     bool draft_cut, guard;          /* spex_spec_params (draft_cut on by default)                   */
     spex_ngram_params ngram;
     bool verbose;                   /* load lines of the drafter / draft model                      */
-    spex_log_fn log;                /* warnings (clamped lengths); NULL: stderr                     */
-    void *log_user;
+    spex_log_fn log; void *log_user;   /* warnings (clamped lengths); NULL: stderr               */
 } spex_session_params;
 
 /* What the session resolved. n_max: the asked length, else DFlash block_size - 1, MTP 3,
@@ -334,7 +291,6 @@ typedef struct spex_session_info {
 } spex_session_info;
 
 typedef struct spex_session spex_session;
-
 spex_session_params spex_session_default_params(void);
 /* Loads the drafter or draft model, creates the target context (taps, verify rows n_seq x
  * (n_max + 1), state ring n_max on recurrent targets), the drafter's context on the target's
@@ -346,15 +302,11 @@ const spex_session_info *spex_session_get_info(const spex_session *s);
 
 /* ---- Generation: one prompt, tokens out through a callback ----------------- */
 
+/* Why a generation stopped: LENGTH n_predict tokens, EOS an end-of-generation token, EOT the end-of-turn
+ * token, BOS a BOS token, CONTEXT the sequence filled its context, CALLER on_token returned false. */
 typedef enum spex_stop {
-    SPEX_STOP_LENGTH = 0,   /* n_predict tokens                   */
-    SPEX_STOP_EOS,          /* an end-of-generation token          */
-    SPEX_STOP_EOT,          /* the end-of-turn token               */
-    SPEX_STOP_BOS,          /* a BOS token                         */
-    SPEX_STOP_CONTEXT,      /* the sequence filled its context     */
-    SPEX_STOP_CALLER,       /* on_token returned false             */
+    SPEX_STOP_LENGTH = 0, SPEX_STOP_EOS, SPEX_STOP_EOT, SPEX_STOP_BOS, SPEX_STOP_CONTEXT, SPEX_STOP_CALLER,
 } spex_stop;
-
 const char *spex_stop_name(spex_stop s);   /* "n_predict", "eos", "eot", "bos", "context full", "caller" */
 
 /* Called for each generated token in order (stop tokens excluded) with its text (empty when
@@ -368,9 +320,8 @@ typedef struct spex_gen_params {
     bool prime_sampler;         /* reset it, then the prompt into its penalty history (default)  */
     bool text;                  /* detokenize for on_token (default true)                        */
     unsigned detok_flags;       /* SPEX_DETOK_* (default STRIP_SPACE)                            */
-    int8_t draft_cut, guard;    /* 0 off, 1 on; -1 (default): the loop's setting, but off for a
-                                 * fixed seed on the rejection path (both follow the clock, which
-                                 * would make the sampled tokens vary run to run)                */
+    int8_t draft_cut, guard;    /* 0 off, 1 on; -1 (default): the loop's setting, but off for a fixed
+                                 * seed on the rejection path (both follow the clock: runs would vary) */
     spex_gen_token_fn on_token;
     void *user;
 } spex_gen_params;
@@ -383,12 +334,11 @@ typedef struct spex_gen_result {
     double t_prompt, t_gen;     /* seconds: the prompt (and first token), the rest               */
     spex_spec_stats stats;      /* the steps after the prompt                                    */
 } spex_gen_result;
-
 spex_gen_params spex_gen_default_params(void);
-/* Generates on sequence 0 of the loop: the prompt (n_prompt <= the context), then steps until
- * a stop; each step is bounded by what is left of n_predict. The sequence is ended on return.
- * The speculative output equals the target alone's token for token at T = 0 and for the same
- * seed on the sample-and-match path (docs/speculative.md). */
+/* Generates on the loop's sequence 0: the prompt (n_prompt <= the context), then steps until a
+ * stop, each bounded by what is left of n_predict; the sequence is ended on return. The output
+ * equals the target alone's token for token at T = 0, and for the same seed on sample-and-match
+ * (docs/speculative.md). */
 spex_status spex_session_generate(spex_session *s, const spex_tokenizer *tok, const int32_t *prompt,
                                   int32_t n_prompt, const spex_gen_params *params, spex_gen_result *res,
                                   spex_error *err);
@@ -399,41 +349,34 @@ spex_status spex_session_generate(spex_session *s, const spex_tokenizer *tok, co
 typedef enum spex_chat_template {
     SPEX_CHAT_NONE = 0,            /* plain completion: the contents concatenated            */
     SPEX_CHAT_CHATML_QWEN3 = 1,    /* Qwen3's tokenizer_config.json template                 */
-    SPEX_CHAT_CHATML_QWEN35 = 2,   /* Qwen3.5 / 3.6 / 3.8 (contents trimmed, template opens
-                                      <think> when thinking)                                  */
+    SPEX_CHAT_CHATML_QWEN35 = 2,   /* Qwen3.5 / 3.6 / 3.8 (contents trimmed; opens <think> if thinking) */
 } spex_chat_template;
 
 typedef enum spex_chat_role {
-    SPEX_CHAT_SYSTEM = 0,
-    SPEX_CHAT_USER = 1,
-    SPEX_CHAT_ASSISTANT = 2,
+    SPEX_CHAT_SYSTEM = 0, SPEX_CHAT_USER = 1, SPEX_CHAT_ASSISTANT = 2,
     SPEX_CHAT_TOOL = 3,            /* a tool result                                          */
 } spex_chat_role;
 
-/* One tool call of an assistant message (the template's message.tool_calls[i].function). */
+/* One tool call of an assistant message (the template's message.tool_calls[i].function); the
+ * arguments are rendered as the template's `tojson` prints them decoded, as vLLM and llama-server do. */
 typedef struct spex_chat_tool_call {
     const char *name;
-    /* JSON text of the arguments object (as the OpenAI API carries it), rendered as the
-     * template's `tojson` prints the decoded value, as vLLM and llama-server do. */
-    const char *arguments;
+    const char *arguments;   /* JSON text of the arguments object (as the OpenAI API carries it) */
 } spex_chat_tool_call;
 
-/* Strings are borrowed, NUL-terminated UTF-8; NULL reads as "". */
+/* Strings are borrowed, NUL-terminated UTF-8; NULL reads as "". The last three: assistant only. */
 typedef struct spex_chat_msg {
     spex_chat_role role;
     const char *content;
-    /* Assistant only: the reasoning (NULL: split out of content at </think>). */
-    const char *reasoning_content;
-    /* Assistant only: tool calls rendered after the content (borrowed; may be NULL when 0). */
-    const spex_chat_tool_call *tool_calls;
+    const char *reasoning_content;           /* NULL: split out of content at </think>          */
+    const spex_chat_tool_call *tool_calls;   /* rendered after the content (borrowed; NULL if 0) */
     size_t n_tool_calls;
 } spex_chat_msg;
 
 const char *spex_chat_template_name(spex_chat_template t);   /* "none", "chatml-qwen3", ... */
 /* "none", "chatml" (= chatml-qwen3), "chatml-qwen3", "qwen3", "chatml-qwen35", "qwen35". */
 bool spex_chat_template_from_name(const char *name, spex_chat_template *out);
-/* "system", "user", "assistant", "tool". */
-bool spex_chat_role_from_name(const char *name, spex_chat_role *out);
+bool spex_chat_role_from_name(const char *name, spex_chat_role *out);   /* "system", ..., "tool" */
 
 /* The renderer for a model's tokenizer.chat_template: Qwen3 or Qwen3.5 when recognised, else
  * ChatML when the template or vocabulary has <|im_start|> (*guessed true), else none. */
