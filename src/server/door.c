@@ -164,7 +164,7 @@ static void reply(srv_door *d, int i, int code, const char *msg, bool no_body) {
     }
     shutdown(c->fd, SHUT_WR);
     c->st = DOOR_LINGER;
-    c->deadline = srv_now_s() + DOOR_LINGER_S;
+    c->deadline = spex_now_s() + DOOR_LINGER_S;
     c->mute_until = 0;
 }
 
@@ -258,7 +258,7 @@ static void on_event(srv_door *d, int i, short rev) {
         /* Wake again only when more has arrived. Under memory pressure the kernel may report
          * POLLIN below the mark; a wake-up that brought nothing new then mutes the socket's
          * POLLIN for a moment instead of spinning. */
-        if ((int)k == c->seen) c->mute_until = srv_now_s() + DOOR_MUTE_S;
+        if ((int)k == c->seen) c->mute_until = spex_now_s() + DOOR_MUTE_S;
         c->seen = (int)k;
         set_lowat(c->fd, (int)k + 1);
     }
@@ -289,7 +289,7 @@ static void accept_some(srv_door *d) {
         for (int i = 0; d->p.conn_max_per_ip > 0 && i < d->n_conns; i++) waiting += d->conns[i].addr.sin_addr.s_addr == a.sin_addr.s_addr;
         if (d->p.conn_max_per_ip > 0 && waiting >= d->p.conn_max_per_ip) evict_oldest(d, a.sin_addr.s_addr, false);
         if (d->n_conns >= d->p.conn_max) evict_oldest(d, 0, true);
-        double now = srv_now_s();
+        double now = spex_now_s();
         d->conns[d->n_conns++] = (door_conn){.fd = fd, .addr = a, .t0 = now, .deadline = now + d->p.header_timeout_s,
                                              .st = DOOR_HEAD};
     }
@@ -300,7 +300,7 @@ static void *door_main(void *arg) {
     while (!atomic_load(&d->stop)) {
         d->pfd[0] = (struct pollfd){.fd = d->lfd, .events = POLLIN};
         d->pfd[1] = (struct pollfd){.fd = d->wake[0], .events = POLLIN};
-        double now = srv_now_s(), next = now + 1.0;
+        double now = spex_now_s(), next = now + 1.0;
         for (int i = 0; i < d->n_conns; i++) {
             const door_conn *c = &d->conns[i];
             bool muted = c->mute_until > now;
@@ -318,7 +318,7 @@ static void *door_main(void *arg) {
         /* downwards: a removal moves the last entry (already visited) into i */
         for (int i = n - 1; i >= 0; i--)
             if (d->pfd[2 + i].revents) on_event(d, i, d->pfd[2 + i].revents);
-        now = srv_now_s();
+        now = spex_now_s();
         for (int i = d->n_conns - 1; i >= 0; i--)
             if (d->conns[i].deadline <= now) on_deadline(d, i);
         if (d->pfd[0].revents & POLLIN) accept_some(d);

@@ -55,7 +55,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define SRV_PROBE_EVERY 64   /* steps between full-length probes of a non-drafting slot */
@@ -66,12 +65,6 @@
 #define SRV_GUARD_EXPLORE 16 /* a load without plain-step measurements gets a plain step in this many */
 #define SRV_GUARD_EVERY 256  /* a vetoed load still drafts one step in this many, so its rate stays fresh
                              * (rarely: such a step injects every pending feature of its slots) */
-
-double srv_now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* ======================================================================== */
 /* Tasks                                                                     */
@@ -305,7 +298,7 @@ static void hist_add(srv_engine *e, int s, const int32_t *toks, int n) {
 static bool task_emit(srv_engine *e, srv_task *t, const int32_t *toks, int n) {
     int32_t bos = spex_token_bos(e->tok);
     spex_error err = {0};
-    t->t_last = srv_now_s();
+    t->t_last = spex_now_s();
     for (int k = 0; k < n; k++) {
         int32_t id = toks[k];
         if (spex_token_is_eog(e->tok, id) || id == bos) {
@@ -366,7 +359,7 @@ static void task_prefill(srv_engine *e, srv_task *t, int32_t *budget) {
     spex_error err = {0};
     if (!t->admitted_once) {
         t->admitted_once = true;
-        t->t_start = srv_now_s();
+        t->t_start = spex_now_s();
         pthread_mutex_lock(&t->mu);
         bool cancelled = t->cancelled;
         pthread_mutex_unlock(&t->mu);
@@ -406,7 +399,7 @@ static void task_prefill(srv_engine *e, srv_task *t, int32_t *budget) {
         task_finish(e, t, "error", 500, err.msg);
         return;
     }
-    t->t_prefilled = srv_now_s();
+    t->t_prefilled = spex_now_s();
     int32_t processed = t->n_ids - (int32_t)t->tm.cache_n;
     t->tm.prompt_n = processed;
     t->tm.prompt_ms = (t->t_prefilled - t->t_start) * 1e3;
@@ -898,7 +891,7 @@ bool srv_engine_submit(srv_engine *e, srv_task *t) {
         pthread_mutex_lock(&t->mu);
         t->refs++;
         pthread_mutex_unlock(&t->mu);
-        t->t_queued = srv_now_s();
+        t->t_queued = spex_now_s();
         e->q[(e->q_head + e->q_len) % e->p.queue_max] = t;
         e->q_len++;
         pthread_cond_broadcast(&e->cv);

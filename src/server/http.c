@@ -674,7 +674,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         int ping_s = st->S->cfg->sse_ping_s;
         while (alive && st->phase != 0 && !t->done && t->released == st->seen) {
             alive = wait_client(t, st->fd);
-            if (ping_s > 0 && srv_now_s() - st->t_out > ping_s) {
+            if (ping_s > 0 && spex_now_s() - st->t_out > ping_s) {
                 ping = true;   /* a silent stream (long prefill, queue) gets an SSE comment (§8.1) */
                 break;
             }
@@ -686,7 +686,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
         if (ping && t->released == st->seen && !t->done) out_add(st, ": ping\n\n", 8);
         else stream_progress(st);
         st->seen = t->released;
-        st->t_out = srv_now_s();
+        st->t_out = spex_now_s();
         pthread_mutex_unlock(&t->mu);
     }
     size_t n = st->out_len - st->out_pos < max ? st->out_len - st->out_pos : max;
@@ -764,7 +764,7 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
         st->job = job;
         srv_toolparse_init(&st->tp);
         st->fd = fd;
-        st->t_out = srv_now_s();
+        st->t_out = spex_now_s();
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
         if (!r) {
             stream_free(st);
@@ -1315,7 +1315,7 @@ int srv_main(const srv_config *cfg) {
      * shutdown. */
     srv_door_stop(S.door);   /* no new connections; those still sending their head are closed */
     srv_engine_stop(S.engine);
-    for (double t0 = srv_now_s(); atomic_load(&S.n_live) > 0 && srv_now_s() - t0 < SRV_DRAIN_S;) usleep(10 * 1000);
+    for (double t0 = spex_now_s(); atomic_load(&S.n_live) > 0 && spex_now_s() - t0 < SRV_DRAIN_S;) usleep(10 * 1000);
     MHD_stop_daemon(S.daemon);
     srv_door_free(S.door);
     srv_engine_free(S.engine);

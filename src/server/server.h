@@ -17,6 +17,7 @@
 #include "spex.h"
 #include "spec/guard.h"
 #include "spec/api.h"
+#include "core/clock.h"
 
 #include <netinet/in.h>
 #include <pthread.h>
@@ -385,8 +386,6 @@ typedef struct srv_config {
 
 /* Runs until SIGINT/SIGTERM; returns the process exit status. */
 int srv_main(const srv_config *cfg);
-
-double srv_now_s(void);
 
 /* The adaptive draft length's model (engine.c; docs/server.md "Speculation under
  * concurrency"). A step's cost in seconds: verify v0 + v1·rows (rows = Σ(n_s + 1)), plus the

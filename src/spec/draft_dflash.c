@@ -15,10 +15,10 @@
 #include "model/api.h"
 #include "spec/drafter.h"
 #include "spec/api.h"
+#include "core/clock.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* pend_cap: PEND_BYTES over all sequences, at least PEND_MIN rows each, at most the context. */
 #define PEND_MIN 32
@@ -37,12 +37,6 @@ typedef struct dflash {
     int32_t n_stage;
     int32_t *flush_seq, *flush_pos; /* [inject_max]: a flush happens while rows are staged     */
 } dflash;
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static float *pend_of(dflash *f, int32_t seq) {
     return f->pend + (size_t)seq * (size_t)f->pend_cap * (size_t)f->feat_w;
@@ -67,11 +61,11 @@ static spex_status inject(dflash *f, int32_t seq, const float *rows, int32_t n, 
 /* Injects seq's pending features (positions draft_len ..) in one call. */
 static spex_status flush(dflash *f, int32_t seq, spex_error *err) {
     if (f->n_pend[seq] == 0) return SPEX_OK;
-    double t0 = now_s();
+    double t0 = spex_now_s();
     spex_status st = inject(f, seq, pend_of(f, seq), f->n_pend[seq], spex_draft_kv_seq_len(f->dc, seq), err);
     if (st != SPEX_OK) return st;
     f->n_pend[seq] = 0;
-    double dt = now_s() - t0;   /* booked apart so the server can tell a backlog from a step's own cost */
+    double dt = spex_now_s() - t0;   /* booked apart so the server can tell a backlog from a step's own cost */
     f->base.total->t_flush += dt;
     f->base.seq_st[seq].t_flush += dt;
     return SPEX_OK;

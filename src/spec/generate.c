@@ -16,16 +16,10 @@
 #include "spex.h"
 #include "sample/api.h"
 #include "spec/api.h"
+#include "core/clock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <time.h>
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 const char *spex_stop_name(spex_stop s) {
     switch (s) {
@@ -118,11 +112,11 @@ static spex_status run_loop(gen_run *g, const int32_t *prompt, int32_t n_prompt,
     spex_spec *spec = g->spec;
     const spex_gen_params *p = g->p;
     spex_gen_result *res = g->res;
-    double t0 = now_s();
+    double t0 = spex_now_s();
     int32_t first;
     spex_status st = spex_spec_seq_begin(spec, 0, prompt, n_prompt, smp, &first, err);
     if (st != SPEX_OK) return st;
-    const double t1 = now_s(), other0 = spex_spec_seq_stats(spec, 0)->t_other;
+    const double t1 = spex_now_s(), other0 = spex_spec_seq_stats(spec, 0)->t_other;
     res->t_prompt = t1 - t0;
     res->path = spex_spec_seq_path(spec, 0);
 
@@ -149,7 +143,7 @@ static spex_status run_loop(gen_run *g, const int32_t *prompt, int32_t n_prompt,
         int32_t max_emit = p->n_predict >= 0 ? p->n_predict - res->n_gen : SPEX_DRAFT_MAX_N + 1;
         st = spex_spec_step(spec, &seq, 1, &max_emit, &out, err);
     }
-    res->t_gen = now_s() - t1;
+    res->t_gen = spex_now_s() - t1;
     res->stats = *spex_spec_seq_stats(spec, 0);
     res->stats.t_other -= other0;   /* the prompt's last forward is not a step */
     spex_spec_seq_end(spec, 0);
