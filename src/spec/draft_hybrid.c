@@ -2,20 +2,27 @@
  * draft_hybrid.c — DFlash plus n-gram lookup in one drafter (drafter.h; --spec-type hybrid).
  *
  * Each step, for each sequence, the n-gram lookup runs first (free: a search of the
- * sequence's own tokens). Its draft of length L is kept instead of a DFlash draft when its
- * expected accepted length, r + r^2 + .. + r^L with r the lookup's learned per-token
- * acceptance, exceeds the mean accepted length of this drafter's recent DFlash steps;
- * otherwise DFlash drafts (and the sequences that took the lookup skip the drafter forward).
+ * sequence's own tokens). Its draft of length L is kept instead of a DFlash draft when it
+ * promises more tokens per second:
+ *   (E_l + 1) / T_v  >  (E_d + 1) / (T_v + T_d)
+ * with E_l = r + r^2 + .. + r^L (r the lookup's learned per-token acceptance), E_d the mean
+ * accepted length of this drafter's recent DFlash steps, T_v a step's verify (from the end of
+ * the draft to the target's report) and T_d a DFlash forward, both decayed means of this
+ * drafter's own single-sequence steps. Lookup and DFlash verify about as many rows, so T_v is
+ * one price for both. Where the clock may not steer (spec_draft_req.timed false), before both
+ * times are measured, and in steps of several sequences (whose forward the others share) the
+ * rule weighs tokens alone: E_l > E_d. A step whose lookup finds nothing drafts with DFlash;
+ * sequences that took the lookup skip the drafter forward.
  * r is learned from every lookup draft, taken or not: at the sequence's next draft its tokens
  * are compared with what the target wrote at their positions (matches until the first
  * mismatch; a draft the cut shortened is judged on what the target then wrote, so a cut is
  * not a rejection). Without the untaken drafts r would stay at its prior and the lookup would
- * never be tried. Both estimates are decayed counts over earlier steps, so the choice reads
- * nothing of this step's DFlash draft: a sampled DFlash draft stays a draw from its proposal q and rejection
- * sampling stays exact; lookup drafts carry no q and verify by sample-and-match. Either way
- * the output is the target's.
+ * never be tried. The choice reads nothing of this step's DFlash draft: a sampled DFlash draft
+ * stays a draw from its proposal q and rejection sampling stays exact; lookup drafts carry no q
+ * and verify by sample-and-match. Either way the output is the target's.
  * Where it wins: code edits, quotes of the prompt, RAG — text that repeats, where a lookup
- * proposes long runs that DFlash's block cannot reach.
+ * proposes long runs that DFlash's block cannot reach — and where a DFlash forward costs a
+ * large share of a step, since a lookup accepting fewer tokens can still be faster.
  *
  * Nothing is allocated after the constructor.
  */
@@ -23,6 +30,7 @@
 #include "core/rng.h"
 #include "model/api.h"
 #include "spec/api.h"
+#include "core/clock.h"
 
 #include <stdlib.h>
 
@@ -30,6 +38,7 @@
 #define HY_PRIOR_R 0.5      /* the lookup's per-token acceptance before any evidence  */
 #define HY_PRIOR_W 4.0      /* ... worth this many tokens                             */
 #define HY_PRIOR_DF 1.0     /* DFlash's accepted tokens per step before any evidence  */
+#define HY_DECAY_T 0.9      /* per timed step: prices follow the machine within ~10 steps */
 
 enum { SRC_NONE, SRC_DFLASH, SRC_NGRAM };
 
@@ -39,6 +48,8 @@ typedef struct hybrid {
     spex_ngram_params ng;
     double ng_ok, ng_tot;        /* decayed accepted / judged lookup tokens  */
     double df_acc, df_steps;     /* decayed accepted tokens / DFlash steps   */
+    double tv, tv_w, td, td_w;   /* decayed verify / DFlash forward seconds and their weights */
+    double t_mark;               /* when a timed step's draft ended; 0: none open             */
     uint8_t *src;                /* [n_seq]: what drafted this step          */
     int32_t *lk_n, *lk_pos;      /* [n_seq]: the last lookup draft, unjudged; its first position */
     int32_t *lk_ids;             /* [n_seq][SPEX_DRAFT_MAX_N]: its tokens    */
@@ -54,6 +65,18 @@ static double expected_lookup(const hybrid *h, int32_t L) {
 }
 
 static double expected_dflash(const hybrid *h) { return (h->df_acc + HY_PRIOR_DF) / (h->df_steps + 1.0); }
+
+/* The rule of the header: whether a lookup of e_l expected tokens beats DFlash's e_d. */
+static bool take_lookup(const hybrid *h, double e_l, double e_d, bool timed) {
+    if (!timed || h->tv_w <= 0 || h->td_w <= 0) return e_l > e_d;
+    const double tv = h->tv / h->tv_w, td = h->td / h->td_w;
+    return (e_l + 1.0) * (tv + td) > (e_d + 1.0) * tv;
+}
+
+static void decay_add(double *sum, double *w, double x) {
+    *sum = HY_DECAY_T * *sum + x;
+    *w = HY_DECAY_T * *w + 1.0;
+}
 
 /* Judges seq's last lookup draft against the tokens the target has written since
  * (hist[0 .. pos], the anchor at pos): matches up to the first mismatch, a failure at it;
@@ -79,6 +102,7 @@ static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
     hybrid *h = (hybrid *)d;
     int32_t n_sub = 0;
     const double e_df = expected_dflash(h);
+    const bool timed = n == 1 && reqs[0].timed;
     for (int32_t i = 0; i < n; i++) {
         spex_draft *o = &out[i];
         spec_lookup_draft(&reqs[i], &h->ng, o);   /* writes the anchor into hist */
@@ -87,7 +111,7 @@ static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
         h->lk_n[sq] = o->n;
         h->lk_pos[sq] = reqs[i].pos + 1;
         for (int32_t j = 0; j < o->n; j++) h->lk_ids[(size_t)sq * SPEX_DRAFT_MAX_N + j] = o->ids[j];
-        if (o->n > 0 && expected_lookup(h, o->n) > e_df) {
+        if (o->n > 0 && take_lookup(h, expected_lookup(h, o->n), e_df, timed)) {
             h->src[reqs[i].seq] = SRC_NGRAM;
             continue;
         }
@@ -97,11 +121,14 @@ static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
         h->sub_of[n_sub++] = i;
         h->src[reqs[i].seq] = SRC_DFLASH;
     }
-    if (n_sub == 0) return SPEX_OK;
-    spex_status st = h->inner->ops->draft(h->inner, h->sub, n_sub, h->sub_out, n_batches, err);
-    for (int32_t k = 0; k < n_sub && st == SPEX_OK; k++) {
-        out[h->sub_of[k]] = h->sub_out[k];
+    spex_status st = SPEX_OK;
+    if (n_sub > 0) {
+        const double t0 = spex_now_s();
+        st = h->inner->ops->draft(h->inner, h->sub, n_sub, h->sub_out, n_batches, err);
+        for (int32_t k = 0; k < n_sub && st == SPEX_OK; k++) out[h->sub_of[k]] = h->sub_out[k];
+        if (timed) decay_add(&h->td, &h->td_w, spex_now_s() - t0);
     }
+    h->t_mark = timed ? spex_now_s() : 0;
     return st;
 }
 
@@ -109,6 +136,10 @@ static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
 static spex_status hy_wrote(spec_drafter *d, int32_t seq, const int32_t *toks, int32_t r0, int32_t n, int32_t pos0,
                             bool idle, spex_error *err) {
     hybrid *h = (hybrid *)d;
+    if (h->t_mark > 0) {   /* the first report after a timed draft: the verify's price */
+        decay_add(&h->tv, &h->tv_w, spex_now_s() - h->t_mark);
+        h->t_mark = 0;
+    }
     if (!idle && h->src[seq] == SRC_DFLASH) {   /* lookup drafts are judged at the next draft */
         h->df_acc = HY_DECAY * h->df_acc + (n - 1);
         h->df_steps = HY_DECAY * h->df_steps + 1;

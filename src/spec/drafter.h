@@ -33,6 +33,8 @@ typedef struct spec_draft_req {
     spex_rng *rng;           /* the sequence's draft stream                                   */
     int32_t *hist;           /* its tokens at 0 .. pos - 1 with room for the anchor at pos; NULL
                               * when the loop does not know them                              */
+    bool timed;              /* the draft may follow the clock (spex_spec_params.draft_cut; off
+                              * for a fixed seed on the rejection path, so runs repeat)       */
 } spec_draft_req;
 
 typedef struct spec_drafter spec_drafter;

@@ -40,13 +40,13 @@
 #include "core/rng.h"
 #include "sample/api.h"
 #include "spec/api.h"
+#include "core/clock.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct spec_seq {
     bool active;
@@ -105,12 +105,6 @@ double spex_spec_stats_acceptance(const spex_spec_stats *st) {
 
 double spex_spec_stats_mean_len(const spex_spec_stats *st) {
     return st && st->n_steps ? 1.0 + (double)st->n_accepted / (double)st->n_steps : 0.0;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void spec_log(const spex_spec *s, const char *fmt, ...)
@@ -588,7 +582,7 @@ spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sa
     spec_seq *q = &s->seq[seq];
     q->active = false;
     memset(&s->seq_st[seq], 0, sizeof s->seq_st[seq]);
-    double t0 = now_s();
+    double t0 = spex_now_s();
     int32_t tok;
     st = run_tokens(s, seq, pos, &last, 1, true, err);
     if (st == SPEX_OK) st = spex_sampler_sample(sampler, spex_logits(s->t, 0), &tok, err);
@@ -600,7 +594,7 @@ spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sa
     bind_sampler(s, q, sampler);
     q->anchor = tok;
     q->active = true;
-    s->seq_st[seq].t_other += now_s() - t0;
+    s->seq_st[seq].t_other += spex_now_s() - t0;
     *first = tok;
     return SPEX_OK;
 }
@@ -726,7 +720,7 @@ static int32_t step_requests(spex_spec *s, const int32_t *seqs, int32_t n_seqs, 
             s->req_of[i] = n_req;
             s->reqs[n_req++] = (spec_draft_req){.seq = sq, .anchor = q->anchor, .pos = P, .n_max = n, .temp = temp,
                                                 .p_min = s->p.p_min, .rng = &q->rng_draft,
-                                                .hist = known ? q->hist : NULL};
+                                                .hist = known ? q->hist : NULL, .timed = s->p.draft_cut};
         }
         rows_left -= s->nd[i] + 1;
     }
@@ -823,7 +817,7 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
                            spex_spec_out *out, spex_error *err) {
     if (!s || !seqs || !out || n_seqs < 1 || n_seqs > s->n_seq)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: step: bad arguments (%d sequences)", n_seqs);
-    double t0 = now_s();
+    double t0 = spex_now_s();
     const int32_t rows = s->n_batch_max < s->n_out_max ? s->n_batch_max : s->n_out_max;
     spex_status st = step_check(s, seqs, n_seqs, max_emit, rows, err);
     if (st != SPEX_OK) return st;
@@ -841,15 +835,15 @@ spex_status spex_spec_step(spex_spec *s, const int32_t *seqs, int32_t n_seqs, co
     const double flush0 = s->total.t_flush;
 
     int32_t n_req = step_requests(s, seqs, n_seqs, max_emit, rows, plain);
-    double t1 = now_s();
+    double t1 = spex_now_s();
     if ((st = step_draft(s, n_seqs, n_req, err))) return st;
     const bool cut = step_cut(s, seqs, n_seqs, out);
-    double t2 = now_s();
+    double t2 = spex_now_s();
     if ((st = step_verify(s, seqs, n_seqs, err))) return st;
-    double t3 = now_s();
+    double t3 = spex_now_s();
     int32_t m0 = 0;
     if ((st = step_accept(s, seqs, n_seqs, out, &m0, err))) return st;
-    double t4 = now_s();
+    double t4 = spex_now_s();
 
     double td = t2 - t1, tv = t3 - t2, to = (t1 - t0) + (t4 - t3);
     s->total.t_draft += td;
