@@ -45,6 +45,8 @@ const spex_cpu_features *spex_cpu_get_features(void);
  * (never more than the CPU has). Decided once, on first call. */
 spex_isa spex_cpu_isa(void);
 const char *spex_isa_name(spex_isa isa);
+/* Whether this CPU (and build) can run isa's kernels. */
+bool spex_cpu_isa_available(spex_isa isa);
 /* Tests: force a narrower ISA. Returns SPEX_ERR_UNSUPPORTED if the CPU lacks it. */
 spex_status spex_cpu_set_isa(spex_isa isa);
 

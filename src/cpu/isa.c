@@ -84,6 +84,8 @@ static spex_isa g_isa;
 bool spex_cpu_prefetch_nta;
 static int g_ready; /* set once; the first call happens before any thread pool exists */
 
+/* The availability rule (AVX2 = AVX2+FMA+F16C; AVX-512 = F/BW/VL/DQ on top of AVX2; NEON only
+ * where compiled for aarch64) on the detected features; the kernel tables use it too. */
 static bool isa_available(spex_isa isa) {
     const spex_cpu_features *f = &g_features;
     switch (isa) {
@@ -147,6 +149,11 @@ const char *spex_isa_name(spex_isa isa) {
     case SPEX_ISA_NEON: return "neon";
     }
     return "?";
+}
+
+bool spex_cpu_isa_available(spex_isa isa) {
+    init_once();
+    return isa_available(isa);
 }
 
 spex_status spex_cpu_set_isa(spex_isa isa) {

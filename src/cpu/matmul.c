@@ -73,26 +73,8 @@ static spex_matmul_kernels g_tables[N_ISA];
 static bool g_have[N_ISA];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* Mirrors isa.c's availability rule (AVX2 means AVX2+FMA+F16C; AVX-512 means F/BW/VL/DQ
- * on top of AVX2) and adds "compiled in". */
-static bool isa_usable(spex_isa isa) {
-    const spex_cpu_features *f = spex_cpu_get_features();
-    switch (isa) {
-    case SPEX_ISA_SCALAR: return true;
-#if SPEX_HAVE_X86
-    case SPEX_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
-    case SPEX_ISA_AVX512:
-        return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
-#endif
-#if defined(__aarch64__)
-    case SPEX_ISA_NEON: return f->neon;
-#endif
-    default: return false;
-    }
-}
-
 bool spex_matmul_kernels_build(spex_matmul_kernels *k, spex_isa isa, unsigned feat) {
-    if ((unsigned)isa >= N_ISA || !isa_usable(isa)) return false;
+    if ((unsigned)isa >= N_ISA || !spex_cpu_isa_available(isa)) return false;
     /* VNNI: AVX512_VNNI for the AVX-512 table, AVX-VNNI for the AVX2 one */
     if ((feat & SPEX_MATMUL_FEAT_VNNI) &&
         !(isa == SPEX_ISA_AVX2 ? spex_cpu_get_features()->avxvnni : spex_cpu_get_features()->avx512vnni))

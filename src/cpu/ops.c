@@ -44,28 +44,10 @@ static spex_ops_kernels g_tables[N_ISA];
 static bool g_have[N_ISA];
 static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-/* isa.c's availability rule (AVX2 = AVX2+FMA+F16C; AVX-512 = F/BW/VL/DQ on top of AVX2),
- * plus "compiled in". */
-static bool isa_usable(spex_isa isa) {
-    const spex_cpu_features *f = spex_cpu_get_features();
-    switch (isa) {
-    case SPEX_ISA_SCALAR: return true;
-#if SPEX_HAVE_X86
-    case SPEX_ISA_AVX2: return f->avx2 && f->fma && f->f16c;
-    case SPEX_ISA_AVX512:
-        return f->avx2 && f->fma && f->f16c && f->avx512f && f->avx512bw && f->avx512vl && f->avx512dq;
-#endif
-#if defined(__aarch64__)
-    case SPEX_ISA_NEON: return f->neon;
-#endif
-    default: (void)f; return false;
-    }
-}
-
 static void build_tables(void) {
     for (int i = 0; i < N_ISA; i++) {
         spex_isa isa = (spex_isa)i;
-        if (!isa_usable(isa)) continue;
+        if (!spex_cpu_isa_available(isa)) continue;
         spex_ops_kernels t;
         memset(&t, 0, sizeof t);
         spex_ops_register_scalar(&t);
