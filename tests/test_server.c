@@ -809,7 +809,7 @@ TEST(props_and_slots_idle) {
 
 /* A server with --props, an API key, -n 7, --temp 0.5 and slowed steps: /props echoes the
  * flags; while a stream runs, /slots shows its slot processing with the request's own
- * params (speculative.n_max 2, stop) and a growing n_decoded; POST /props answers
+ * params (speculative.n_max 2, n_min 1, p_min 0.25, stop) and a growing n_decoded; POST /props answers
  * {"success": true} for an object and 400 otherwise; every endpoint wants the key. */
 TEST(slots_while_streaming_and_props_post) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
@@ -841,7 +841,7 @@ TEST(slots_while_streaming_and_props_post) {
     resp_free(&r);
 
     const char *body = "{\"prompt\":\"Hello\",\"max_tokens\":300,\"temperature\":0,\"stream\":true,"
-                       "\"speculative.n_max\":2,\"stop\":[\"zq#\"]}";
+                       "\"speculative.n_max\":2,\"speculative.n_min\":1,\"speculative.p_min\":0.25,\"stop\":[\"zq#\"]}";
     int fd = open_request(port, "POST", "/v1/completions", auth, body);
     long n1 = -1, n2 = -1;
     int busy_id = -1;
@@ -857,6 +857,8 @@ TEST(slots_while_streaming_and_props_post) {
             cJSON *stop = jget(s1, "params/stop");
             bool params_ok = jnum(s1, "params/temperature") == 0 && jnum(s1, "params/n_predict") == 300 &&
                              jnum(s1, "params/speculative.n_max") == 2 && cJSON_GetArraySize(stop) == 1 &&
+                             jnum(s1, "params/speculative.n_min") == 1 &&
+                             jnum(s1, "params/speculative.p_min") == 0.25 &&
                              cJSON_IsString(cJSON_GetArrayItem(stop, 0)) &&
                              !strcmp(cJSON_GetArrayItem(stop, 0)->valuestring, "zq#") &&
                              jnum(s1, "next_token/n_remain") == 300 - nd &&
@@ -1733,6 +1735,40 @@ TEST(request_fields_system_parts_and_sampling) {
     CHECK(same1);
     CHECK(same2);
     CHECK(differs);
+}
+
+/* Per-request speculative.p_min and n_min (llama-server's fields) take effect as n_max does:
+ * p_min 1 stops every walk at its first slot (no token is that certain), so nothing is drafted;
+ * p_min 0 drafts; the text is the target's either way; bad values are 400s. */
+TEST(per_request_draft_limits) {
+    REQUIRE_SERVER(port);
+    const char *b1 = "{\"prompt\":\"Hello\",\"n_predict\":24,\"temperature\":0,\"speculative.p_min\":1.0}";
+    const char *b0 = "{\"prompt\":\"Hello\",\"n_predict\":24,\"temperature\":0,\"speculative.p_min\":0,"
+                     "\"speculative.n_min\":0}";
+    cJSON *o1 = post_json(port, "/completion", b1, 200), *o0 = post_json(port, "/completion", b0, 200);
+    const char *t1 = cJSON_GetStringValue(cJSON_GetObjectItem(o1, "content"));
+    const char *t0 = cJSON_GetStringValue(cJSON_GetObjectItem(o0, "content"));
+    char *want = expected(false, "Hello", 24);
+    const bool same = t1 && t0 && want && !strcmp(t1, want) && !strcmp(t0, want);
+    const double d1 = jnum(o1, "timings/draft_n"), d0 = jnum(o0, "timings/draft_n");
+    printf("  draft_n: p_min 1 -> %g, p_min 0 -> %g\n", d1, d0);
+    cJSON_Delete(o1);
+    cJSON_Delete(o0);
+    free(want);
+    CHECK(same);
+    CHECK_MSG(!(d1 > 0) && d0 > 0, "p_min 1 drafted %g tokens, p_min 0 %g", d1, d0);
+    static const char *const bad[] = {
+        "{\"prompt\":\"Hi\",\"speculative.p_min\":1.5}",
+        "{\"prompt\":\"Hi\",\"speculative.p_min\":\"x\"}",
+        "{\"prompt\":\"Hi\",\"speculative.n_min\":-1}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        resp r;
+        bool ok = http(port, "POST", "/completion", NULL, bad[i], &r) && is_error(&r, 400, "invalid_request_error") &&
+                  strstr(r.body, "speculative.");
+        resp_free(&r);
+        CHECK_MSG(ok, "%s", bad[i]);
+    }
 }
 
 /* -ctk / -ctv (the target's KV type): a bad type, or K and V apart, is a clear start-up error;

@@ -26,6 +26,8 @@ void srv_request_init(srv_request *r, srv_endpoint ep) {
     r->enable_thinking = -1;
     r->reasoning_format = SRV_REASONING_DEFAULT;
     r->spec_n_max = -1;
+    r->spec_n_min = -1;
+    r->spec_p_min = -1.0f;
     r->add_special = false;
     r->parallel_tool_calls = true;
 }
@@ -96,6 +98,21 @@ static int opt_int(const cJSON *o, const char *key, double lo, double hi, long l
         return -1;
     }
     return 1;
+}
+
+/* llama-server's per-request speculative.n_max, n_min and p_min. Returns 0 or 400. */
+static int parse_spec_fields(const cJSON *o, srv_request *r, char *msg, size_t cap) {
+    long long ll;
+    int k = opt_int(o, "speculative.n_max", 0, 1e9, &ll, msg, cap);
+    if (k < 0) return 400;
+    if (k > 0) r->spec_n_max = (int32_t)ll;
+    if ((k = opt_int(o, "speculative.n_min", 0, 1e9, &ll, msg, cap)) < 0) return 400;
+    if (k > 0) r->spec_n_min = ll > SPEX_DRAFT_MAX_N ? SPEX_DRAFT_MAX_N : (int32_t)ll;
+    double p;
+    if ((k = opt_num(o, "speculative.p_min", &p, msg, cap)) < 0) return 400;
+    if (k > 0 && !(p >= 0 && p <= 1)) return bad(msg, cap, 400, "'speculative.p_min' must be in [0, 1]");
+    if (k > 0) r->spec_p_min = (float)p;
+    return 0;
 }
 
 static int opt_bool(const cJSON *o, const char *key, bool *out, char *msg, size_t cap) {
@@ -455,7 +472,6 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
     cJSON *o = cJSON_ParseWithLength(body, len);
     if (!o) return bad(msg, cap, 400, "malformed JSON in the request body");
     int rc = 0;
-    long long ll;
     bool b;
     if (!cJSON_IsObject(o)) {
         rc = bad(msg, cap, 400, "the request body must be a JSON object");
@@ -526,12 +542,7 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
             goto done;
         }
     }
-    int k = opt_int(o, "speculative.n_max", 0, 1e9, &ll, msg, cap);
-    if (k < 0) {
-        rc = 400;
-        goto done;
-    }
-    if (k > 0) r->spec_n_max = (int32_t)ll;
+    if ((rc = parse_spec_fields(o, r, msg, cap)) != 0) goto done;
 done:
     cJSON_Delete(o);
     return rc;

@@ -85,6 +85,8 @@ srv_task *srv_task_new(void) {
     t->slot = -1;
     t->n_predict = -1;
     t->spec_n_max = -1;
+    t->spec_n_min = -1;
+    t->spec_p_min = -1.0f;
     t->stop_word = -1;
     t->slot_used = -1;
     return t;
@@ -398,6 +400,18 @@ static void task_prefill(srv_engine *e, srv_task *t, int32_t *budget) {
     if (spex_spec_seq_start(e->spec, t->slot, t->ids[t->n_ids - 1], t->smp, &first, &err) != SPEX_OK) {
         task_finish(e, t, "error", 500, err.msg);
         return;
+    }
+    if ((t->spec_n_min >= 0 || t->spec_p_min >= 0) && e->has_draft) {
+        /* n_min within the request's draft length, as /slots shows it */
+        const spex_spec_params *sp = spex_spec_get_params(e->spec);
+        int32_t n_min = t->spec_n_min >= 0 ? t->spec_n_min : sp->n_min, n_max = e->n_max;
+        if (t->spec_n_max >= 0 && t->spec_n_max < n_max) n_max = t->spec_n_max;
+        if (n_min > n_max) n_min = n_max;
+        if (spex_spec_seq_set_draft_limits(e->spec, t->slot, n_min, t->spec_p_min >= 0 ? t->spec_p_min : sp->p_min,
+                                           &err) != SPEX_OK) {
+            task_finish(e, t, "error", 500, err.msg);
+            return;
+        }
     }
     t->t_prefilled = spex_now_s();
     int32_t processed = t->n_ids - (int32_t)t->tm.cache_n;

@@ -363,6 +363,8 @@ static int prepare(srv_server *S, srv_job *job, char *msg, size_t cap, int *n_pr
     for (int i = 0; i < r->n_stop; i++) snprintf(t->stop[i], SRV_MAX_STOP_LEN, "%s", r->stop[i]);
     t->n_stop = r->n_stop;
     t->spec_n_max = r->spec_n_max;
+    t->spec_n_min = r->spec_n_min;
+    t->spec_p_min = r->spec_p_min;
     return 0;
 }
 

@@ -68,9 +68,9 @@ cJSON *srv_params_json(const srv_gen_defaults *d, const srv_task *t) {
     for (int i = 0; i < sp->n_stages && i < SPEX_SAMPLER_MAX_STAGES; i++)
         cJSON_AddItemToArray(smp, cJSON_CreateString(stage_name(sp->stages[i])));
     cJSON_AddNumberToObject(p, "speculative.n_max", n_max);
-    /* n_min, p_min: server-wide (requests may cap only n_max in spex) */
-    cJSON_AddNumberToObject(p, "speculative.n_min", d->n_min < n_max ? d->n_min : n_max);
-    cJSON_AddNumberToObject(p, "speculative.p_min", fnum(d->p_min));
+    int32_t n_min = t && t->spec_n_min >= 0 ? t->spec_n_min : d->n_min;
+    cJSON_AddNumberToObject(p, "speculative.n_min", n_min < n_max ? n_min : n_max);
+    cJSON_AddNumberToObject(p, "speculative.p_min", fnum(t && t->spec_p_min >= 0 ? t->spec_p_min : d->p_min));
     cJSON_AddStringToObject(p, "speculative.type", d->spec_type);
     return p;
 }

@@ -88,6 +88,8 @@ typedef struct srv_request {
     int enable_thinking;      /* -1: unset                                             */
     srv_reasoning reasoning_format;
     int32_t spec_n_max;       /* -1: unset (speculative.n_max)                          */
+    int32_t spec_n_min;       /* -1: unset (speculative.n_min)                          */
+    float spec_p_min;         /* < 0: unset (speculative.p_min)                         */
     /* chat tools (§6.1): each tool object printed compactly by cJSON (key order kept)    */
     char **tools;
     int n_tools;
@@ -186,6 +188,8 @@ typedef struct srv_task {
     char stop[SRV_MAX_STOP][SRV_MAX_STOP_LEN];
     int n_stop;
     int32_t spec_n_max;       /* per-request cap (-1: none)                            */
+    int32_t spec_n_min;       /* per-request n_min / p_min (-1: the server's)           */
+    float spec_p_min;
 
     /* engine-only state */
     int slot;

@@ -139,6 +139,9 @@ spex_status spex_spec_seq_rewind(spex_spec *s, int32_t seq, int32_t n_keep, int3
                                  spex_error *err);
 /* Forgets sequence seq (caches cleared, stats kept until the next begin). */
 void spex_spec_seq_end(spex_spec *s, int32_t seq);
+/* A begun sequence's own n_min and p_min (spex_spec_params' meaning; llama-server's per-request
+ * speculative.n_min / p_min) until it ends; seq_start (and so seq_begin) sets the loop's. */
+spex_status spex_spec_seq_set_draft_limits(spex_spec *s, int32_t seq, int32_t n_min, float p_min, spex_error *err);
 spex_spec_path spex_spec_seq_path(const spex_spec *s, int32_t seq);
 const spex_spec_stats *spex_spec_seq_stats(const spex_spec *s, int32_t seq);
 const spex_spec_stats *spex_spec_total_stats(const spex_spec *s);

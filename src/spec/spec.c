@@ -57,6 +57,8 @@ typedef struct spec_seq {
     spex_spec_path path;
     int32_t *hist;              /* the tokens at positions 0 .. n_hist - 1, when a drafter wants them */
     int32_t n_hist;             /* == the target cache's length; -1 when not known     */
+    int32_t n_min;              /* spex_spec_params.n_min / p_min, or the sequence's own */
+    float p_min;
 } spec_seq;
 
 struct spex_spec {
@@ -379,6 +381,17 @@ spex_status spex_spec_set_ngram(spex_spec *s, const spex_ngram_params *p, spex_e
 
 static bool seq_ok(const spex_spec *s, int32_t seq) { return s && seq >= 0 && seq < s->n_seq; }
 
+spex_status spex_spec_seq_set_draft_limits(spex_spec *s, int32_t seq, int32_t n_min, float p_min, spex_error *err) {
+    if (!seq_ok(s, seq) || !s->seq[seq].active)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: draft limits: sequence %d is not begun", seq);
+    if (n_min < 0 || !(p_min >= 0.0f && p_min <= 1.0f))
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: draft limits: n_min %d must be >= 0 and p_min %g in [0, 1]",
+                              n_min, (double)p_min);
+    s->seq[seq].n_min = n_min;
+    s->seq[seq].p_min = p_min;
+    return SPEX_OK;
+}
+
 spex_spec_path spex_spec_seq_path(const spex_spec *s, int32_t seq) {
     return seq_ok(s, seq) ? s->seq[seq].path : SPEX_SPEC_PATH_GREEDY;
 }
@@ -593,6 +606,8 @@ spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sa
     }
     bind_sampler(s, q, sampler);
     q->anchor = tok;
+    q->n_min = s->p.n_min;
+    q->p_min = s->p.p_min;
     q->active = true;
     s->seq_st[seq].t_other += spex_now_s() - t0;
     *first = tok;
@@ -719,7 +734,7 @@ static int32_t step_requests(spex_spec *s, const int32_t *seqs, int32_t n_seqs, 
             bool known = q->hist && q->n_hist == P;
             s->req_of[i] = n_req;
             s->reqs[n_req++] = (spec_draft_req){.seq = sq, .anchor = q->anchor, .pos = P, .n_max = n, .temp = temp,
-                                                .p_min = s->p.p_min, .rng = &q->rng_draft,
+                                                .p_min = q->p_min, .rng = &q->rng_draft,
                                                 .hist = known ? q->hist : NULL, .timed = s->p.draft_cut};
         }
         rows_left -= s->nd[i] + 1;
@@ -768,7 +783,7 @@ static spex_status step_verify(spex_spec *s, const int32_t *seqs, int32_t n_seqs
     int32_t nb = 0;
     for (int32_t i = 0; i < n_seqs; i++) {
         int32_t sq = seqs[i], P = spex_kv_seq_len(s->t, sq);
-        if (s->drafts[i].n < s->p.n_min) s->drafts[i].n = 0;
+        if (s->drafts[i].n < s->seq[sq].n_min) s->drafts[i].n = 0;
         for (int32_t j = 0; j < s->drafts[i].n; j++)
             if (s->drafts[i].ids[j] < 0 || s->drafts[i].ids[j] >= s->n_vocab)
                 return spex_error_set(err, SPEX_ERR_INTERNAL, "spec: drafted token %d outside the vocabulary",
