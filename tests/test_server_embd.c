@@ -13,8 +13,8 @@
  * the errors (501 without --embedding, 400 for bad JSON, missing or empty input, wrong types,
  * mixed arrays, ids outside the vocabulary, an input longer than -b, too many inputs, a bad
  * encoding_format or embd_normalize, 405 for GET), start-up errors (--pooling rank, an unknown
- * pooling), and a greedy completion that runs while embeddings requests come in and keeps
- * its text. What it is not: the model-level comparison (test_embd.c).
+ * pooling), and a greedy completion on a slowed engine that keeps its text while
+ * embeddings requests are answered between its steps. What it is not: the model-level comparison (test_embd.c).
  */
 #include "spex.h"
 #include "gguf_fixtures.h"
@@ -24,6 +24,7 @@
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -314,6 +315,7 @@ TEST(request_errors) {
 typedef struct gen_arg {
     int port;
     char *text;
+    atomic_bool done;
 } gen_arg;
 
 static char *complete(int port) {
@@ -328,29 +330,45 @@ static char *complete(int port) {
 static void *gen_thread(void *p) {
     gen_arg *g = p;
     g->text = complete(g->port);
+    atomic_store(&g->done, true);
     return NULL;
 }
 
+/* On a server whose engine steps are slowed to 25 ms (the test harness), a 40-token greedy
+ * completion takes about a second; embeddings requests sent meanwhile are answered between its
+ * steps (before it ends), give the vector they give on an idle server, and the completion's
+ * text is the one it has alone. */
 TEST(generation_runs_beside_embeddings) {
-    REQUIRE_SERVER_FROM(port, mean_port);
-    char *want = complete(port);
-    CHECK(want && *want);
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    const char *a[] = {"-m", TINY_QWEN3, "--embedding", "--pooling", "mean", "-np", "2", "-t", "1", NULL};
+    server s;
+    CHECK(server_start_slowed(&s, 25, a));
+    char *want = complete(s.port);
     float first[E], v[E];
-    CHECK(embed1(port, "{\"input\":\"The same text every time\"}", first));
-    gen_arg g = {port, NULL};
+    bool ok = want && *want && embed1(s.port, "{\"input\":\"The same text every time\"}", first);
+    gen_arg g = {.port = s.port};
+    atomic_init(&g.done, false);
     pthread_t th;
-    CHECK(pthread_create(&th, NULL, gen_thread, &g) == 0);
-    bool same = true;
-    for (int i = 0; i < 12; i++) {
-        same = same && embed1(port, "{\"input\":\"The same text every time\"}", v) && !memcmp(v, first, sizeof v);
+    ok = ok && pthread_create(&th, NULL, gen_thread, &g) == 0;
+    bool same = true, during = false;
+    usleep(100 * 1000);   /* the completion is running */
+    for (int i = 0; ok && i < 5; i++) {
+        same = same && embed1(s.port, "{\"input\":\"The same text every time\"}", v) && !memcmp(v, first, sizeof v);
+        during = during || !atomic_load(&g.done);
     }
-    pthread_join(th, NULL);
-    bool text_same = g.text && !strcmp(g.text, want);
-    if (!text_same) printf("  alone '%s'\n  beside '%s'\n", want, g.text ? g.text : "(null)");
+    if (ok) pthread_join(th, NULL);
+    bool text_same = g.text && want && !strcmp(g.text, want);
+    if (!text_same) printf("  alone '%s'\n  beside '%s'\n", want ? want : "(null)", g.text ? g.text : "(null)");
     free(want);
     free(g.text);
+    bool clean;
+    int rc = server_stop(&s, &clean);
+    CHECK(ok);
     CHECK(same);
+    CHECK_MSG(during, "no embeddings request was answered while the completion ran");
     CHECK(text_same);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
 }
 
 TEST(mean_server_stops_clean) {
