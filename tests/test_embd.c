@@ -10,7 +10,8 @@
  * activations to 8 bits, as ggml does; measured 1.2% on the target's 34-token case); the same
  * weights dequantized to F32 with an F32 KV cache, cosine > 0.999999 and 1e-4 (measured 4e-7):
  * the pipeline itself is exact to fp32 rounding. The PASS note prints the measured worst cases.
- * Also: the same vector in one batch or in chunks of 5 tokens; the normalisation rules on
+ * Also: the same vector in one batch or in chunks of 5 tokens, and with other inputs in one
+ * forward (spex_embed_batch, 1e-5); the normalisation rules on
  * hand-computed vectors; <arch>.pooling_type; the errors.
  */
 #include "spex.h"
@@ -237,6 +238,41 @@ TEST(chunks_equal_one_batch_and_logits_untouched) {
     spex_error e = {0};
     CHECK(spex_embed_tokens(plain, 0, toks, 3, SPEX_POOLING_MEAN, scratch, v, &e) == SPEX_ERR_INVALID_ARG);
     spex_context_free(plain);
+    spex_model_free(m);
+}
+
+/* Several inputs in one forward (sequences 0..2) give each input's vector alone. */
+TEST(batch_of_inputs_equals_each_alone) {
+    spex_model *m = load(TINY_QWEN3);
+    CHECK(m);
+    spex_context_params p = spex_context_default_params();
+    p.n_seq_max = 3;
+    p.n_ctx_per_seq = 16;
+    p.n_batch_max = p.n_outputs_max = 16;
+    p.embeddings = true;
+    spex_context *ctx = NULL;
+    CHECK_OK(spex_context_init(m, &p, &ctx, &e_));
+    const int32_t toks[12] = {3, 14, 15, 92, 65, 35, 89, 79, 32, 38, 46, 26}, n[3] = {5, 1, 6};
+    const int pools[4] = {SPEX_POOLING_NONE, SPEX_POOLING_MEAN, SPEX_POOLING_CLS, SPEX_POOLING_LAST};
+    spex_batch_token scratch[16];
+    float all[12 * 64], one[12 * 64];
+    for (int k = 0; k < 4; k++) {
+        CHECK_OK(spex_embed_batch(ctx, toks, n, 3, (spex_pooling)pools[k], scratch, all, &e_));
+        for (int i = 0, off = 0, row = 0; i < 3; off += n[i], i++) {
+            CHECK_OK(spex_embed_tokens(ctx, 0, toks + off, n[i], (spex_pooling)pools[k], scratch, one, &e_));
+            const int rows = pools[k] == SPEX_POOLING_NONE ? n[i] : 1;
+            const double d = test_max_diff(all + (int64_t)row * 64, one, rows * 64);
+            CHECK_MSG(d <= 1e-5, "pooling %d input %d: %.3g", pools[k], i, d);
+            row += rows;
+        }
+        for (int i = 0; i < 3; i++) CHECK_EQ_INT(spex_kv_seq_len(ctx, i), 0);
+    }
+    spex_error e = {0};
+    const int32_t four[4] = {1, 1, 1, 1}, big[2] = {10, 7};
+    CHECK(spex_embed_batch(ctx, toks, four, 4, SPEX_POOLING_MEAN, scratch, all, &e) == SPEX_ERR_INVALID_ARG);
+    CHECK(spex_embed_batch(ctx, toks, big, 2, SPEX_POOLING_MEAN, scratch, all, &e) == SPEX_ERR_RANGE);
+    CHECK(spex_embed_batch(ctx, toks, big, 2, SPEX_POOLING_RANK, scratch, all, &e) == SPEX_ERR_UNSUPPORTED);
+    spex_context_free(ctx);
     spex_model_free(m);
 }
 

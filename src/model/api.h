@@ -256,6 +256,15 @@ void spex_embd_normalize(float *x, int64_t n, int32_t norm);
  * classification head). Allocates nothing. */
 spex_status spex_embed_tokens(spex_context *ctx, int32_t seq, const int32_t *tokens, int32_t n, spex_pooling pooling,
                               spex_batch_token *scratch, float *out, spex_error *err);
+/* Several inputs in one forward pass (the weights are read once for all of them): input i is
+ * n_tokens[i] tokens of `tokens` (the inputs one after the other), run as sequence i from an
+ * empty cache; sequences 0 .. n_in-1 are cleared before and after. n_in <= n_seq_max, every
+ * input 1 .. n_ctx_per_seq tokens, all together at most min(n_batch_max, n_outputs_max)
+ * (else SPEX_ERR_RANGE: use spex_embed_tokens for an input longer than a batch). out: pooling
+ * NONE the rows of every token, input after input; else E floats per input. The vectors equal
+ * spex_embed_tokens' up to fp32 rounding. */
+spex_status spex_embed_batch(spex_context *ctx, const int32_t *tokens, const int32_t *n_tokens, int32_t n_in,
+                             spex_pooling pooling, spex_batch_token *scratch, float *out, spex_error *err);
 
 /* ---- KV cache ------------------------------------------------------------------------- */
 /* Each sequence owns a contiguous region of n_ctx_per_seq rows in every layer; row p holds

@@ -112,3 +112,62 @@ spex_status spex_embed_tokens(spex_context *ctx, int32_t seq, const int32_t *tok
     spex_status c = spex_kv_seq_clear(ctx, seq, NULL);
     return s != SPEX_OK ? s : c;
 }
+
+spex_status spex_embed_batch(spex_context *ctx, const int32_t *tokens, const int32_t *n_tokens, int32_t n_in,
+                             spex_pooling pooling, spex_batch_token *scratch, float *out, spex_error *err) {
+    const spex_context_params *p = spex_context_get_params(ctx);
+    if (!p || !p->embeddings)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "embed: the context was not created with embeddings");
+    if (pooling == SPEX_POOLING_RANK)
+        return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "embed: rank pooling needs a classification head, which "
+                                                         "this model does not have");
+    if (pooling < SPEX_POOLING_NONE || pooling > SPEX_POOLING_LAST)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "embed: pooling %d", (int)pooling);
+    if (n_in < 1 || n_in > p->n_seq_max || !tokens || !n_tokens || !out || !scratch)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "embed: %d inputs for %d sequences", n_in, p->n_seq_max);
+    int32_t total = 0;
+    for (int32_t i = 0; i < n_in; i++) {
+        if (n_tokens[i] < 1 || n_tokens[i] > p->n_ctx_per_seq)
+            return spex_error_set(err, n_tokens[i] < 1 ? SPEX_ERR_INVALID_ARG : SPEX_ERR_RANGE,
+                                  "embed: input %d has %d tokens (1 .. %d)", i, n_tokens[i], p->n_ctx_per_seq);
+        total += n_tokens[i];
+        if (total > p->n_batch_max || total > p->n_outputs_max)
+            return spex_error_set(err, SPEX_ERR_RANGE, "embed: the inputs exceed one batch of %d tokens",
+                                  p->n_batch_max < p->n_outputs_max ? p->n_batch_max : p->n_outputs_max);
+    }
+    spex_status s = SPEX_OK;
+    for (int32_t i = 0; i < n_in && s == SPEX_OK; i++) s = spex_kv_seq_clear(ctx, i, err);
+    if (s != SPEX_OK) return s;
+    /* input i is sequence i; only the rows pooling reads ask for output */
+    for (int32_t i = 0, b = 0; i < n_in; i++) {
+        for (int32_t t = 0; t < n_tokens[i]; t++, b++) {
+            const bool want = pooling == SPEX_POOLING_NONE || pooling == SPEX_POOLING_MEAN ||
+                              (pooling == SPEX_POOLING_CLS && t == 0) ||
+                              (pooling == SPEX_POOLING_LAST && t == n_tokens[i] - 1);
+            scratch[b] = (spex_batch_token){.token = tokens[b], .pos = t, .seq = i, .logits = want};
+        }
+    }
+    spex_batch batch = {.tokens = scratch, .n_tokens = total};
+    s = spex_forward(ctx, &batch, err);
+    const int64_t E = spex_model_get_hparams(spex_context_model(ctx))->n_embd;
+    /* outputs in batch order: none, every row (input after input, as out wants them); mean,
+     * every row, summed per input; cls / last, one row per input */
+    for (int32_t i = 0, o = 0; s == SPEX_OK && i < n_in; i++) {
+        if (pooling == SPEX_POOLING_NONE) {
+            memcpy(out + (int64_t)o * E, spex_embeddings(ctx, o), (size_t)(n_tokens[i] * E) * sizeof *out);
+            o += n_tokens[i];
+        } else if (pooling == SPEX_POOLING_MEAN) {
+            float *v = out + (int64_t)i * E;
+            memset(v, 0, (size_t)E * sizeof *v);
+            for (int32_t t = 0; t < n_tokens[i]; t++, o++) {
+                const float *h = spex_embeddings(ctx, o);
+                for (int64_t e = 0; e < E; e++) v[e] += h[e];
+            }
+            for (int64_t e = 0; e < E; e++) v[e] /= (float)n_tokens[i];
+        } else {
+            memcpy(out + (int64_t)i * E, spex_embeddings(ctx, o++), (size_t)E * sizeof *out);
+        }
+    }
+    for (int32_t i = 0; i < n_in; i++) (void)spex_kv_seq_clear(ctx, i, NULL);
+    return s;
+}

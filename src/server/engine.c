@@ -763,24 +763,31 @@ static void engine_step(srv_engine *e) {
 }
 
 /* Runs inputs of the oldest embeddings job until SRV_PREFILL_CHUNK tokens have run this
- * iteration (one input at least), so a large job does not stall running streams; a finished
- * job leaves the queue and its waiter is woken. */
+ * iteration (one forward at least), so a large job does not stall running streams. Inputs go
+ * several to a forward (spex_embed_batch: up to the context's sequences and batch), so the
+ * weights are read once for all of them. A finished job leaves the queue and its waiter is
+ * woken. */
 static void embd_run(srv_engine *e) {
     pthread_mutex_lock(&e->mu);
     srv_embd_job *j = e->eq_head;
     pthread_mutex_unlock(&e->mu);
     if (!j) return;
     spex_context *ctx = e->p.embd_ctx;
+    const spex_context_params *cp = spex_context_get_params(ctx);
     const int64_t E = spex_model_get_hparams(spex_context_model(ctx))->n_embd;
+    const bool none = e->p.embd_pooling == SPEX_POOLING_NONE;
     spex_error err = {0};
     spex_status st = SPEX_OK;
-    for (int32_t budget = SRV_PREFILL_CHUNK; j->next < j->n_in && budget > 0 && st == SPEX_OK; j->next++) {
-        const int32_t n = j->n_ids[j->next];
-        st = spex_embed_tokens(ctx, 0, j->ids + j->ids_off, n, (spex_pooling)e->p.embd_pooling, e->embd_scratch,
-                               j->out + j->out_off, &err);
-        j->ids_off += n;
-        j->out_off += (e->p.embd_pooling == SPEX_POOLING_NONE ? n : 1) * E;
-        budget -= n;
+    for (int32_t budget = SRV_PREFILL_CHUNK; j->next < j->n_in && budget > 0 && st == SPEX_OK;) {
+        int32_t k = 0, tok = 0;
+        while (j->next + k < j->n_in && k < cp->n_seq_max && tok + j->n_ids[j->next + k] <= cp->n_batch_max)
+            tok += j->n_ids[j->next + k++];
+        st = spex_embed_batch(ctx, j->ids + j->ids_off, j->n_ids + j->next, k, (spex_pooling)e->p.embd_pooling,
+                              e->embd_scratch, j->out + j->out_off, &err);
+        j->next += k;
+        j->ids_off += tok;
+        j->out_off += (none ? tok : k) * E;
+        budget -= tok;
     }
     if (st == SPEX_OK && j->next < j->n_in) return;
     pthread_mutex_lock(&e->mu);
@@ -788,7 +795,7 @@ static void embd_run(srv_engine *e) {
     if (!e->eq_head) e->eq_tail = NULL;
     if (st != SPEX_OK) {
         j->err_code = st == SPEX_ERR_INVALID_ARG || st == SPEX_ERR_RANGE ? 400 : 500;
-        snprintf(j->err_msg, sizeof j->err_msg, "input %d: %.200s", j->next - 1, err.msg);
+        snprintf(j->err_msg, sizeof j->err_msg, "%.200s", err.msg);
     }
     j->done = true;
     pthread_cond_broadcast(&e->cv);

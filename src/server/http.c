@@ -1227,9 +1227,10 @@ static void log_line(void *user, const char *line) {
     fprintf(stderr, "%s\n", line);
 }
 
-/* --embedding: the pooling in force and the embeddings context (one sequence of -b positions,
- * since an input must fit one batch, as llama-server's must fit its physical batch), on the
- * target context's pool: the engine thread runs it between steps. */
+/* --embedding: the pooling in force and the embeddings context (SRV_EMBD_SEQS sequences of -b
+ * positions: an input must fit one batch, as llama-server's must fit its physical batch, and
+ * up to SRV_EMBD_SEQS inputs share one), on the target context's pool: the engine thread runs
+ * it between steps. */
 static int load_embd(srv_server *S) {
     const srv_config *cfg = S->cfg;
     S->pooling = cfg->pooling >= 0 ? (spex_pooling)cfg->pooling : spex_model_pooling(S->model);
@@ -1239,7 +1240,7 @@ static int load_embd(srv_server *S) {
         return 1;
     }
     spex_context_params p = spex_context_default_params();
-    p.n_seq_max = 1;
+    p.n_seq_max = SRV_EMBD_SEQS;   /* short inputs share a forward; KV rows commit when used */
     p.n_ctx_per_seq = cfg->n_batch;
     p.n_batch_max = cfg->n_batch;
     p.n_outputs_max = cfg->n_batch;

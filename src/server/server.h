@@ -112,6 +112,7 @@ int srv_parse_detokenize(srv_request *r, const char *body, size_t len, char *msg
 /* ======================================================================== */
 
 #define SRV_EMBD_MAX_INPUTS 2048   /* inputs of one request (OpenAI's limit)                 */
+#define SRV_EMBD_SEQS 8            /* inputs that share one forward pass of the embeddings context */
 
 /* One input: text (owned, NUL-terminated) or, when text is NULL, token ids (owned). */
 typedef struct srv_embd_input {
@@ -297,7 +298,8 @@ void srv_engine_free(srv_engine *e);
 /* Queues t (takes a reference). false: the queue is full (503) or the engine stopped. */
 bool srv_engine_submit(srv_engine *e, srv_task *t);
 /* Runs job on the engine thread (between steps; its inputs take at most one prefill chunk of
- * tokens per engine iteration, so running streams keep flowing) and waits for it. false:
+ * tokens per engine iteration, so running streams keep flowing, up to SRV_EMBD_SEQS of them in
+ * one forward) and waits for it. false:
  * the engine has stopped or has no embeddings context (job untouched); else job->done with
  * job->err_code 0 or an HTTP status (400 a bad token id, 503 shutdown) and err_msg. */
 bool srv_engine_embed(srv_engine *e, srv_embd_job *job);
