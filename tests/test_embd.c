@@ -310,6 +310,11 @@ TEST(normalisations) {
         CHECK_NEAR(x[0], cases[i].a, 1e-3 * fabs(cases[i].a));
         CHECK_NEAR(x[1], cases[i].b, 1e-3 * fabs(cases[i].b));
     }
+    /* a large p: the max norm, no overflow to a zero vector */
+    x[0] = 3, x[1] = 4;
+    spex_embd_normalize(x, 2, 1000000);
+    CHECK_NEAR(x[0], 0.75, 1e-4);
+    CHECK_NEAR(x[1], 1.0, 1e-4);
     x[0] = x[1] = 0;
     for (int norm = 0; norm <= 3; norm++) {
         spex_embd_normalize(x, 2, norm);

@@ -50,9 +50,11 @@ void spex_embd_normalize(float *x, int64_t n, int32_t norm) {
     } else if (norm == 2) {
         for (int64_t i = 0; i < n; i++) sum += (double)x[i] * (double)x[i];
         sum = sqrt(sum);
-    } else {
-        for (int64_t i = 0; i < n; i++) sum += pow(fabs((double)x[i]), (double)norm);
-        sum = pow(sum, 1.0 / (double)norm);
+    } else {   /* p-norm, scaled by max |x_i| first so that a large p cannot overflow */
+        double m = 0;
+        for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+        for (int64_t i = 0; m > 0 && i < n; i++) sum += pow(fabs((double)x[i]) / m, (double)norm);
+        sum = m * pow(sum, 1.0 / (double)norm);
     }
     const double k = sum > 0 ? 1.0 / sum : 0.0;   /* the zero vector stays zero */
     for (int64_t i = 0; i < n; i++) x[i] = (float)((double)x[i] * k);
