@@ -5,7 +5,8 @@
  * What it checks: each input form (a string, token ids, an array of strings and id arrays; the
  * same text as a string and as its /tokenize ids gives the same vector), usage
  * counts, the model echo, encoding_format base64 (the float32 bytes of the float response),
- * every pooling kind (mean and cls by --pooling, last from the file's <arch>.pooling_type,
+ * every pooling kind (mean by --pooling, cls by LLAMA_ARG_EMBEDDINGS / LLAMA_ARG_POOLING, last
+ * from the file's <arch>.pooling_type,
  * none: the model's default without the key, one unnormalised row per token on /embedding and
  * 400 on /v1/embeddings, as llama-server) and embd_normalize -1 / 0 / 1 / 2 / 3, all against
  * the float64 reference's tests/data/embd_golden.txt (tools/ref/embd_ref.py; tolerance as
@@ -474,8 +475,14 @@ TEST(pooling_from_the_file_and_flags) {
     CHECK(test_write_with_u32(TINY_QWEN3, path, "qwen3.pooling_type", 3));
     const char *last[] = {"--embedding", "-np", "1", "-t", "1", NULL};
     CHECK(one_server_case(path, last, "[200,17,31,4]", TINY_QWEN3, "last 2 4 200 17 31 4", "pooling last (the model's)"));
-    const char *cls[] = {"--embedding", "--pooling", "cls", "-np", "1", "-t", "1", NULL};
-    CHECK(one_server_case(TINY_QWEN3, cls, "[9,8]", TINY_QWEN3, "cls 2 2 9 8", "pooling cls (--pooling)"));
+    /* llama.cpp's variables for the two flags (tools/env.c) */
+    setenv("LLAMA_ARG_EMBEDDINGS", "1", 1);
+    setenv("LLAMA_ARG_POOLING", "cls", 1);
+    const char *cls[] = {"-np", "1", "-t", "1", NULL};
+    bool cls_ok = one_server_case(TINY_QWEN3, cls, "[9,8]", TINY_QWEN3, "cls 2 2 9 8", "pooling cls (--pooling)");
+    unsetenv("LLAMA_ARG_EMBEDDINGS");
+    unsetenv("LLAMA_ARG_POOLING");
+    CHECK(cls_ok);
     const char *q35[] = {"--embedding", "--pooling", "last", "-np", "1", "-t", "1", NULL};
     CHECK(one_server_case(TINY_QWEN35, q35, "[100,50,25]", TINY_QWEN35, "last 2 3 100 50 25", NULL));
     unlink(path);
