@@ -2,21 +2,26 @@
  * fuzz_server_req.c — libFuzzer target for `spex serve`'s request parsing (src/server/api.c):
  * arbitrary bytes as the JSON body of every endpoint, and through the reasoning split.
  *
- * Input byte 0 picks the endpoint (chat, completions, /completion, /tokenize, /detokenize) and
- * the reasoning-split flags; the rest is the body. Needs no model: api.c depends on cJSON and
- * src/tok only (the Makefile links just those).
+ * Input byte 0 picks the endpoint (chat, completions, /completion, /tokenize, /detokenize; with
+ * bit 6 set the embeddings endpoints instead, bit 0 choosing /v1/embeddings or /embedding) and
+ * the reasoning-split flags; the rest is the body. Needs no model: api.c and embd.c depend on
+ * cJSON and src/tok only (the Makefile links just those).
  *
  * Checked: no crash, leak or sanitizer report; a parse returns 0 or an HTTP status 400/500/501
  * with a NUL-terminated message; a successful chat parse has >= 1 message with non-NULL
  * content, tools (§6.1) that are JSON objects and tool calls with a name and arguments, and
  * renders through both Qwen chat templates with its tools and tool calls (src/tok/chat.c's
  * tojson printer sees fuzzed JSON) without an error other than INVALID_ARG; stop strings are
- * non-empty and fewer than SRV_MAX_STOP; split offsets are ordered and within the text; the
+ * non-empty and fewer than SRV_MAX_STOP; a successful embeddings parse has 1 ..
+ * SRV_EMBD_MAX_INPUTS inputs, each text or ids, embd_normalize >= -1, and its response body
+ * (built on made-up vectors, in both shapes and both encodings) is valid JSON; split offsets are ordered and within the text; the
  * UTF-8 repair (srv_utf8_repair) of the bytes is valid UTF-8 and leaves valid input unchanged.
  * Run: make fuzz && ./build-fuzz/fuzz_server_req -max_total_time=20 fuzz/corpus/server_req
  */
 #include "server/server.h"
 #include "spec/api.h"
+
+#include <cjson/cJSON.h>
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -50,6 +55,35 @@ static void render(const srv_request *r, spex_chat_template t, bool think) {
     free(ms);
 }
 
+/* The embeddings parser (embd.c) and the response built from its request. */
+static void fuzz_embd(unsigned sel, const char *body, size_t len) {
+    srv_embd_req r;
+    char msg[512];
+    msg[0] = 0;
+    int rc = srv_parse_embd(&r, body, len, sel & 1, msg, sizeof msg);
+    if (rc != 0 && rc != 400 && rc != 500) __builtin_trap();
+    if (rc != 0 && !memchr(msg, 0, sizeof msg)) __builtin_trap();
+    if (rc == 0) {
+        if (r.n_in < 1 || r.n_in > SRV_EMBD_MAX_INPUTS || r.normalize < -1) __builtin_trap();
+        int32_t rows[SRV_EMBD_MAX_INPUTS];
+        int64_t n_rows = 0;
+        for (int i = 0; i < r.n_in; i++) {
+            if (!r.in[i].text && !r.in[i].ids) __builtin_trap();
+            rows[i] = r.in[i].text ? 1 : r.in[i].n_ids % 3 + 1;
+            n_rows += rows[i];
+        }
+        float *v = calloc((size_t)n_rows * 4, sizeof *v);
+        for (int64_t k = 0; v && k < n_rows * 4; k++) v[k] = (float)k * (k % 2 ? -0.25f : 1e30f);
+        char *out = v ? srv_embd_response(&r, v, rows, 4, n_rows, "m") : NULL;
+        cJSON *o = out ? cJSON_Parse(out) : NULL;
+        if (out && !o) __builtin_trap();
+        cJSON_Delete(o);
+        free(out);
+        free(v);
+    }
+    srv_embd_req_free(&r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     unsigned sel = data[0];
@@ -63,6 +97,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rep && (!srv_utf8_valid(rep, rl) || (srv_utf8_valid(body, len) && (rl != len || memcmp(rep, body, len)))))
         abort();
     free(rep);
+    if (sel & 0x40) {
+        fuzz_embd(sel, body, len);
+        return 0;
+    }
     srv_request r;
     int rc;
     switch (sel % 5) {

@@ -6,6 +6,7 @@
 #include "tensor/api.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Writes dst = src with every tensor dequantized to F32 by spex's reference dequantizer
  * (metadata copied verbatim): the same model on the exact weights a quantized file holds, so a
@@ -36,6 +37,29 @@ bool test_write_dequantized(const char *src, const char *dst) {
     ok = ok && spex_gguf_writer_write(w, dst, NULL) == SPEX_OK;
     for (int64_t i = 0; i < nt; i++) free(bufs[i]);
     free(bufs);
+    spex_gguf_writer_free(w);
+    spex_gguf_close(g);
+    return ok;
+}
+
+bool test_write_with_u32(const char *src, const char *dst, const char *key, uint32_t v) {
+    spex_gguf *g = NULL;
+    if (spex_gguf_open(src, &g, NULL) != SPEX_OK) return false;
+    spex_gguf_writer *w = NULL;
+    bool ok = spex_gguf_writer_init(&w, NULL) == SPEX_OK;
+    for (int64_t i = 0; ok && i < spex_gguf_n_kv(g); i++) {
+        spex_gguf_value kv;
+        if (!strcmp(spex_gguf_key(g, i), key)) continue;
+        ok = spex_gguf_value_at(g, i, &kv) == SPEX_OK && spex_gguf_writer_set_value(w, spex_gguf_key(g, i), &kv) == SPEX_OK;
+    }
+    ok = ok && spex_gguf_writer_set_u32(w, key, v) == SPEX_OK;
+    for (int64_t i = 0; ok && i < spex_gguf_n_tensors(g); i++) {
+        const spex_tensor_info *t = spex_gguf_tensor(g, i);
+        const uint64_t rows = (uint64_t)(t->ne[1] * t->ne[2] * t->ne[3]);
+        ok = spex_gguf_writer_add_tensor(w, t->name, t->type, t->n_dims, t->ne, t->data,
+                                         rows * spex_type_row_size(t->type, t->ne[0]), NULL) == SPEX_OK;
+    }
+    ok = ok && spex_gguf_writer_write(w, dst, NULL) == SPEX_OK;
     spex_gguf_writer_free(w);
     spex_gguf_close(g);
     return ok;

@@ -9,7 +9,9 @@
  * byte, with llama.cpp's `timings` present; tests/node/load.mjs — 16 concurrent streaming
  * clients × 3 requests against -np 4: every request completes, each greedy text equals a
  * serial `spex run` of the same prompt, and the /metrics llamacpp:tokens_predicted_total delta
- * equals the sum of the completion tokens; SIGTERM then stops the server cleanly.
+ * equals the sum of the completion tokens; tests/node/openai_embd.mjs — embeddings.create in
+ * base64 (the client's default) and float (the server also runs --embedding --pooling mean);
+ * SIGTERM then stops the server cleanly.
  * The scripts send reasoning_format "none" so the <think> section stays in `content`, as
  * `spex run` prints it.
  * What it is not: the raw-HTTP protocol and error tests (test_server.c). It SKIPs when `node`,
@@ -143,7 +145,7 @@ static int server_port(void) {
     int fe = mkstemp(g_err_path);
     if (fe < 0) return -1;
     const char *argv[] = {test_spex_bin(), "serve", "-m", TARGET, "-md", DRAFTER, "-np", "4", "--port", "0",
-                          "--metrics", "-t", "2", NULL};
+                          "--metrics", "-t", "2", "--embedding", "--pooling", "mean", NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, fe, 2);
@@ -280,6 +282,29 @@ TEST(openai_load_16_clients_np4) {
     CHECK(d_acc >= 0 && d_acc <= d_draft);
     CHECK_EQ_INT((long)busy, 0);
     CHECK_EQ_INT((long)deferred, 0);
+}
+
+/* client.embeddings.create: base64 by the client's default (decoded by it) and float, two
+ * inputs; the server runs --embedding --pooling mean beside the chat tests' generation. */
+TEST(openai_embeddings_create) {
+    REQUIRE_SERVER(port);
+    cJSON *o = node_script("openai_embd.mjs", port);
+    CHECK(o);
+    const char *obj = jstr(o, "object"), *model = jstr(o, "model");
+    const double n = jnum(o, "n"), dims = jnum(o, "dims"), index1 = jnum(o, "index1"), norm0 = jnum(o, "norm0");
+    const double pt = jnum(o, "prompt_tokens"), diff = jnum(o, "max_diff_base64_float");
+    printf("  %s: %.0f x %.0f floats, |v0| %.7f, prompt_tokens %.0f, model %s, base64 vs float %.3g\n", obj ? obj : "?",
+           n, dims, norm0, pt, model ? model : "?", diff);
+    const bool list = obj && !strcmp(obj, "list"), target = model && !strcmp(model, "target");
+    cJSON_Delete(o);
+    CHECK(list);
+    CHECK(target);   /* the request's model is echoed */
+    CHECK_EQ_INT((long)n, 2);
+    CHECK_EQ_INT((long)dims, 320);
+    CHECK_EQ_INT((long)index1, 1);
+    CHECK_NEAR(norm0, 1.0, 1e-5);
+    CHECK(pt > 0);
+    CHECK(diff == 0);
 }
 
 /* Last: SIGTERM stops the server cleanly (and, in the ASan build, without a report). */

@@ -61,6 +61,8 @@ static const env_flag ENV[] = {
     {"LLAMA_ARG_CHAT_TEMPLATE", "--chat-template", NULL, false, ENV_SERVE},
     {"LLAMA_ARG_CONT_BATCHING", "-cb", "-nocb", true, ENV_SERVE},
     {"LLAMA_ARG_ENDPOINT_METRICS", "--metrics", NULL, true, ENV_SERVE},
+    {"LLAMA_ARG_EMBEDDINGS", "--embeddings", NULL, true, ENV_SERVE},
+    {"LLAMA_ARG_POOLING", "--pooling", NULL, false, ENV_SERVE},
     {"LLAMA_ARG_ENDPOINT_SLOTS", "--slots", "--no-slots", true, ENV_SERVE},
     {"LLAMA_ARG_ENDPOINT_PROPS", "--props", NULL, true, ENV_SERVE},
 };

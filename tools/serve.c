@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "server/server.h"
 #include "spec/api.h"
+#include "model/api.h"
 
 #include <errno.h>
 #include <math.h>
@@ -51,7 +52,9 @@ static void usage(FILE *f) {
             "  --header-timeout S          seconds from accept to a complete request head (10)\n"
             "  --ctx-checkpoints N         recurrent (qwen35) state checkpoints per slot for prefix reuse (32)\n"
             "  --checkpoint-min-step N     tokens between two checkpoints of a slot (8192); one is also taken\n"
-            "                              at the end of every prompt\n");
+            "                              at the end of every prompt\n"
+            "  --embedding, --embeddings   serve POST /v1/embeddings, /embeddings, /embedding (inputs up to -b tokens)\n"
+            "  --pooling none|mean|cls|last   pooling of the embeddings (default: the model's pooling_type, else none)\n");
 }
 
 static bool is(const char *a, const char *x, const char *y) {
@@ -102,6 +105,7 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
     c.min_gain = 1.05f;
     c.n_ctx_checkpoints = 32;
     c.checkpoint_min_step = 8192;
+    c.pooling = SPEX_POOLING_UNSPECIFIED;   /* the model's <arch>.pooling_type */
     c.overrides = overrides;
     spex_type kt = SPEX_TYPE_F16, vt = SPEX_TYPE_F16; /* -ctk / -ctv */
     bool has_kt = false, has_vt = false;
@@ -172,6 +176,15 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
             c.timeout_s = (int)n;
         } else if (is(a, "--metrics", NULL)) {
             c.metrics = true, takes = false;
+        } else if (is(a, "--embedding", "--embeddings")) {
+            c.embedding = true, takes = false;
+        } else if (is(a, "--pooling", NULL)) {
+            if (!v) goto need;
+            c.pooling = spex_pooling_parse(v);
+            if (c.pooling < 0) {
+                fprintf(stderr, "error: --pooling '%s': expected none, mean, cls, last or rank\n", v);
+                return 2;
+            }
         } else if (is(a, "-nr", "--no-repack")) {
             c.no_repack = true, takes = false;
         } else if (is(a, "--chat-template", NULL)) {

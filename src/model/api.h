@@ -160,6 +160,10 @@ typedef struct spex_context_params {
     int32_t checkpoint_min_step; /* a forward saves a checkpoint when the sequence has grown by at
                              * least this many tokens since its last one (llama-server
                              * --checkpoint-min-step; default 8192)                              */
+    bool embeddings;        /* outputs are hidden states, not logits: a token that asks for
+                             * output gets RMSNorm(x; output_norm) of the last layer's output
+                             * (spex_embeddings); the LM head is not run, spex_logits gives
+                             * NULL and no logits buffer is allocated. Default false.          */
 } spex_context_params;
 
 spex_context_params spex_context_default_params(void);
@@ -221,9 +225,46 @@ int32_t spex_n_outputs(const spex_context *ctx);
 const float *spex_logits(const spex_context *ctx, int32_t i);
 /* Logits of batch token b (its index in batch.tokens); NULL if it did not ask for them. */
 const float *spex_logits_of_token(const spex_context *ctx, int32_t b);
+/* Embeddings contexts (params.embeddings): the final-norm hidden state [E] of the i-th token
+ * that asked for output (batch order), i < spex_n_outputs; NULL otherwise or without the flag.
+ * A view into the context, valid until the next forward. */
+const float *spex_embeddings(const spex_context *ctx, int32_t i);
 /* Taps of the last batch: [n_tokens][n_taps][E] f32, row b for batch token b, the tapped
  * layers in tap_layers order (dflash2.md §6 row layout). NULL without taps. */
 const float *spex_taps(const spex_context *ctx);
+
+/* ---- embeddings (embd.c) ------------------------------------------------------------- */
+/* Pooling of a sequence's final-norm hidden states; the values are GGUF's <arch>.pooling_type
+ * ids (llama.cpp's). */
+typedef enum spex_pooling {
+    SPEX_POOLING_UNSPECIFIED = -1, SPEX_POOLING_NONE = 0, SPEX_POOLING_MEAN = 1, SPEX_POOLING_CLS = 2,
+    SPEX_POOLING_LAST = 3, SPEX_POOLING_RANK = 4,
+} spex_pooling;
+const char *spex_pooling_name(spex_pooling p);      /* "none", "mean", "cls", "last", "rank"  */
+spex_pooling spex_pooling_parse(const char *s);     /* UNSPECIFIED for an unknown name        */
+/* The file's <arch>.pooling_type; NONE when absent or out of range (llama.cpp's default for
+ * a model without the key). */
+spex_pooling spex_model_pooling(const spex_model *m);
+/* x[0..n) scaled in place by llama.cpp's embd_normalize rule: norm < 0 none, 0 max |x_i| ->
+ * 32760, 1 taxicab, 2 euclidean, > 2 the p-norm with p = norm. The zero vector stays zero. */
+void spex_embd_normalize(float *x, int64_t n, int32_t norm);
+/* The embedding of tokens[0..n) as sequence seq of an embeddings context: the sequence is
+ * cleared, the tokens run from position 0 in batches of at most min(n_batch_max,
+ * n_outputs_max), and the sequence is cleared again. out: pooling NONE n x E floats (one row
+ * per token), MEAN / CLS / LAST E floats; not normalised. scratch holds n_batch_max batch
+ * tokens. SPEX_ERR_RANGE when n > n_ctx_per_seq, SPEX_ERR_UNSUPPORTED for RANK (no
+ * classification head). Allocates nothing. */
+spex_status spex_embed_tokens(spex_context *ctx, int32_t seq, const int32_t *tokens, int32_t n, spex_pooling pooling,
+                              spex_batch_token *scratch, float *out, spex_error *err);
+/* Several inputs in one forward pass (the weights are read once for all of them): input i is
+ * n_tokens[i] tokens of `tokens` (the inputs one after the other), run as sequence i from an
+ * empty cache; sequences 0 .. n_in-1 are cleared before and after. n_in <= n_seq_max, every
+ * input 1 .. n_ctx_per_seq tokens, all together at most min(n_batch_max, n_outputs_max)
+ * (else SPEX_ERR_RANGE: use spex_embed_tokens for an input longer than a batch). out: pooling
+ * NONE the rows of every token, input after input; else E floats per input. The vectors equal
+ * spex_embed_tokens' up to fp32 rounding. */
+spex_status spex_embed_batch(spex_context *ctx, const int32_t *tokens, const int32_t *n_tokens, int32_t n_in,
+                             spex_pooling pooling, spex_batch_token *scratch, float *out, spex_error *err);
 
 /* ---- KV cache ------------------------------------------------------------------------- */
 /* Each sequence owns a contiguous region of n_ctx_per_seq rows in every layer; row p holds

@@ -254,7 +254,7 @@ static bool alloc_fwd_bufs(spex_context *c, const spex_model *m, const spex_cont
     b->rope = spex_ctx_buf_alloc(nb * (uint64_t)hp->n_rot * 4, compute);
     spex_rope_freqs(b->rope_inv, hp->n_rot, hp->rope_freq_base);
     b->hout = spex_ctx_buf_alloc(no * E * 4, compute);
-    b->logits = spex_ctx_buf_alloc(no * V * 4, compute);
+    b->logits = spex_ctx_buf_alloc(p->embeddings ? 0 : no * V * 4, compute);   /* embeddings: no LM head */
     b->taps = p->n_taps ? spex_ctx_buf_alloc(nb * (uint64_t)p->n_taps * E * 4, compute) : NULL;
     b->mm_ws = spex_ctx_buf_alloc(spex_forward_mm_ws_size(m, p->n_batch_max, p->n_outputs_max), compute);
     b->attn_ws = spex_ctx_buf_alloc((uint64_t)c->nth * b->attn_ws_floats * 4, compute);
@@ -581,13 +581,18 @@ spex_status spex_forward(spex_context *ctx, const spex_batch *batch, spex_error 
 int32_t spex_n_outputs(const spex_context *ctx) { return ctx ? ctx->n_outputs : 0; }
 
 const float *spex_logits(const spex_context *ctx, int32_t i) {
-    if (!ctx || i < 0 || i >= ctx->n_outputs) return NULL;
+    if (!ctx || ctx->params.embeddings || i < 0 || i >= ctx->n_outputs) return NULL;
     return ctx->b.logits + (size_t)i * (size_t)ctx->model->hp.n_vocab;
 }
 
 const float *spex_logits_of_token(const spex_context *ctx, int32_t b) {
     if (!ctx || b < 0 || b >= ctx->n_tokens || ctx->out_of[b] < 0) return NULL;
     return spex_logits(ctx, ctx->out_of[b]);
+}
+
+const float *spex_embeddings(const spex_context *ctx, int32_t i) {
+    if (!ctx || !ctx->params.embeddings || i < 0 || i >= ctx->n_outputs) return NULL;
+    return ctx->b.hout + (size_t)i * (size_t)ctx->model->hp.n_embd;
 }
 
 const float *spex_taps(const spex_context *ctx) {

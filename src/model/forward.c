@@ -396,6 +396,8 @@ void spex_fwd_ffn(spex_context *c, fwd_phase *ph, int l) {
 
 void spex_fwd_head(spex_context *c, fwd_phase *ph) {
     const spex_model *m = c->model;
-    spex_fwd_run_phase(c, ph, spex_fwd_pre_output, m->hp.n_layer, &m->output, c->b.hout, c->n_outputs, c->b.logits);
+    /* an embeddings context stops at hout (the final-norm rows): no LM head */
+    const model_weight *head = c->params.embeddings ? NULL : &m->output;
+    spex_fwd_run_phase(c, ph, spex_fwd_pre_output, m->hp.n_layer, head, c->b.hout, c->n_outputs, c->b.logits);
     c->phase = NULL;
 }

@@ -46,6 +46,7 @@
  *    drafting, spread by the decay over the steps around it), and the search charges a slot
  *    that would start drafting its share of it (srv_backlog_price); /metrics shows it apart.
  */
+#include "model/api.h"
 #include "server/server.h"
 #include "spec/api.h"
 
@@ -160,6 +161,8 @@ struct srv_engine {
     double bl_sec, bl_tok;     /* decayed backlog injection: seconds and features injected  */
     double len_s, len_w;       /* decayed sum / weight of finished requests' generated tokens */
     int32_t pend[64];          /* this step's slots' pending features (choose_drafts)        */
+    srv_embd_job *eq_head, *eq_tail;   /* embeddings jobs waiting (under mu)                  */
+    spex_batch_token *embd_scratch;    /* [the embeddings context's n_batch_max]              */
     int32_t **hist;           /* [n_slots][hist_cap] tokens in each slot's cache, in order  */
     int32_t *hist_len;        /* [n_slots] (valid up to spex_spec_seq_len of the slot)      */
     int32_t hist_cap;
@@ -773,13 +776,53 @@ static void engine_step(srv_engine *e) {
     if (e->p.step_delay_ms > 0) usleep((useconds_t)e->p.step_delay_ms * 1000u);
 }
 
+/* Runs inputs of the oldest embeddings job until SRV_PREFILL_CHUNK tokens have run this
+ * iteration (one forward at least), so a large job does not stall running streams. Inputs go
+ * several to a forward (spex_embed_batch: up to the context's sequences and batch), so the
+ * weights are read once for all of them. A finished job leaves the queue and its waiter is
+ * woken. */
+static void embd_run(srv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    srv_embd_job *j = e->eq_head;
+    pthread_mutex_unlock(&e->mu);
+    if (!j) return;
+    spex_context *ctx = e->p.embd_ctx;
+    const spex_context_params *cp = spex_context_get_params(ctx);
+    const int64_t E = spex_model_get_hparams(spex_context_model(ctx))->n_embd;
+    const bool none = e->p.embd_pooling == SPEX_POOLING_NONE;
+    spex_error err = {0};
+    spex_status st = SPEX_OK;
+    for (int32_t budget = SRV_PREFILL_CHUNK; j->next < j->n_in && budget > 0 && st == SPEX_OK;) {
+        int32_t k = 0, tok = 0;
+        while (j->next + k < j->n_in && k < cp->n_seq_max && tok + j->n_ids[j->next + k] <= cp->n_batch_max)
+            tok += j->n_ids[j->next + k++];
+        st = spex_embed_batch(ctx, j->ids + j->ids_off, j->n_ids + j->next, k, (spex_pooling)e->p.embd_pooling,
+                              e->embd_scratch, j->out + j->out_off, &err);
+        j->next += k;
+        j->ids_off += tok;
+        j->out_off += (none ? tok : k) * E;
+        budget -= tok;
+    }
+    if (st == SPEX_OK && j->next < j->n_in) return;
+    pthread_mutex_lock(&e->mu);
+    e->eq_head = j->q_next;
+    if (!e->eq_head) e->eq_tail = NULL;
+    if (st != SPEX_OK) {
+        j->err_code = st == SPEX_ERR_INVALID_ARG || st == SPEX_ERR_RANGE ? 400 : 500;
+        snprintf(j->err_msg, sizeof j->err_msg, "%.200s", err.msg);
+    }
+    j->done = true;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void *engine_main(void *arg) {
     srv_engine *e = arg;
     srv_task **admitted = e->admitted;
     for (;;) {
         int n_adm = 0;
         pthread_mutex_lock(&e->mu);
-        while (!e->stop && e->n_busy == 0 && e->q_len == 0) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->stop && e->n_busy == 0 && e->q_len == 0 && !e->eq_head) pthread_cond_wait(&e->cv, &e->mu);
         if (e->stop) {
             pthread_mutex_unlock(&e->mu);
             break;
@@ -802,6 +845,7 @@ static void *engine_main(void *arg) {
             e->n_busy++;
         }
         pthread_mutex_unlock(&e->mu);
+        embd_run(e);
         /* Prompts advance by at most SRV_PREFILL_CHUNK tokens per iteration in all. */
         int32_t budget = SRV_PREFILL_CHUNK;
         for (int s = 0; s < e->p.n_slots; s++) {
@@ -826,6 +870,15 @@ static void *engine_main(void *arg) {
     pthread_mutex_unlock(&e->mu);
     for (int s = 0; s < e->p.n_slots; s++)
         if (e->slots[s]) task_finish(e, e->slots[s], "error", 503, "the server is shutting down");
+    pthread_mutex_lock(&e->mu);
+    for (srv_embd_job *j = e->eq_head; j; j = j->q_next) {
+        j->err_code = 503;
+        snprintf(j->err_msg, sizeof j->err_msg, "the server is shutting down");
+        j->done = true;
+    }
+    e->eq_head = e->eq_tail = NULL;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
     return NULL;
 }
 
@@ -854,9 +907,11 @@ spex_status srv_engine_start(const srv_engine_params *p, spex_spec *spec, const 
     for (int s = 0; e->hist && s < p->n_slots; s++) e->hist[s] = malloc(sizeof(int32_t) * (size_t)e->hist_cap);
     for (int s = 0; e->hist && s < p->n_slots; s++)
         if (!e->hist[s]) e->hist_len = NULL;   /* reported below */
+    if (p->embd_ctx)
+        e->embd_scratch = calloc((size_t)spex_context_get_params(p->embd_ctx)->n_batch_max, sizeof *e->embd_scratch);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
-    if (!e->q || !e->slots || !e->seqs || !e->max_emit || !e->step_tasks || !e->outs || !e->admitted || !e->hist ||
+    if ((p->embd_ctx && !e->embd_scratch) || !e->q || !e->slots || !e->seqs || !e->max_emit || !e->step_tasks || !e->outs || !e->admitted || !e->hist ||
         !e->hist_len) {
         srv_engine_free(e);
         return spex_error_set(err, SPEX_ERR_NOMEM, "out of memory");
@@ -892,6 +947,7 @@ void srv_engine_free(srv_engine *e) {
     free(e->step_tasks);
     free(e->outs);
     free(e->admitted);
+    free(e->embd_scratch);
     for (int s = 0; e->hist && s < e->p.n_slots; s++) free(e->hist[s]);
     free(e->hist);
     free(e->hist_len);
@@ -912,6 +968,26 @@ bool srv_engine_submit(srv_engine *e, srv_task *t) {
     }
     pthread_mutex_unlock(&e->mu);
     return ok;
+}
+
+bool srv_engine_embed(srv_engine *e, srv_embd_job *job) {
+    pthread_mutex_lock(&e->mu);
+    if (e->stop || !e->p.embd_ctx) {
+        pthread_mutex_unlock(&e->mu);
+        return false;
+    }
+    job->next = 0;
+    job->ids_off = job->out_off = 0;
+    job->q_next = NULL;
+    job->done = false;
+    job->err_code = 0;
+    if (e->eq_tail) e->eq_tail->q_next = job;
+    else e->eq_head = job;
+    e->eq_tail = job;
+    pthread_cond_broadcast(&e->cv);
+    while (!job->done) pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    return true;
 }
 
 void srv_task_cancel(srv_engine *e, srv_task *t) {

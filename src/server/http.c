@@ -61,6 +61,8 @@ typedef struct srv_server {
     long created;
     const char *model_id;
     atomic_int n_live;        /* requests received and not yet completed (their srv_conn) */
+    spex_context *embd_ctx;   /* --embedding: the engine's embeddings context, else NULL */
+    spex_pooling pooling;     /* its pooling (--pooling, else the model's)             */
 } srv_server;
 
 /* Seconds a shutdown waits for the responses of ended requests to be written. */
@@ -941,6 +943,86 @@ static enum MHD_Result do_detokenize(srv_server *S, struct MHD_Connection *c, co
 }
 
 /* ======================================================================== */
+/* Embeddings                                                                */
+/* ======================================================================== */
+
+/* Tokenizes every input of r (text with the model's special tokens, as llama-server does) into
+ * one array; n_ids[i] per input, *n_total in all. 0 or an HTTP status with msg. */
+static int embd_tokens(const srv_server *S, const srv_embd_req *r, int32_t **ids_out, int32_t *n_ids,
+                       int64_t *n_total, char *msg, size_t cap) {
+    const int32_t V = spex_model_n_vocab(S->model), B = S->cfg->n_batch;
+    int32_t *all = NULL;
+    int64_t n = 0, cap_all = 0;
+    for (int i = 0; i < r->n_in; i++) {
+        int32_t *own = NULL;
+        int k = r->in[i].n_ids;
+        if (r->in[i].text) {
+            int code = tokenize_all(S->tok, r->in[i].text, strlen(r->in[i].text), true, &own, &k, msg, cap);
+            if (code) return free(all), code;
+        }
+        const int32_t *src = r->in[i].text ? own : r->in[i].ids;
+        int code = 0;
+        if (k == 0) code = 400, snprintf(msg, cap, "input %d: Input content cannot be empty", i);
+        else if (k > B)
+            code = 400, snprintf(msg, cap, "input %d (%d tokens) is too large to process: an input must fit one "
+                                           "batch (-b, --batch-size %d)", i, k, B);
+        for (int t = 0; !code && t < k; t++)
+            if (src[t] < 0 || src[t] >= V)
+                code = 400, snprintf(msg, cap, "input %d: token id %d is outside the vocabulary (0 .. %d)", i, src[t],
+                                     V - 1);
+        if (!code && n + k > cap_all) {
+            cap_all = (n + k) * 2;
+            int32_t *g = realloc(all, sizeof *all * (size_t)cap_all);
+            if (!g) code = 500, snprintf(msg, cap, "out of memory");
+            else all = g;
+        }
+        if (!code) memcpy(all + n, src, sizeof *all * (size_t)k), n += k, n_ids[i] = k;
+        free(own);
+        if (code) return free(all), code;
+    }
+    *ids_out = all;
+    *n_total = n;
+    return 0;
+}
+
+/* POST /v1/embeddings (oai: OpenAI's shape), /embeddings and /embedding (llama-server's shape), by
+ * llama-server's rules (§12). */
+static enum MHD_Result do_embeddings(srv_server *S, struct MHD_Connection *c, const srv_conn *cc, bool oai) {
+    if (!S->embd_ctx)
+        return send_error(c, 501, "This server does not support embeddings. Start it with `--embeddings`");
+    if (oai && S->pooling == SPEX_POOLING_NONE)
+        return send_error(c, 400, "Pooling type 'none' is not OAI compatible. Please use a different pooling type");
+    srv_embd_req r;
+    char msg[512] = "";
+    int code = srv_parse_embd(&r, cc->body ? cc->body : "", cc->len, oai, msg, sizeof msg);
+    int32_t *ids = NULL, *n_rows = code ? NULL : calloc((size_t)r.n_in, sizeof *n_rows);
+    int64_t n_tok = 0;
+    if (!code && !n_rows) code = 500, snprintf(msg, sizeof msg, "out of memory");
+    if (!code) code = embd_tokens(S, &r, &ids, n_rows, &n_tok, msg, sizeof msg);
+    const int64_t E = spex_model_get_hparams(S->model)->n_embd;
+    const bool none = S->pooling == SPEX_POOLING_NONE;
+    float *out = code ? NULL : malloc(sizeof(float) * (size_t)((none ? n_tok : r.n_in) * E));
+    if (!code && !out) code = 500, snprintf(msg, sizeof msg, "out of memory");
+    srv_embd_job job = {.ids = ids, .n_ids = n_rows, .n_in = r.n_in, .out = out};
+    if (!code && !srv_engine_embed(S->engine, &job)) code = 503, snprintf(msg, sizeof msg, "the server is shutting down");
+    if (!code && job.err_code) code = job.err_code, snprintf(msg, sizeof msg, "%s", job.err_msg);
+    char *body = NULL;
+    if (!code) {
+        /* pooled vectors are normalised (embd_normalize); per-token ones are not (llama-server) */
+        for (int i = 0; !none && i < r.n_in; i++) spex_embd_normalize(out + (int64_t)i * E, E, r.normalize);
+        for (int i = 0; !none && i < r.n_in; i++) n_rows[i] = 1;
+        body = srv_embd_response(&r, out, n_rows, E, n_tok, S->model_id);
+        if (!body) code = 500, snprintf(msg, sizeof msg, "out of memory");
+    }
+    free(ids);
+    free(n_rows);
+    free(out);
+    srv_embd_req_free(&r);
+    if (code) return send_error(c, (unsigned)code, "%s", msg);
+    return send_text(c, 200, "application/json; charset=utf-8", body);
+}
+
+/* ======================================================================== */
 /* Routing                                                                   */
 /* ======================================================================== */
 
@@ -1019,7 +1101,8 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     } known[] = {{"/v1/models", false}, {"/models", false}, {"/metrics", false}, {"/v1/chat/completions", true},
                  {"/chat/completions", true}, {"/v1/completions", true}, {"/completions", true},
                  {"/completion", true}, {"/tokenize", true}, {"/detokenize", true}, {"/props", false},
-                 {"/slots", false}, {"/apply-template", true}};
+                 {"/slots", false}, {"/apply-template", true}, {"/v1/embeddings", true}, {"/embeddings", true},
+                 {"/embedding", true}};
     int k = -1;
     for (int i = 0; i < (int)(sizeof known / sizeof *known); i++)
         if (!strcmp(url, known[i].path)) k = i;
@@ -1043,6 +1126,7 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     if (k == 9) return do_detokenize(S, c, cc);
     if (k == 10) return do_props(S, c, post, cc);
     if (k == 12) return do_apply_template(S, c, cc);
+    if (k >= 13) return do_embeddings(S, c, cc, k == 13);   /* /embeddings: the native shape, as llama-server */
     return do_slots(S, c);
 }
 
@@ -1145,6 +1229,38 @@ static void log_line(void *user, const char *line) {
     fprintf(stderr, "%s\n", line);
 }
 
+/* --embedding: the pooling in force and the embeddings context (SRV_EMBD_SEQS sequences of -b
+ * positions: an input must fit one batch, as llama-server's must fit its physical batch, and
+ * up to SRV_EMBD_SEQS inputs share one), on the target context's pool: the engine thread runs
+ * it between steps. */
+static int load_embd(srv_server *S) {
+    const srv_config *cfg = S->cfg;
+    S->pooling = cfg->pooling >= 0 ? (spex_pooling)cfg->pooling : spex_model_pooling(S->model);
+    if (S->pooling == SPEX_POOLING_RANK) {
+        fprintf(stderr, "error: --pooling rank (reranking) needs a model with a classification head; %s has none\n",
+                cfg->model);
+        return 1;
+    }
+    spex_context_params p = spex_context_default_params();
+    p.n_seq_max = SRV_EMBD_SEQS;   /* short inputs share a forward; KV rows commit when used */
+    p.n_ctx_per_seq = cfg->n_batch;
+    p.n_batch_max = cfg->n_batch;
+    p.n_outputs_max = cfg->n_batch;
+    p.kv_type = cfg->kv_type;
+    p.pool = spex_context_pool(S->ctx);
+    p.embeddings = true;
+    spex_error err = {0};
+    if (spex_context_init(S->model, &p, &S->embd_ctx, &err) != SPEX_OK) {
+        fprintf(stderr, "error: embeddings context: %s\n", err.msg);
+        return 1;
+    }
+    spex_memory_usage mu = spex_context_memory(S->embd_ctx);
+    fprintf(stderr, "embeddings: pooling %s%s, inputs up to %d tokens (-b), KV %.1f MiB, compute %.1f MiB\n",
+            spex_pooling_name(S->pooling), cfg->pooling >= 0 ? " (--pooling)" : " (the model's)", cfg->n_batch,
+            (double)mu.kv / 1048576.0, (double)mu.compute / 1048576.0);
+    return 0;
+}
+
 static int load(srv_server *S) {
     const srv_config *cfg = S->cfg;
     spex_error err = {0};
@@ -1240,8 +1356,10 @@ static int load(srv_server *S) {
                 (double)dm.kv / 1048576.0, (double)dm.weights / 1048576.0, cfg->adaptive ? "on" : "off",
                 (double)cfg->min_gain, cfg->draft_cut ? "on" : "off");
     }
+    if (cfg->embedding && load_embd(S) != 0) return 1;
     srv_engine_params ep = {.n_slots = np, .n_ctx_slot = S->n_ctx_slot, .queue_max = cfg->queue_max,
-                            .adaptive = cfg->adaptive, .min_gain = cfg->min_gain, .step_delay_ms = cfg->step_delay_ms};
+                            .adaptive = cfg->adaptive, .min_gain = cfg->min_gain, .step_delay_ms = cfg->step_delay_ms,
+                            .embd_ctx = S->embd_ctx, .embd_pooling = S->pooling};
     if (S->spec_type == SPEX_SPEC_NGRAM)
         fprintf(stderr, "speculative: type ngram (prompt lookup), n_max %d, size n %d, size m %d, min hits %d, "
                         "adaptive %s (min gain %.2f), draft cut %s\n",
@@ -1321,6 +1439,7 @@ int srv_main(const srv_config *cfg) {
     MHD_stop_daemon(S.daemon);
     srv_door_free(S.door);
     srv_engine_free(S.engine);
+    spex_context_free(S.embd_ctx);
     spex_session_free(S.ses);
     spex_tokenizer_free(S.tok);
     spex_model_free(S.model);

@@ -110,6 +110,40 @@ int srv_parse_tokenize(srv_request *r, const char *body, size_t len, char *msg, 
 int srv_parse_detokenize(srv_request *r, const char *body, size_t len, char *msg, size_t msg_cap);
 
 /* ======================================================================== */
+/* Embeddings requests (embd.c)                                              */
+/* ======================================================================== */
+
+#define SRV_EMBD_MAX_INPUTS 2048   /* inputs of one request (OpenAI's limit)                 */
+#define SRV_EMBD_SEQS 8            /* inputs that share one forward pass of the embeddings context */
+
+/* One input: text (owned, NUL-terminated) or, when text is NULL, token ids (owned). */
+typedef struct srv_embd_input {
+    char *text;
+    int32_t *ids;
+    int n_ids;
+} srv_embd_input;
+
+typedef struct srv_embd_req {
+    srv_embd_input *in;       /* [n_in], owned                                         */
+    int n_in;
+    bool oai;                 /* OpenAI's response shape: /v1/embeddings with "input"   */
+    bool base64;              /* encoding_format "base64"                              */
+    int32_t normalize;        /* embd_normalize (default 2; below -1 read as -1)        */
+    char *model;              /* echoed when given (owned)                             */
+} srv_embd_req;
+
+/* Parses an embeddings body (rules in embd.c); oai: the endpoint is /v1/embeddings (llama-
+ * server answers /embeddings and /embedding in its own shape). 0, or 400 / 500 with msg. Always free with srv_embd_req_free. Needs no model. */
+int srv_parse_embd(srv_embd_req *r, const char *body, size_t len, bool oai, char *msg, size_t msg_cap);
+void srv_embd_req_free(srv_embd_req *r);
+/* The response body, malloc'd (NULL when out of memory): vecs holds, input after input,
+ * n_rows[i] rows of E floats (1 when pooled, the tokens with pooling none). OpenAI's shape
+ * {"object":"list","data":[{"object":"embedding","index","embedding"}],"model","usage"} or
+ * llama-server's [{"index","embedding":[[...], ...]}]. model: used when the request has none. */
+char *srv_embd_response(const srv_embd_req *r, const float *vecs, const int32_t *n_rows, int64_t E,
+                        int64_t n_tokens, const char *model);
+
+/* ======================================================================== */
 /* Tool calls in generated text (toolcall.c)                                 */
 /* ======================================================================== */
 
@@ -223,6 +257,23 @@ typedef struct srv_task {
     int64_t pub_draft_n, pub_draft_n_accepted;
 } srv_task;
 
+/* An embeddings job: the inputs' tokens run one after the other on the engine's embeddings
+ * context (srv_engine_params.embd_ctx), between generation steps. */
+typedef struct srv_embd_job {
+    const int32_t *ids;       /* every input's tokens, one input after the other (borrowed) */
+    const int32_t *n_ids;     /* [n_in] tokens per input, each 1 .. the context's batch     */
+    int n_in;
+    float *out;               /* rows, input after input: n_ids[i] x E (pooling none) or E  */
+    /* engine-only */
+    int next;                 /* inputs done                                              */
+    int64_t ids_off, out_off;
+    struct srv_embd_job *q_next;
+    /* set by the engine under its mutex */
+    bool done;
+    int err_code;             /* != 0: failed with this HTTP status                       */
+    char err_msg[256];
+} srv_embd_job;
+
 /* Creates a task holding one reference (the caller's); srv_task_release drops one. */
 srv_task *srv_task_new(void);
 void srv_task_release(srv_task *t);
@@ -236,6 +287,9 @@ typedef struct srv_engine_params {
     bool adaptive;            /* per-slot adaptive draft length (§14.2 rule 5)          */
     float min_gain;           /* --spec-min-gain                                        */
     int32_t step_delay_ms;    /* testing only: sleep after each step                    */
+    struct spex_context *embd_ctx;   /* embeddings context (--embedding) or NULL: borrowed;
+                                      * on the target context's pool (the engine runs both)  */
+    int32_t embd_pooling;     /* spex_pooling of its vectors                            */
 } srv_engine_params;
 
 /* Borrows everything; starts the engine thread. spec's draft context may be NULL. */
@@ -247,6 +301,12 @@ void srv_engine_stop(srv_engine *e);
 void srv_engine_free(srv_engine *e);
 /* Queues t (takes a reference). false: the queue is full (503) or the engine stopped. */
 bool srv_engine_submit(srv_engine *e, srv_task *t);
+/* Runs job on the engine thread (between steps; its inputs take at most one prefill chunk of
+ * tokens per engine iteration, so running streams keep flowing, up to SRV_EMBD_SEQS of them in
+ * one forward) and waits for it. false:
+ * the engine has stopped or has no embeddings context (job untouched); else job->done with
+ * job->err_code 0 or an HTTP status (400 a bad token id, 503 shutdown) and err_msg. */
+bool srv_engine_embed(srv_engine *e, srv_embd_job *job);
 /* Marks t cancelled (the client went away); the engine frees its slot within one step. */
 void srv_task_cancel(srv_engine *e, srv_task *t);
 /* Prometheus text of /metrics (§11), malloc'd. */
@@ -386,6 +446,8 @@ typedef struct srv_config {
     int32_t step_delay_ms;
     const char *const *overrides;
     int n_overrides;
+    bool embedding;           /* --embedding / --embeddings: the embeddings endpoints      */
+    int32_t pooling;          /* --pooling: a spex_pooling, -1 (unset): the model's         */
 } srv_config;
 
 /* Runs until SIGINT/SIGTERM; returns the process exit status. */
