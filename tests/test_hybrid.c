@@ -3,7 +3,8 @@
  * drafter interface with a scripted inner drafter instead of a DFlash model: an oracle that
  * drafts the true continuation but takes SLOW_MS a forward, against a lookup that is right for
  * a few tokens. Weighing tokens, DFlash's longer drafts win; weighing time (a timed request),
- * the lookup's free drafts do. Losslessness of the hybrid inside the loop is in test_spec.c.
+ * the lookup's free drafts do; a slow DFlash that accepts nothing gives way to plain steps but
+ * for re-checks. Losslessness of the hybrid inside the loop is in test_spec.c.
  */
 #include "spec/drafter.h"
 #include "spex.h"
@@ -16,7 +17,8 @@ enum { N_MAX = 8, STEPS = 60, LEN = STEPS * (N_MAX + 1) + 64, SLOW_MS = 2 };
 
 /* The text the "target" writes: a period-3 pattern broken every 5th position, so a lookup on
  * the last token is right for a few tokens at a time. */
-static int32_t truth(int32_t i) { return i % 5 == 4 ? 10 + (i / 5) % 7 : i % 3; }
+static bool g_unique;   /* the truth never repeats (no lookup draft) and the oracle is always wrong */
+static int32_t truth(int32_t i) { return g_unique ? 100 + i : i % 5 == 4 ? 10 + (i / 5) % 7 : i % 3; }
 
 typedef struct oracle {
     spec_drafter base;
@@ -33,7 +35,8 @@ static spex_status or_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
     for (int32_t i = 0; i < n; i++) {
         out[i].n = reqs[i].n_max;
         out[i].has_q = false;
-        for (int32_t j = 0; j < out[i].n; j++) out[i].ids[j] = truth(reqs[i].pos + 1 + j), out[i].conf[j] = 0.9f;
+        for (int32_t j = 0; j < out[i].n; j++)
+            out[i].ids[j] = g_unique ? 1 : truth(reqs[i].pos + 1 + j), out[i].conf[j] = 0.9f;
     }
     return SPEX_OK;
 }
@@ -110,6 +113,17 @@ TEST(hybrid_weighs_time_when_timed) {
     printf("  timed: %d DFlash steps, %d lookup steps of %d\n", dflash, lookup, STEPS);
     CHECK_MSG(lookup >= STEPS - 10 && dflash <= 10,
               "a %d ms forward against a ~0 ms verify: the free lookup should win on time", SLOW_MS);
+}
+
+TEST(hybrid_plain_when_dflash_loses_on_time) {
+    g_unique = true;
+    int dflash = 0, lookup = 0;
+    run_steps(true, &dflash, &lookup);
+    g_unique = false;
+    printf("  no lookup, wrong oracle: %d DFlash steps, %d lookup steps of %d\n", dflash, lookup, STEPS);
+    CHECK_EQ_INT(lookup, 0);
+    CHECK_MSG(dflash >= 2 && dflash <= 2 + STEPS / 16,
+              "a slow DFlash that accepts nothing should draft only to re-check, 1 step in 16");
 }
 
 TEST_MAIN()

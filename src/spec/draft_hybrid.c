@@ -11,8 +11,11 @@
  * drafter's own single-sequence steps. Lookup and DFlash verify about as many rows, so T_v is
  * one price for both. Where the clock may not steer (spec_draft_req.timed false), before both
  * times are measured, and in steps of several sequences (whose forward the others share) the
- * rule weighs tokens alone: E_l > E_d. A step whose lookup finds nothing drafts with DFlash;
- * sequences that took the lookup skip the drafter forward.
+ * rule weighs tokens alone: E_l > E_d. Where the lookup is not taken, DFlash drafts, unless
+ * (timed) its (E_d + 1) / (T_v + T_d) falls below a plain step's 1 / T_v: then the step drafts
+ * nothing but for one in HY_EXPLORE, which keeps E_d and T_d current (the realized-rate guard
+ * of run and serve makes the same call from measured step rates). Sequences that took the
+ * lookup, or a plain step, skip the drafter forward.
  * r is learned from every lookup draft, taken or not: at the sequence's next draft its tokens
  * are compared with what the target wrote at their positions (matches until the first
  * mismatch; a draft the cut shortened is judged on what the target then wrote, so a cut is
@@ -39,6 +42,7 @@
 #define HY_PRIOR_W 4.0      /* ... worth this many tokens                             */
 #define HY_PRIOR_DF 1.0     /* DFlash's accepted tokens per step before any evidence  */
 #define HY_DECAY_T 0.9      /* per timed step: prices follow the machine within ~10 steps */
+#define HY_EXPLORE 16       /* a DFlash draft priced below a plain step still runs 1 in 16 */
 
 enum { SRC_NONE, SRC_DFLASH, SRC_NGRAM };
 
@@ -50,6 +54,7 @@ typedef struct hybrid {
     double df_acc, df_steps;     /* decayed accepted tokens / DFlash steps   */
     double tv, tv_w, td, td_w;   /* decayed verify / DFlash forward seconds and their weights */
     double t_mark;               /* when a timed step's draft ended; 0: none open             */
+    uint64_t n_plain;            /* steps where DFlash was priced below a plain step          */
     uint8_t *src;                /* [n_seq]: what drafted this step          */
     int32_t *lk_n, *lk_pos;      /* [n_seq]: the last lookup draft, unjudged; its first position */
     int32_t *lk_ids;             /* [n_seq][SPEX_DRAFT_MAX_N]: its tokens    */
@@ -71,6 +76,14 @@ static bool take_lookup(const hybrid *h, double e_l, double e_d, bool timed) {
     if (!timed || h->tv_w <= 0 || h->td_w <= 0) return e_l > e_d;
     const double tv = h->tv / h->tv_w, td = h->td / h->td_w;
     return (e_l + 1.0) * (tv + td) > (e_d + 1.0) * tv;
+}
+
+/* Whether DFlash's expected tokens a second fall below a plain step's, 1 / T_v (T_v, the mean
+ * over drafting steps, overstates a one-row verify: the test leans towards drafting). */
+static bool dflash_loses(const hybrid *h, double e_d, bool timed) {
+    if (!timed || h->tv_w <= 0 || h->td_w <= 0) return false;
+    const double tv = h->tv / h->tv_w, td = h->td / h->td_w;
+    return (e_d + 1.0) * tv < tv + td;
 }
 
 static void decay_add(double *sum, double *w, double x) {
@@ -116,6 +129,10 @@ static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
             continue;
         }
         o->n = 0;
+        if (dflash_loses(h, e_df, timed) && ++h->n_plain % HY_EXPLORE != 0) {
+            h->src[sq] = SRC_NONE;   /* a plain step */
+            continue;
+        }
         h->sub[n_sub] = reqs[i];
         if (h->sub[n_sub].n_max > h->inner->n_max_limit) h->sub[n_sub].n_max = h->inner->n_max_limit;
         h->sub_of[n_sub++] = i;
