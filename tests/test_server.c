@@ -1741,7 +1741,13 @@ TEST(request_fields_system_parts_and_sampling) {
  * p_min 1 stops every walk at its first slot (no token is that certain), so nothing is drafted;
  * p_min 0 drafts; the text is the target's either way; bad values are 400s. */
 TEST(per_request_draft_limits) {
-    REQUIRE_SERVER(port);
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    /* its own server: adaptive lengths off, so every step drafts what the limits allow (the
+     * shared server's cost model may have stopped drafting after the other tests) */
+    const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "--spec-adaptive", "off", "-t", "1", NULL};
+    server srv;
+    CHECK_MSG(server_start(&srv, a), "the server did not start");
+    const int port = srv.port;
     const char *b1 = "{\"prompt\":\"Hello\",\"n_predict\":24,\"temperature\":0,\"speculative.p_min\":1.0}";
     const char *b0 = "{\"prompt\":\"Hello\",\"n_predict\":24,\"temperature\":0,\"speculative.p_min\":0,"
                      "\"speculative.n_min\":0}";
@@ -1755,20 +1761,25 @@ TEST(per_request_draft_limits) {
     cJSON_Delete(o1);
     cJSON_Delete(o0);
     free(want);
-    CHECK(same);
-    CHECK_MSG(!(d1 > 0) && d0 > 0, "p_min 1 drafted %g tokens, p_min 0 %g", d1, d0);
     static const char *const bad[] = {
         "{\"prompt\":\"Hi\",\"speculative.p_min\":1.5}",
         "{\"prompt\":\"Hi\",\"speculative.p_min\":\"x\"}",
         "{\"prompt\":\"Hi\",\"speculative.n_min\":-1}",
     };
+    bool bad_ok = true;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         resp r;
         bool ok = http(port, "POST", "/completion", NULL, bad[i], &r) && is_error(&r, 400, "invalid_request_error") &&
                   strstr(r.body, "speculative.");
         resp_free(&r);
-        CHECK_MSG(ok, "%s", bad[i]);
+        if (!ok) printf("  not a 400 naming the field: %s\n", bad[i]);
+        bad_ok = bad_ok && ok;
     }
+    bool clean = false;
+    CHECK_EQ_INT(server_stop(&srv, &clean), 0);
+    CHECK(same);
+    CHECK_MSG(!(d1 > 0) && d0 > 0, "p_min 1 drafted %g tokens, p_min 0 %g", d1, d0);
+    CHECK(bad_ok);
 }
 
 /* -ctk / -ctv (the target's KV type): a bad type, or K and V apart, is a clear start-up error;
