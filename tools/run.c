@@ -106,6 +106,7 @@ static void usage(FILE *f) {
             "                             docs/models.md)\n"
             "  -v, --verbose              model/context lines at load, the prompt's token ids, the seed\n"
             "  -h, --help                 this text\n");
+    cli_llama_flags_help(f, false);
 }
 
 /* ======================================================================== */
@@ -287,14 +288,14 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             has_dvt = true, i++;
         } else if (flag_is(a, "-v", "--verbose")) {
             o->verbose = true;
-        } else if (flag_is(a, "-nr", "--no-repack")) {
-            o->no_repack = true;
+        } else if (flag_is(a, "-nr", "--no-repack") || flag_is(a, "--repack", NULL)) {
+            o->no_repack = strcmp(a, "--repack") != 0;
         } else if ((n = cli_ngram_flag(a, v, &o->ngram)) != 0) {
             if (n < 0) return 2;
             i++;
         } else {
             bool takes = false;
-            int k = cli_llama_flag(a, v, &takes);   /* llama.cpp's, no effect here */
+            int k = cli_llama_flag(false, a, v, &takes);   /* llama.cpp's, not applied here */
             if (k < 0) return 2;
             if (k == 0) {
                 fprintf(stderr, "error: unknown flag '%s' (see 'spex run --help')\n", a);
