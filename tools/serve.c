@@ -56,7 +56,8 @@ static void usage(FILE *f) {
             "  -cms, --checkpoint-min-step N  tokens between two checkpoints of a slot (8192); one is also\n"
             "                              taken at the end of every prompt\n"
             "  --spec-ngram-simple-size-n N, --spec-ngram-map-k-size-n N (and so for size-m, min-hits):\n"
-            "                              llama.cpp's newer names of the three above\n"
+            "                              llama.cpp's newer names of --spec-ngram-size-n, --spec-ngram-size-m,\n"
+            "                              --spec-ngram-min-hits\n"
             "  -h, --help, --usage         this text\n");
     cli_llama_flags_help(f, true);
 }
