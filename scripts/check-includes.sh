@@ -64,6 +64,7 @@ tools/probe.c -> src/cpu/matmul.h
 tools/bench_attn.c -> src/cpu/ops.h
 # a test harness is the CLI with a main of its own (the Makefile builds it with -Itools).
 tests/harness/serve_slow.c -> tools/cli.h
+tests/harness/serve_flags.c -> tools/cli.h
 EOF
 )
 

@@ -128,10 +128,18 @@ char *test_slurp(const char *path, size_t *len) {
 }
 
 bool test_spex_exec(const char *const *args, test_proc *r) {
+    const char *bin = test_spex_bin();
+    if (!bin) {
+        memset(r, 0, sizeof *r);
+        r->rc = -1;
+        return false;
+    }
+    return test_exec(bin, args, r);
+}
+
+bool test_exec(const char *bin, const char *const *args, test_proc *r) {
     memset(r, 0, sizeof *r);
     r->rc = -1;
-    const char *bin = test_spex_bin();
-    if (!bin) return false;
     char out_path[512], err_path[512];
     snprintf(out_path, sizeof out_path, "%s", test_tmp_path("exec_stdout"));
     snprintf(err_path, sizeof err_path, "%s", test_tmp_path("exec_stderr"));

@@ -43,6 +43,8 @@ typedef struct test_proc {
 /* Runs `spex ARGS...` (args NULL-terminated, without argv[0]) and waits for it; false if it could
  * not be started or its output not read (r->rc is then -1 or the status). */
 bool test_spex_exec(const char *const *args, test_proc *r);
+/* The same for any program (bin: its path; args without argv[0]). */
+bool test_exec(const char *bin, const char *const *args, test_proc *r);
 void test_proc_free(test_proc *r);
 /* No AddressSanitizer / UBSan / LeakSanitizer report in a captured stderr. */
 bool test_sanitizer_clean(const char *err);

@@ -97,10 +97,16 @@ bool cli_is_ngram_type(const char *v) {
 
 int cli_ngram_flag(const char *a, const char *v, spex_ngram_params *p) {
     long n;
-    int32_t *dst = !strcmp(a, "--spec-ngram-size-n") ? &p->size_n
-                 : !strcmp(a, "--spec-ngram-size-m") ? &p->size_m
-                 : !strcmp(a, "--spec-ngram-min-hits") ? &p->min_hits : NULL;
-    if (!dst) return 0;
+    /* llama.cpp's older names, and its newer per-type ones for the two types spex_ngram_lookup covers */
+    static const char *const pre[] = {"--spec-ngram-", "--spec-ngram-simple-", "--spec-ngram-map-k-"};
+    const char *rest = NULL;
+    for (int i = 0; i < 3 && !rest; i++) {
+        size_t len = strlen(pre[i]);
+        const char *r = strncmp(a, pre[i], len) ? NULL : a + len;
+        if (r && (!strcmp(r, "size-n") || !strcmp(r, "size-m") || !strcmp(r, "min-hits"))) rest = r;
+    }
+    if (!rest) return 0;
+    int32_t *dst = !strcmp(rest, "size-n") ? &p->size_n : !strcmp(rest, "size-m") ? &p->size_m : &p->min_hits;
     if (!cli_parse_int(a, v, 1, dst == &p->size_n ? 1024 : 1L << 20, &n)) return -1;
     *dst = (int32_t)n;
     return 1;

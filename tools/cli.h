@@ -9,6 +9,7 @@
 #include "spex.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 
 int cmd_inspect(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
@@ -51,14 +52,19 @@ void cli_env_explain(void);
 /* --spec-type names of n-gram drafting, llama.cpp's: ngram, ngram-simple, ngram-map-k (the
  * last with --spec-ngram-min-hits; spex_ngram_lookup covers both). */
 bool cli_is_ngram_type(const char *v);
-/* --spec-ngram-size-n / --spec-ngram-size-m / --spec-ngram-min-hits into *p: 1 when a is one
- * of them (its value taken), 0 when not, -1 after an error line. */
+/* --spec-ngram-size-n / --spec-ngram-size-m / --spec-ngram-min-hits (and llama.cpp's names
+ * --spec-ngram-simple-* / --spec-ngram-map-k-* of the same three) into *p: 1 when a is one of
+ * them (its value taken), 0 when not, -1 after an error line. */
 int cli_ngram_flag(const char *a, const char *v, spex_ngram_params *p);
 
-/* llama.cpp flags spex accepts without effect (tools/compat.c): 1 when a is one (a "note:"
- * line on stderr says why; *takes: v was its value), 0 when it is not, -1 after an error line
- * (a bad value, or a flag spex cannot honour such as a download). */
-int cli_llama_flag(const char *a, const char *v, bool *takes);
+/* llama.cpp flags that tool (serve: llama-server's flags too; else llama-cli's) does not apply
+ * (tools/compat.c): 1 when a is one accepted without effect (a "note:" line on stderr says why;
+ * *takes: v was its value), 0 when it is not in the table, -1 after an error line (a bad value,
+ * or a flag spex refuses because ignoring it would change the results or it asks for what spex
+ * cannot do, such as a download). */
+int cli_llama_flag(bool serve, const char *a, const char *v, bool *takes);
+/* The names of those flags for the tool's --help: the accepted ones, then the refused ones. */
+void cli_llama_flags_help(FILE *out, bool serve);
 /* Whether the K-quant matmuls of 9+ rows (verify blocks, prompts) run on AMX tiles here (the
  * active ISA is AVX-512 and the CPU and SPEX_AMX allow them): the benchmarks print it, since a
  * host with tiles and one without give different figures (docs/performance.md, "AMX tiles"). */

@@ -51,10 +51,12 @@ static void usage(FILE *f) {
             "      --special              print control tokens (e.g. <think>, <|im_end|>) as text\n"
             "\n"
             "chat:\n"
-            "      --chat                 render the prompt as one user turn with the model's chat template\n"
+            "      --chat, -cnv, --conversation\n"
+            "                             render the prompt as one user turn with the model's chat template\n"
             "                             (from tokenizer.chat_template; ChatML if the vocab has <|im_start|>)\n"
-            "      --system TEXT          system message (with --chat)\n"
-            "      --no-think             enable_thinking = false in the template (with --chat)\n"
+            "      --system, -sys TEXT    system message (with --chat)\n"
+            "      --no-think             enable_thinking = false in the template (with --chat); also\n"
+            "                             -rea off, --chat-template-kwargs '{\"enable_thinking\":false}'\n"
             "      --chat-template NAME   override the detected template: none, chatml, qwen3, qwen35\n"
             "\n"
             "generation:\n"
@@ -84,7 +86,8 @@ static void usage(FILE *f) {
             "                             the target's family drafts autoregressively; n-max 16), hybrid (-md's\n"
             "                             DFlash drafter and n-gram lookup, the better draft per step; n-max 16)\n"
             "      --spec-draft-n-max N   tokens drafted per step; clamped to block_size - 1 (block_size - 1)\n"
-            "      --spec-draft-n-min N   drop drafts shorter than N (0)\n"
+            "                             (also llama.cpp's older --draft, --draft-n, --draft-max)\n"
+            "      --spec-draft-n-min N   drop drafts shorter than N (0; also --draft-min, --draft-n-min)\n"
             "      --spec-draft-p-min P   stop the walk below this confidence (0 = off)\n"
             "      --spec-draft-cut on|off|auto  verify only the drafted tokens that raise the expected tokens\n"
             "                             per second (confidence and verify price learned online; lossless);\n"
@@ -106,6 +109,7 @@ static void usage(FILE *f) {
             "                             docs/models.md)\n"
             "  -v, --verbose              model/context lines at load, the prompt's token ids, the seed\n"
             "  -h, --help                 this text\n");
+    cli_llama_flags_help(f, false);
 }
 
 /* ======================================================================== */
@@ -134,174 +138,176 @@ static bool parse_on_off_auto(const char *flag, const char *v, int *out) {
     return true;
 }
 
+/* A float flag in [lo, hi] into *out; false after an error line. */
+static bool float_in(const char *a, const char *v, float lo, float hi, float *out) {
+    float f;
+    if (!cli_parse_float(a, v, &f)) return false;
+    if (f < lo || f > hi) {
+        fprintf(stderr, "error: %s expects a value in [%g, %g], got '%s'\n", a, lo, hi, v);
+        return false;
+    }
+    *out = f;
+    return true;
+}
+
+/* -ctk / -ctv and -ctkd / -ctvd: each pair must agree (cli_kv_pair after the loop). */
+typedef struct run_kv {
+    spex_type kt, vt, dkt, dvt;
+    bool has_kt, has_vt, has_dkt, has_dvt;
+} run_kv;
+
+/* The model, the prompt, chat and generation: 1 when a is one of these flags (*takes: v was
+ * its value), 0 when not, -1 after an error line. The same contract for the groups below. */
+static int flag_main(const char *a, const char *v, run_opts *o, bool *takes) {
+    if (flag_is(a, "-m", "--model") || flag_is(a, "-p", "--prompt") || flag_is(a, "-f", "--file") ||
+        flag_is(a, "--system", "--system-prompt") || flag_is(a, "-sys", "--chat-template")) {
+        if (!need_value(a, v)) return -1;
+        const char **dst = flag_is(a, "-m", "--model") ? &o->model
+                         : flag_is(a, "-p", "--prompt") ? &o->prompt
+                         : flag_is(a, "-f", "--file") ? &o->prompt_file
+                         : !strcmp(a, "--chat-template") ? &o->chat_template : &o->system;
+        *dst = v;
+    } else if (flag_is(a, "-n", "--n-predict") || !strcmp(a, "--predict")) {
+        if (!cli_parse_int(a, v, -1, 1L << 30, &o->n_predict)) return -1;
+    } else if (flag_is(a, "-c", "--ctx-size")) {
+        if (!cli_parse_int(a, v, 0, 1L << 24, &o->n_ctx)) return -1;
+    } else if (flag_is(a, "-b", "--batch-size")) {
+        if (!cli_parse_int(a, v, 1, 1L << 16, &o->n_batch)) return -1;
+    } else if (flag_is(a, "-t", "--threads")) {
+        if (!cli_parse_int(a, v, 0, 1024, &o->n_threads)) return -1;
+    } else if (flag_is(a, "-rea", "--reasoning")) {
+        int on;
+        if (!parse_on_off_auto(a, v, &on)) return -1;
+        o->no_think = on == 0;
+    } else if (flag_is(a, "--chat-template-kwargs", NULL)) {
+        if (!need_value(a, v)) return -1;
+        if (strstr(v, "\"enable_thinking\"") && (strstr(v, "false") || strstr(v, "true")))
+            o->no_think = strstr(v, "false") != NULL;
+    } else {   /* the switches */
+        if (flag_is(a, "--chat", "-cnv") || !strcmp(a, "--conversation")) o->chat = true;
+        else if (flag_is(a, "--no-think", NULL)) o->no_think = true;
+        else if (flag_is(a, "--no-bos", NULL)) o->no_bos = true;
+        else if (flag_is(a, "--special", "-sp")) o->special = true;
+        else if (flag_is(a, "-v", "--verbose") || !strcmp(a, "--log-verbose")) o->verbose = true;
+        else if (flag_is(a, "-nr", "--no-repack") || flag_is(a, "--repack", NULL)) o->no_repack = strcmp(a, "--repack") != 0;
+        else return 0;
+        *takes = false;
+    }
+    return 1;
+}
+
+/* The sampling chain and its parameters. */
+static int flag_sampling(const char *a, const char *v, run_opts *o, long *repeat_last_n) {
+    long n;
+    if (flag_is(a, "--temp", "--temperature")) {
+        if (!cli_parse_float(a, v, &o->sp.temp)) return -1;
+    } else if (flag_is(a, "--top-k", NULL)) {
+        if (!cli_parse_int(a, v, 0, 1L << 30, &n)) return -1;
+        o->sp.top_k = (int32_t)n;
+    } else if (flag_is(a, "--top-p", NULL) || flag_is(a, "--min-p", NULL)) {
+        if (!float_in(a, v, 0, 1, !strcmp(a, "--top-p") ? &o->sp.top_p : &o->sp.min_p)) return -1;
+    } else if (flag_is(a, "--repeat-penalty", NULL)) {
+        float f;
+        if (!cli_parse_float(a, v, &f)) return -1;
+        if (f <= 0) {
+            fprintf(stderr, "error: %s expects a value > 0, got '%s'\n", a, v);
+            return -1;
+        }
+        o->sp.repeat_penalty = f;
+    } else if (flag_is(a, "--repeat-last-n", NULL)) {
+        if (!cli_parse_int(a, v, -1, 1L << 24, repeat_last_n)) return -1;
+    } else if (flag_is(a, "--presence-penalty", NULL)) {
+        if (!cli_parse_float(a, v, &o->sp.presence_penalty)) return -1;
+    } else if (flag_is(a, "--frequency-penalty", NULL)) {
+        if (!cli_parse_float(a, v, &o->sp.frequency_penalty)) return -1;
+    } else if (flag_is(a, "--samplers", NULL)) {
+        if (!need_value(a, v)) return -1;
+        spex_error err = {0};
+        if (spex_sampler_parse_stages(v, &o->sp, &err) != SPEX_OK) {
+            fprintf(stderr, "error: %s: %s\n", a, err.msg);
+            return -1;
+        }
+    } else if (flag_is(a, "-s", "--seed")) {
+        if (!cli_parse_int(a, v, -1, 0xFFFFFFFEL, &n)) return -1;
+        o->sp.seed = n < 0 ? SPEX_SEED_RANDOM : (uint64_t)n;
+    } else {
+        return 0;
+    }
+    return 1;
+}
+
+/* Speculative decoding and the KV cache types. */
+static int flag_spec(const char *a, const char *v, run_opts *o, run_kv *kv) {
+    if (flag_is(a, "-md", "--model-draft") || !strcmp(a, "--spec-draft-model")) {
+        if (!need_value(a, v)) return -1;
+        o->draft = v;
+    } else if (flag_is(a, "--spec-type", NULL)) {
+        spex_spec_type t;
+        if (!need_value(a, v)) return -1;
+        if (!spex_spec_type_parse(v, &t)) {
+            fprintf(stderr, "error: %s expects auto, none, dflash, mtp, ngram, draft-simple or hybrid, got '%s'\n", a, v);
+            return -1;
+        }
+        o->spec_type = v;
+    } else if (flag_is(a, "--spec-draft-n-max", "--draft-max") || flag_is(a, "--draft", "--draft-n")) {
+        if (!cli_parse_int(a, v, 0, 1024, &o->n_draft_max)) return -1;
+    } else if (flag_is(a, "--spec-draft-n-min", "--draft-min") || !strcmp(a, "--draft-n-min")) {
+        if (!cli_parse_int(a, v, 0, 1024, &o->n_draft_min)) return -1;
+    } else if (flag_is(a, "--spec-draft-p-min", "--draft-p-min")) {
+        if (!float_in(a, v, 0, 1, &o->p_draft_min)) return -1;
+    } else if (flag_is(a, "--spec-draft-cut", "--spec-guard")) {
+        if (!parse_on_off_auto(a, v, !strcmp(a, "--spec-guard") ? &o->guard : &o->draft_cut)) return -1;
+    } else if (flag_is(a, "--spec-draft-sampling", NULL)) {
+        if (!need_value(a, v)) return -1;
+        if (strcmp(v, "probabilistic") && strcmp(v, "greedy")) {
+            fprintf(stderr, "error: %s expects probabilistic or greedy, got '%s'\n", a, v);
+            return -1;
+        }
+        o->draft_greedy = !strcmp(v, "greedy");
+    } else if (flag_is(a, "--spec-draft-override-kv", NULL)) {
+        if (!need_value(a, v)) return -1;
+        if (o->n_overrides >= RUN_MAX_OVERRIDES) {
+            fprintf(stderr, "error: at most %d %s flags\n", RUN_MAX_OVERRIDES, a);
+            return -1;
+        }
+        o->overrides[o->n_overrides++] = v;
+    } else if (flag_is(a, "-ctk", "--cache-type-k")) {
+        if (!cli_parse_kv_type(a, v, &kv->kt)) return -1;
+        kv->has_kt = true;
+    } else if (flag_is(a, "-ctv", "--cache-type-v")) {
+        if (!cli_parse_kv_type(a, v, &kv->vt)) return -1;
+        kv->has_vt = true;
+    } else if (flag_is(a, "-ctkd", "--cache-type-k-draft") || !strcmp(a, "--spec-draft-type-k")) {
+        if (!cli_parse_kv_type(a, v, &kv->dkt)) return -1;
+        kv->has_dkt = true;
+    } else if (flag_is(a, "-ctvd", "--cache-type-v-draft") || !strcmp(a, "--spec-draft-type-v")) {
+        if (!cli_parse_kv_type(a, v, &kv->dvt)) return -1;
+        kv->has_dvt = true;
+    } else {
+        return cli_ngram_flag(a, v, &o->ngram);
+    }
+    return 1;
+}
+
 /* Returns 0 when the run should go on, else the exit status (0 for --help is signalled by -1). */
 static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
-    /* -ctk / -ctv and -ctkd / -ctvd: each pair must agree (cli_kv_pair after the loop) */
-    spex_type kt = SPEX_TYPE_F16, vt = SPEX_TYPE_F16, dkt = SPEX_TYPE_F16, dvt = SPEX_TYPE_F16;
-    bool has_kt = false, has_vt = false, has_dkt = false, has_dvt = false;
+    run_kv kv = {.kt = SPEX_TYPE_F16, .vt = SPEX_TYPE_F16, .dkt = SPEX_TYPE_F16, .dvt = SPEX_TYPE_F16};
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        float f;
-        long n;
-        if (flag_is(a, "-h", "--help")) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (flag_is(a, "-h", "--help") || !strcmp(a, "--usage")) {
             usage(stdout);
             return -1;
-        } else if (flag_is(a, "-m", "--model")) {
-            if (!need_value(a, v)) return 2;
-            o->model = v, i++;
-        } else if (flag_is(a, "-p", "--prompt")) {
-            if (!need_value(a, v)) return 2;
-            o->prompt = v, i++;
-        } else if (flag_is(a, "-f", "--file")) {
-            if (!need_value(a, v)) return 2;
-            o->prompt_file = v, i++;
-        } else if (flag_is(a, "--system", "--system-prompt") || !strcmp(a, "-sys")) {
-            if (!need_value(a, v)) return 2;
-            o->system = v, i++;
-        } else if (flag_is(a, "--chat-template", NULL)) {
-            if (!need_value(a, v)) return 2;
-            o->chat_template = v, i++;
-        } else if (flag_is(a, "-n", "--n-predict")) {
-            if (!cli_parse_int(a, v, -1, 1L << 30, &o->n_predict)) return 2;
-            i++;
-        } else if (flag_is(a, "-c", "--ctx-size")) {
-            if (!cli_parse_int(a, v, 0, 1L << 24, &o->n_ctx)) return 2;
-            i++;
-        } else if (flag_is(a, "-b", "--batch-size")) {
-            if (!cli_parse_int(a, v, 1, 1L << 16, &o->n_batch)) return 2;
-            i++;
-        } else if (flag_is(a, "-t", "--threads")) {
-            if (!cli_parse_int(a, v, 0, 1024, &o->n_threads)) return 2;
-            i++;
-        } else if (flag_is(a, "--temp", "--temperature")) {
-            if (!cli_parse_float(a, v, &f)) return 2;
-            o->sp.temp = f, i++;
-        } else if (flag_is(a, "--top-k", NULL)) {
-            if (!cli_parse_int(a, v, 0, 1L << 30, &n)) return 2;
-            o->sp.top_k = (int32_t)n, i++;
-        } else if (flag_is(a, "--top-p", NULL)) {
-            if (!cli_parse_float(a, v, &f)) return 2;
-            if (f < 0 || f > 1) {
-                fprintf(stderr, "error: %s expects a value in [0, 1], got '%s'\n", a, v);
-                return 2;
-            }
-            o->sp.top_p = f, i++;
-        } else if (flag_is(a, "--min-p", NULL)) {
-            if (!cli_parse_float(a, v, &f)) return 2;
-            if (f < 0 || f > 1) {
-                fprintf(stderr, "error: %s expects a value in [0, 1], got '%s'\n", a, v);
-                return 2;
-            }
-            o->sp.min_p = f, i++;
-        } else if (flag_is(a, "--repeat-penalty", NULL)) {
-            if (!cli_parse_float(a, v, &f)) return 2;
-            if (f <= 0) {
-                fprintf(stderr, "error: %s expects a value > 0, got '%s'\n", a, v);
-                return 2;
-            }
-            o->sp.repeat_penalty = f, i++;
-        } else if (flag_is(a, "--repeat-last-n", NULL)) {
-            if (!cli_parse_int(a, v, -1, 1L << 24, repeat_last_n)) return 2;
-            i++;
-        } else if (flag_is(a, "--presence-penalty", NULL)) {
-            if (!cli_parse_float(a, v, &f)) return 2;
-            o->sp.presence_penalty = f, i++;
-        } else if (flag_is(a, "--frequency-penalty", NULL)) {
-            if (!cli_parse_float(a, v, &f)) return 2;
-            o->sp.frequency_penalty = f, i++;
-        } else if (flag_is(a, "--samplers", NULL)) {
-            if (!need_value(a, v)) return 2;
-            spex_error err = {0};
-            if (spex_sampler_parse_stages(v, &o->sp, &err) != SPEX_OK) {
-                fprintf(stderr, "error: %s: %s\n", a, err.msg);
-                return 2;
-            }
-            i++;
-        } else if (flag_is(a, "-s", "--seed")) {
-            if (!cli_parse_int(a, v, -1, 0xFFFFFFFEL, &n)) return 2;
-            o->sp.seed = n < 0 ? SPEX_SEED_RANDOM : (uint64_t)n, i++;
-        } else if (flag_is(a, "--chat", "-cnv")) {
-            o->chat = true;
-        } else if (flag_is(a, "--no-think", NULL)) {
-            o->no_think = true;
-        } else if (flag_is(a, "--no-bos", NULL)) {
-            o->no_bos = true;
-        } else if (flag_is(a, "--special", "-sp")) {
-            o->special = true;
-        } else if (flag_is(a, "-md", "--model-draft")) {
-            if (!need_value(a, v)) return 2;
-            o->draft = v, i++;
-        } else if (flag_is(a, "--spec-type", NULL)) {
-            if (!need_value(a, v)) return 2;
-            spex_spec_type t;
-            if (!spex_spec_type_parse(v, &t)) {
-                fprintf(stderr, "error: %s expects auto, none, dflash, mtp, ngram, draft-simple or hybrid, got '%s'\n", a, v);
-                return 2;
-            }
-            o->spec_type = v, i++;
-        } else if (flag_is(a, "--spec-draft-n-max", "--draft-max")) {
-            if (!cli_parse_int(a, v, 0, 1024, &o->n_draft_max)) return 2;
-            i++;
-        } else if (flag_is(a, "--spec-draft-n-min", "--draft-min")) {
-            if (!cli_parse_int(a, v, 0, 1024, &o->n_draft_min)) return 2;
-            i++;
-        } else if (flag_is(a, "--spec-draft-p-min", "--draft-p-min")) {
-            if (!cli_parse_float(a, v, &f)) return 2;
-            if (f < 0 || f > 1) {
-                fprintf(stderr, "error: %s expects a value in [0, 1], got '%s'\n", a, v);
-                return 2;
-            }
-            o->p_draft_min = f, i++;
-        } else if (flag_is(a, "--spec-draft-cut", NULL)) {
-            if (!parse_on_off_auto(a, v, &o->draft_cut)) return 2;
-            i++;
-        } else if (flag_is(a, "--spec-guard", NULL)) {
-            if (!parse_on_off_auto(a, v, &o->guard)) return 2;
-            i++;
-        } else if (flag_is(a, "--spec-draft-sampling", NULL)) {
-            if (!need_value(a, v)) return 2;
-            if (strcmp(v, "probabilistic") && strcmp(v, "greedy")) {
-                fprintf(stderr, "error: %s expects probabilistic or greedy, got '%s'\n", a, v);
-                return 2;
-            }
-            o->draft_greedy = !strcmp(v, "greedy"), i++;
-        } else if (flag_is(a, "--spec-draft-override-kv", NULL)) {
-            if (!need_value(a, v)) return 2;
-            if (o->n_overrides >= RUN_MAX_OVERRIDES) {
-                fprintf(stderr, "error: at most %d %s flags\n", RUN_MAX_OVERRIDES, a);
-                return 2;
-            }
-            o->overrides[o->n_overrides++] = v, i++;
-        } else if (flag_is(a, "-ctk", "--cache-type-k")) {
-            if (!cli_parse_kv_type(a, v, &kt)) return 2;
-            has_kt = true, i++;
-        } else if (flag_is(a, "-ctv", "--cache-type-v")) {
-            if (!cli_parse_kv_type(a, v, &vt)) return 2;
-            has_vt = true, i++;
-        } else if (flag_is(a, "-ctkd", "--cache-type-k-draft")) {
-            if (!cli_parse_kv_type(a, v, &dkt)) return 2;
-            has_dkt = true, i++;
-        } else if (flag_is(a, "-ctvd", "--cache-type-v-draft")) {
-            if (!cli_parse_kv_type(a, v, &dvt)) return 2;
-            has_dvt = true, i++;
-        } else if (flag_is(a, "-v", "--verbose")) {
-            o->verbose = true;
-        } else if (flag_is(a, "-nr", "--no-repack")) {
-            o->no_repack = true;
-        } else if ((n = cli_ngram_flag(a, v, &o->ngram)) != 0) {
-            if (n < 0) return 2;
-            i++;
-        } else {
-            bool takes = false;
-            int k = cli_llama_flag(a, v, &takes);   /* llama.cpp's, no effect here */
-            if (k < 0) return 2;
-            if (k == 0) {
-                fprintf(stderr, "error: unknown flag '%s' (see 'spex run --help')\n", a);
-                return 2;
-            }
-            if (takes) i++;
         }
+        bool takes = true;
+        int r = flag_main(a, v, o, &takes);
+        if (!r) r = flag_sampling(a, v, o, repeat_last_n);
+        if (!r) r = flag_spec(a, v, o, &kv);
+        if (!r && (r = cli_llama_flag(false, a, v, &takes)) == 0) {   /* llama.cpp's, not applied here */
+            fprintf(stderr, "error: unknown flag '%s' (see 'spex run --help')\n", a);
+            return 2;
+        }
+        if (r < 0) return 2;
+        if (takes) i++;
     }
     if (!o->model) {
         fprintf(stderr, "error: -m MODEL is required (see 'spex run --help')\n");
@@ -316,8 +322,8 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
         fprintf(stderr, "error: unknown --chat-template '%s' (none, chatml, qwen3, qwen35)\n", o->chat_template);
         return 2;
     }
-    if (!cli_kv_pair("target", has_kt, kt, has_vt, vt, &o->kv_type)) return 2;
-    if (!cli_kv_pair("draft", has_dkt, dkt, has_dvt, dvt, &o->ctk_draft)) return 2;
+    if (!cli_kv_pair("target", kv.has_kt, kv.kt, kv.has_vt, kv.vt, &o->kv_type)) return 2;
+    if (!cli_kv_pair("draft", kv.has_dkt, kv.dkt, kv.has_dvt, kv.dvt, &o->ctk_draft)) return 2;
     if (o->n_draft_max == 0 && (o->draft || run_spec_is_mtp(o) || run_spec_is_ngram(o)) &&
         !(o->spec_type && !strcmp(o->spec_type, "none"))) {
         /* llama.cpp's meaning: a draft of at most 0 tokens is no drafting */
