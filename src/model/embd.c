@@ -70,9 +70,8 @@ static void pool_rows(const spex_context *ctx, spex_pooling pooling, int32_t t0,
     }
 }
 
-spex_status spex_embed_tokens(spex_context *ctx, int32_t seq, const int32_t *tokens, int32_t n, spex_pooling pooling,
-                              spex_batch_token *scratch, float *out, spex_error *err) {
-    const spex_context_params *p = spex_context_get_params(ctx);
+/* The checks both entry points share: an embeddings context and a pooling it can do. */
+static spex_status check_embed(const spex_context_params *p, spex_pooling pooling, spex_error *err) {
     if (!p || !p->embeddings)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "embed: the context was not created with embeddings");
     if (pooling == SPEX_POOLING_RANK)
@@ -80,6 +79,14 @@ spex_status spex_embed_tokens(spex_context *ctx, int32_t seq, const int32_t *tok
                                                          "this model does not have");
     if (pooling < SPEX_POOLING_NONE || pooling > SPEX_POOLING_LAST)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "embed: pooling %d", (int)pooling);
+    return SPEX_OK;
+}
+
+spex_status spex_embed_tokens(spex_context *ctx, int32_t seq, const int32_t *tokens, int32_t n, spex_pooling pooling,
+                              spex_batch_token *scratch, float *out, spex_error *err) {
+    const spex_context_params *p = spex_context_get_params(ctx);
+    spex_status s0 = check_embed(p, pooling, err);
+    if (s0 != SPEX_OK) return s0;
     if (n < 1 || !tokens || !out || !scratch)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "embed: empty input");
     if (n > p->n_ctx_per_seq)
@@ -118,13 +125,8 @@ spex_status spex_embed_tokens(spex_context *ctx, int32_t seq, const int32_t *tok
 spex_status spex_embed_batch(spex_context *ctx, const int32_t *tokens, const int32_t *n_tokens, int32_t n_in,
                              spex_pooling pooling, spex_batch_token *scratch, float *out, spex_error *err) {
     const spex_context_params *p = spex_context_get_params(ctx);
-    if (!p || !p->embeddings)
-        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "embed: the context was not created with embeddings");
-    if (pooling == SPEX_POOLING_RANK)
-        return spex_error_set(err, SPEX_ERR_UNSUPPORTED, "embed: rank pooling needs a classification head, which "
-                                                         "this model does not have");
-    if (pooling < SPEX_POOLING_NONE || pooling > SPEX_POOLING_LAST)
-        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "embed: pooling %d", (int)pooling);
+    spex_status s0 = check_embed(p, pooling, err);
+    if (s0 != SPEX_OK) return s0;
     if (n_in < 1 || n_in > p->n_seq_max || !tokens || !n_tokens || !out || !scratch)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "embed: %d inputs for %d sequences", n_in, p->n_seq_max);
     int32_t total = 0;
