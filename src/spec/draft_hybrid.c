@@ -8,8 +8,8 @@
  * with E_l = r + r^2 + .. + r^L (r the lookup's learned per-token acceptance), E_d the mean
  * accepted length of this drafter's recent DFlash steps, T_v a step's verify (from the end of
  * the draft to the target's report) and T_d a DFlash forward, both decayed means of this
- * drafter's own single-sequence steps. Lookup and DFlash verify about as many rows, so T_v is
- * one price for both. Where the clock may not steer (spec_draft_req.timed false), before both
+ * drafter's own single-sequence steps. A timed lookup drafts no more than a DFlash draft
+ * holds, so both verify about as many rows and T_v is one price for both. Where the clock may not steer (spec_draft_req.timed false), before both
  * times are measured, and in steps of several sequences (whose forward the others share) the
  * rule weighs tokens alone: E_l > E_d. Where the lookup is not taken, DFlash drafts, unless
  * (timed) its (E_d + 1) / (T_v + T_d) falls below a plain step's 1 / T_v: then the step drafts
@@ -118,7 +118,11 @@ static spex_status hy_draft(spec_drafter *d, const spec_draft_req *reqs, int32_t
     const bool timed = n == 1 && reqs[0].timed;
     for (int32_t i = 0; i < n; i++) {
         spex_draft *o = &out[i];
-        spec_lookup_draft(&reqs[i], &h->ng, o);   /* writes the anchor into hist */
+        spec_draft_req lr = reqs[i];
+        /* timed: no longer than a DFlash draft, so both verify as many rows and T_v prices both
+         * (a compute-bound verify of 17 rows costs ~3x one of 6) */
+        if (timed && lr.n_max > h->inner->n_max_limit) lr.n_max = h->inner->n_max_limit;
+        spec_lookup_draft(&lr, &h->ng, o);   /* writes the anchor into hist */
         judge_lookup(h, &reqs[i]);
         const int32_t sq = reqs[i].seq;
         h->lk_n[sq] = o->n;
