@@ -1,0 +1,546 @@
+/*
+ * test_jinja.c — the Jinja engine (src/tok/jinja*.c) against Python's jinja2.
+ *
+ * Every expected text here came from jinja2 3.1 in the environment transformers builds for
+ * chat templates (ImmutableSandboxedEnvironment, trim_blocks and lstrip_blocks on,
+ * loopcontrols, tojson = json.dumps(ensure_ascii=False), raise_exception):
+ *  - the unit table below: short templates, their expected output pasted from jinja2;
+ *  - error cases: jinja2 raises for each; spex must return a clean status and a one-line
+ *    message with the line and column;
+ *  - limits: hostile templates end with SPEX_ERR_RANGE, not a crash or a hang;
+ *  - fixtures: tests/data/jinja/{cases,expected}.json, written by tools/ref/jinja_fixtures.py,
+ *    renders of the tests/data/jinja templates and of the real Qwen3 template over a dozen message
+ *    sets, through spex_jinja_render (the JSON context) and spex_chat_apply_jinja (the
+ *    message structs); the Qwen3 renders also equal the built-in renderer's (spex_chat_apply).
+ *    The Qwen3 template is read from ../shared (SKIP when absent), never stored here.
+ */
+#include "spex.h"
+#include "test.h"
+#include "tok/api.h"
+
+#include <cjson/cJSON.h>
+#include <stdint.h>
+
+/* Renders src with a JSON context (NULL: {}); *out malloc'd or NULL with the status. */
+static spex_status render(const char *src, const char *ctx, char **out, spex_error *e) {
+    spex_jinja *t = NULL;
+    *out = NULL;
+    spex_status st = spex_jinja_parse(src, strlen(src), &t, e);
+    if (st != SPEX_OK) return st;
+    size_t n = 0;
+    st = spex_jinja_render(t, ctx, ctx ? strlen(ctx) : 0, out, &n, e);
+    if (st == SPEX_OK && n != strlen(*out)) st = SPEX_ERR_INTERNAL;
+    spex_jinja_free(t);
+    return st;
+}
+
+/* ---- expressions, statements, filters, whitespace ---------------------------------------- */
+
+static const struct {
+    const char *tmpl, *ctx, *want;
+} units[] = {
+    {"{% set x = 'a' %}{% for i in [1,2] %}{% set x = x ~ i %}{{ x }}{% endfor %}|{{ x }}",
+     NULL,
+     "a1a2|a"},
+    {"{% for i in [1,2] %}{% if i == 2 %}{{ y }}{% endif %}{% set y = i %}{% endfor %}",
+     NULL,
+     ""},
+    {"{{ foo is defined }}{{ foo|length }}{{ foo ~ 'x' }}{{ 'x' in foo }}",
+     NULL,
+     "False0xFalse"},
+    {"{{ [1, 'a', none, true, 1.5, {'k': 'v'}] }}",
+     NULL,
+     "[1, 'a', None, True, 1.5, {'k': 'v'}]"},
+    {"{{ {'a': 1}.items()|list }}{{ (1,2) }}{{ (1,) }}",
+     NULL,
+     "[('a', 1)](1, 2)(1,)"},
+    {"{{ none }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ -7 % 3 }}|{{ 7 / 2 }}|{{ 4 / 2 }}|{{ 2 ** 10 }}|{{ 1e3 }}|{{ 0.1 + 0.2 }}",
+     NULL,
+     "None|3|-4|2|3.5|2.0|1024|1000.0|0.30000000000000004"},
+    {"{{ 'abc'[::-1] }}{{ [1,2,3][1:] }}{{ 'x' * 3 }}{{ 'h\303\251llo'[1:3] }}{{ [1,2,3,4,5][::2] }}{{ [1,2,3][-2:] }}{{ 'abc'[-1] }}",
+     NULL,
+     "cba[2, 3]xxx\303\251l[1, 3, 5][2, 3]c"},
+    {"{{ x.y }}",
+     "{\"x\": {}}",
+     ""},
+    {"{{ x['y'] is defined }}",
+     "{\"x\": {}}",
+     "False"},
+    {"{{ 'a\\nb\\x41\\u00e9\\d' }}",
+     NULL,
+     "a\nbA\303\251\\d"},
+    {"  {% if true %}\n  x\n  {% endif %}\n  y  {#c#}\nz",
+     NULL,
+     "  x\n  y  z"},
+    {"a {{- ' b ' -}} c\n{%- if 1 %} d {% endif -%}\n e",
+     NULL,
+     "a b c d e"},
+    {"{{ 1 if false }}|{{ (1 if false) is defined }}",
+     NULL,
+     "|False"},
+    {"{{ true + 1 }}{{ 1 == 1.0 }}{{ true == 1 }}",
+     NULL,
+     "2TrueTrue"},
+    {"{{ [3,1]|tojson(indent=2) }}{{ {'a':[1,{}],'b':[]}|tojson(indent=2) }}",
+     NULL,
+     "[\n  3,\n  1\n]{\n  \"a\": [\n    1,\n    {}\n  ],\n  \"b\": []\n}"},
+    {"{{ '\303\251\"\\n'|tojson }}{{ 1.0|tojson }}{{ 1e20|tojson }}{{ 1e16 }}{{ 1e-5 }}{{ 123456789.123 }}{{ 0.0001 }}",
+     NULL,
+     "\"\303\251\\\"\\n\"1.01e+201e+161e-05123456789.1230.0001"},
+    {"{% for k, v in {'a':1,'b':2}.items() %}{{k}}={{v}};{% endfor %}",
+     NULL,
+     "a=1;b=2;"},
+    {"{% for x in [1,2,3,4] if x % 2 == 0 %}{{ loop.index }}/{{ loop.length }}{{ loop.last }} {% else %}none{% endfor %}",
+     NULL,
+     "1/2False 2/2True "},
+    {"{% for x in [] %}{% else %}empty{% endfor %}",
+     NULL,
+     "empty"},
+    {"{% for x in [1,2] %}{{ loop.previtem }}|{{ loop.nextitem }};{% endfor %}",
+     NULL,
+     "|2;1|;"},
+    {"{% macro m(a, b='d') %}[{{a}}{{b}}]{% endmacro %}{{ m(1) }}{{ m(1, b=2) }}",
+     NULL,
+     "[1d][12]"},
+    {"{% set ns = namespace(a=1, b='x') %}{% for i in range(3) %}{% set ns.a = ns.a + i %}{% endfor %}{{ ns.a }}{{ ns.b }}",
+     NULL,
+     "4x"},
+    {"{{ '  hi  '|trim }}|{{ 'Hello'|lower }}{{ 'hello world'|upper }}{{ 'hello world'|capitalize }}{{ 'hello world'|title }}",
+     NULL,
+     "hi|helloHELLO WORLDHello worldHello World"},
+    {"{{ [1,2,3]|first }}{{ [1,2,3]|last }}{{ 'abc'|first }}{{ [1,2,3]|join(',') }}{{ [1,2]|join }}{{ undefined_x|default('d') }}{{ ''|default('e', true) }}{{ none|default('n') }}",
+     NULL,
+     "13a1,2,312deNone"},
+    {"{{ users|map(attribute='name')|join(', ') }}|{{ users|selectattr('admin')|map(attribute='name')|list }}|{{ users|rejectattr('admin')|list|length }}",
+     "{\"users\": [{\"name\": \"a\", \"admin\": true}, {\"name\": \"b\", \"admin\": false}, {\"name\": \"c\"}]}",
+     "a, b, c|['a']|2"},
+    {"{{ 'a-b-c'.split('-') }}{{ ' a  b '.split() }}{{ 'a-b-c'.split('-', 1) }}{{ 'xxhixx'.strip('x') }}{{ '\\n\\nhi\\n'.lstrip('\\n') }}{{ 'hi\\n\\n'.rstrip() }}",
+     NULL,
+     "['a', 'b', 'c']['a', 'b']['a', 'b-c']hihi\nhi"},
+    {"{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith('bc') }}{{ 'abc'.startswith(('x','a')) }}{{ 'abcabc'.find('c') }}{{ 'abc'.find('z') }}{{ 'a,b'.replace(',', ';') }}{{ 'abc'.upper() }}",
+     NULL,
+     "TrueTrueTrue2-1a;bABC"},
+    {"{{ d.get('a') }}{{ d.get('z') }}{{ d.get('z', 5) }}{{ d.keys()|list }}{{ d.values()|list }}{{ d|items|list }}",
+     "{\"d\": {\"a\": 1, \"b\": \"x\"}}",
+     "1None5['a', 'b'][1, 'x'][('a', 1), ('b', 'x')]"},
+    {"{{ 42|string }}{{ '42'|int + 1 }}{{ 'x'|int }}{{ 3.7|int }}{{ [1,2]|list }}{{ 'ab'|list }}{{ 'a b'|replace(' ', '_') }}{{ 'x'|safe }}",
+     NULL,
+     "424303[1, 2]['a', 'b']a_bx"},
+    {"{{ x is none }}{{ x is string }}{{ x is mapping }}{{ x is iterable }}{{ x is sequence }}{{ x is number }}{{ x is boolean }}{{ x is true }}{{ x is false }}{{ x is undefined }}",
+     "{\"x\": null}",
+     "TrueFalseFalseFalseFalseFalseFalseFalseFalseFalse"},
+    {"{{ x is none }}{{ x is string }}{{ x is mapping }}{{ x is iterable }}{{ x is sequence }}{{ x is number }}{{ x is boolean }}{{ x is true }}{{ x is false }}{{ x is integer }}",
+     "{\"x\": true}",
+     "FalseFalseFalseFalseFalseTrueTrueTrueFalseFalse"},
+    {"{{ x is mapping }}{{ x is iterable }}{{ x is sequence }}{{ y is string }}{{ y is sequence }}{{ z is number }}{{ z is float }}{{ 3 is odd }}{{ 4 is even }}{{ 9 is divisibleby 3 }}{{ 9 is divisibleby(2) }}",
+     "{\"x\": {}, \"y\": \"s\", \"z\": 1.5}",
+     "TrueTrueTrueTrueTrueTrueTrueTrueTrueTrueFalse"},
+    {"{{ 1 < 2 < 3 }}{{ 3 > 2 > 2 }}{{ 'a' in 'abc' }}{{ 'z' not in 'abc' }}{{ 2 in [1,2] }}{{ 'k' in {'k': 1} }}{{ not true }}{{ true and 'x' }}{{ false or 'y' }}{{ none or 0 }}",
+     NULL,
+     "TrueFalseTrueTrueTrueTrueFalsexy0"},
+    {"{%- for m in messages -%}\n{{ m.role }}: {{ m.content }}\n{% endfor -%}",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}",
+     "user: hi\nassistant: yo\n"},
+    {"{% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}",
+     NULL,
+     "0134"},
+    {"{% set a, b = 1, 2 %}{{ a }}{{ b }}{% set c = [1, 2] %}{{ c }}",
+     NULL,
+     "12[1, 2]"},
+    {"{% set s %}inner {{ 1 + 1 }}{% endset %}[{{ s }}]",
+     NULL,
+     "[inner 2]"},
+    {"{% raw %}{{ not parsed }}{% endraw %}",
+     NULL,
+     "{{ not parsed }}"},
+    {"{{ \"it's\" }}{{ [\"it's\", 'say \"x\"', 'both \\' \"'] }}",
+     NULL,
+     "it's[\"it's\", 'say \"x\"', 'both \\' \"']"},
+    {"{{ 'x' ~ 1 ~ none ~ true }}{{ 10 - 3 * 2 }}{{ (10 - 3) * 2 }}{{ -2 ** 2 }}{{ 2 * -1 }}",
+     NULL,
+     "x1NoneTrue4144-2"},
+    {"{{ [1,2] + [3] }}{{ 'ab' * 2 }}{{ [0] * 3 }}",
+     NULL,
+     "[1, 2, 3]abab[0, 0, 0]"},
+    {"{% if x %}a{% elif y %}b{% else %}c{% endif %}{% if not x and y %}d{% endif %}",
+     "{\"y\": 1}",
+     "bd"},
+    {"{{ messages[0].content }}{{ messages[-1]['role'] }}{{ messages|length }}",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}",
+     "hiassistant2"},
+    {"{% macro render(m) -%}\n<{{ m.role }}>{{ m.content | trim }}</{{ m.role }}>\n{%- endmacro %}\n{% for m in messages %}{{ render(m) }}\n{% endfor %}",
+     "{\"messages\": [{\"role\": \"user\", \"content\": \" hi \"}, {\"role\": \"assistant\", \"content\": \"yo\"}]}",
+     "<user>hi</user>\n<assistant>yo</assistant>\n"},
+    {"line1\n    {%- if true %}\n        x\n    {%+ endif %}\nend",
+     NULL,
+     "line1        x\n    end"},
+    {"{{ 'a' }}\n{% if true %}\n  {{ 'b' }}\n{% endif %}\n\n{# comment #}\n    {# indented comment #}\nc\n\n",
+     NULL,
+     "a\n  b\n\nc\n"},
+};
+
+TEST(unit_table_matches_jinja2) {
+    int bad = 0;
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        char *out;
+        spex_error e = {0};
+        spex_status st = render(units[i].tmpl, units[i].ctx, &out, &e);
+        if (st != SPEX_OK) {
+            printf("  case %zu [%s]: %s: %s\n", i, units[i].tmpl, spex_status_str(st), e.msg);
+            bad++;
+        } else if (strcmp(out, units[i].want) != 0) {
+            printf("  case %zu [%s]\n    got  [%s]\n    want [%s]\n", i, units[i].tmpl, out, units[i].want);
+            bad++;
+        }
+        free(out);
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* ---- errors -------------------------------------------------------------------------------- */
+
+static const struct {
+    const char *tmpl, *ctx;
+    spex_status st;
+    const char *msg;   /* a substring of the message */
+} errors[] = {
+    {"{{ foo.bar }}", NULL, SPEX_ERR_INVALID_ARG, "line 1 col 8: 'foo' is undefined"},
+    {"{{ foo + 'x' }}", NULL, SPEX_ERR_INVALID_ARG, "'foo' is undefined"},
+    {"{{ x.y.z }}", "{\"x\": {}}", SPEX_ERR_INVALID_ARG, "'y' is undefined"},
+    {"{{ 'a' < 1 }}", NULL, SPEX_ERR_INVALID_ARG, "not supported between instances of 'str' and 'int'"},
+    {"ok\n  {{ raise_exception('boom') }}", NULL, SPEX_ERR_INVALID_ARG, "line 2 col 6: raise_exception: boom"},
+    {"{{ 1 + }}", NULL, SPEX_ERR_FORMAT, "line 1 col 8: unexpected '}}'"},
+    {"{% if %}x{% endif %}", NULL, SPEX_ERR_FORMAT, "line 1 col 7"},
+    {"{% for x in y %}", NULL, SPEX_ERR_FORMAT, "missing {% endfor %}"},
+    {"{% if x %}", NULL, SPEX_ERR_FORMAT, "missing {% endif %}"},
+    {"{% endfor %}", NULL, SPEX_ERR_FORMAT, "unknown or unsupported tag 'endfor'"},
+    {"{% include 'x' %}", NULL, SPEX_ERR_FORMAT, "unknown or unsupported tag 'include'"},
+    {"{{ x | nosuchfilter }}", NULL, SPEX_ERR_FORMAT, "no filter named 'nosuchfilter'"},
+    {"{{ x is nosuchtest }}", NULL, SPEX_ERR_FORMAT, "no test named 'nosuchtest'"},
+    {"{{ 1 / 0 }}", NULL, SPEX_ERR_INVALID_ARG, "division by zero"},
+    {"{{ 5 % 0 }}", NULL, SPEX_ERR_INVALID_ARG, "division by zero"},
+    {"{{ 'abc }}", NULL, SPEX_ERR_FORMAT, "unterminated string"},
+    {"{{ x ", NULL, SPEX_ERR_FORMAT, "missing '}}'"},
+    {"{# never closed", NULL, SPEX_ERR_FORMAT, "missing end of comment tag"},
+    {"{{ (1 }}", NULL, SPEX_ERR_FORMAT, "line 1 col"},
+    {"{{ [1, 2][0:1:0] }}", NULL, SPEX_ERR_INVALID_ARG, "slice step cannot be zero"},
+    {"{{ none.x.y }}", NULL, SPEX_ERR_INVALID_ARG, "'x' is undefined"},
+    {"{{ 1 in 2 }}", NULL, SPEX_ERR_INVALID_ARG, "argument of type 'int' is not iterable"},
+    {"{% for x in 3 %}{% endfor %}", NULL, SPEX_ERR_INVALID_ARG, "'int' object is not iterable"},
+    {"{{ {1: 2} }}", NULL, SPEX_ERR_UNSUPPORTED, "dict keys other than strings"},
+    {"{{ x.append(1) }}", "{\"x\": []}", SPEX_ERR_INVALID_ARG, "not allowed in a sandboxed template"},
+    {"{{ 3() }}", NULL, SPEX_ERR_INVALID_ARG, "'int' object is not callable"},
+    {"{% macro m(a) %}{% endmacro %}{{ m(1, 2) }}", NULL, SPEX_ERR_INVALID_ARG, "takes not more than 1"},
+    {"{% set x = 1 %}{% set x.y = 2 %}", NULL, SPEX_ERR_INVALID_ARG, "non-namespace object"},
+    {"{{ 9223372036854775807 + 1 }}", NULL, SPEX_ERR_RANGE, "integer overflow"},
+    {"{{ {'a': 1} | tojson(indent='x') }}", NULL, SPEX_ERR_UNSUPPORTED, "indent"},
+    {"{{ x | tojson }}", NULL, SPEX_ERR_INVALID_ARG, "Undefined is not JSON serializable"},
+    {"{% for x in y recursive %}{% endfor %}", NULL, SPEX_ERR_FORMAT, "recursive loops are not supported"},
+};
+
+TEST(errors_are_clean_statuses_with_positions) {
+    int bad = 0;
+    for (size_t i = 0; i < sizeof errors / sizeof errors[0]; i++) {
+        char *out;
+        spex_error e = {0};
+        spex_status st = render(errors[i].tmpl, errors[i].ctx, &out, &e);
+        if (st != errors[i].st || !strstr(e.msg, errors[i].msg) || out != NULL || strchr(e.msg, '\n') ||
+            strncmp(e.msg, "jinja: ", 7) != 0) {
+            printf("  [%s] -> %s: %s (want %s: ...%s...)\n", errors[i].tmpl, spex_status_str(st), e.msg,
+                   spex_status_str(errors[i].st), errors[i].msg);
+            bad++;
+        }
+        free(out);
+    }
+    CHECK_EQ_INT(bad, 0);
+}
+
+TEST(bad_context_json) {
+    spex_jinja *t;
+    CHECK_OK(spex_jinja_parse("{{ x }}", 7, &t, NULL));
+    char *out = (char *)1;
+    size_t n;
+    spex_error e = {0};
+    CHECK_EQ_INT(spex_jinja_render(t, "[1, 2]", 6, &out, &n, &e), SPEX_ERR_INVALID_ARG);
+    CHECK(out == NULL && strstr(e.msg, "not a JSON object"));
+    CHECK_EQ_INT(spex_jinja_render(t, "{\"x\": ", 6, &out, &n, &e), SPEX_ERR_INVALID_ARG);
+    CHECK(strstr(e.msg, "context"));
+    const char *ctx = "{\"x\": \"\\u00e9\\ud83d\\ude00\"}";
+    CHECK_OK(spex_jinja_render(t, ctx, strlen(ctx), &out, &n, &e));
+    CHECK(strcmp(out, "\xc3\xa9\xf0\x9f\x98\x80") == 0);
+    free(out);
+    spex_jinja_free(t);
+}
+
+/* ---- limits -------------------------------------------------------------------------------- */
+
+/* Each hostile template must stop at a documented limit, never crash, hang or eat memory
+ * without bound: nesting past the parser's depth is a syntax error (SPEX_ERR_FORMAT), the
+ * rest fail while rendering with SPEX_ERR_RANGE. */
+TEST(limits_stop_hostile_templates) {
+    static char deep[8192];
+    size_t k = 0;
+    k += (size_t)snprintf(deep + k, sizeof deep - k, "{{ ");
+    for (int i = 0; i < 1000; i++) deep[k++] = '(';
+    deep[k++] = '1';
+    for (int i = 0; i < 1000; i++) deep[k++] = ')';
+    snprintf(deep + k, sizeof deep - k, " }}");
+    static char nested_ifs[16384];
+    k = 0;
+    for (int i = 0; i < 600; i++) k += (size_t)snprintf(nested_ifs + k, sizeof nested_ifs - k, "{%% if 1 %%}");
+    for (int i = 0; i < 600; i++) k += (size_t)snprintf(nested_ifs + k, sizeof nested_ifs - k, "{%% endif %%}");
+    const char *hostile[] = {
+        deep,
+        nested_ifs,
+        "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+        "{% set ns = namespace(s='xx') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "{% macro f(n) %}{{ f(n) }}{{ f(n) }}{% endmacro %}{{ f(0) }}",
+        "{{ 'x' * 100000000 }}",
+        "{{ range(100000000) | length }}",
+        "{{ [1] * 100000000 }}",
+        "{% for i in range(3000000) %}{% endfor %}x",
+    };
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        char *out;
+        spex_error e = {0};
+        spex_status st = render(hostile[i], NULL, &out, &e);
+        spex_status want = i < 2 ? SPEX_ERR_FORMAT : SPEX_ERR_RANGE;
+        CHECK_MSG(st == want && out == NULL && (i >= 2 || strstr(e.msg, "deep")), "hostile %zu -> %s: %s", i,
+                  spex_status_str(st), e.msg);
+    }
+}
+
+/* ---- fixtures ------------------------------------------------------------------------------ */
+
+static cJSON *load_json(const char *path) {
+    size_t n;
+    char *s = test_slurp(path, &n);
+    if (!s) return NULL;
+    cJSON *j = cJSON_ParseWithLength(s, n);
+    free(s);
+    return j;
+}
+
+/* The Qwen3 template from shared data, or NULL. */
+static char *qwen3_template(void) {
+    const char *p = test_shared_path("data/qwen3-tokenizer/tokenizer_config.json");
+    cJSON *cfg = p ? load_json(p) : NULL;
+    cJSON *t = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    char *s = cJSON_IsString(t) ? strdup(t->valuestring) : NULL;
+    cJSON_Delete(cfg);
+    return s;
+}
+
+static char *template_source(const char *name) {
+    if (strcmp(name, "qwen3") == 0) return qwen3_template();
+    char path[256];
+    snprintf(path, sizeof path, "tests/data/jinja/%s.jinja", name);
+    size_t n;
+    return test_slurp(path, &n);
+}
+
+/* A case's messages as spex_chat_msg, tool-call arguments printed back to JSON text. Strings
+ * point into ctx (or into *keep, freed by the caller). false when a message has a field the
+ * structs cannot carry. */
+typedef struct chat_case {
+    spex_chat_msg msgs[16];
+    spex_chat_tool_call calls[16][4];
+    char *keep[64];
+    size_t n_msgs, n_keep;
+    const char *tools[8];
+    char *tool_text[8];
+    size_t n_tools;
+} chat_case;
+
+static void chat_case_free(chat_case *cc) {
+    for (size_t i = 0; i < cc->n_keep; i++) free(cc->keep[i]);
+    for (size_t i = 0; i < cc->n_tools; i++) free(cc->tool_text[i]);
+}
+
+static bool chat_case_of(const cJSON *ctx, chat_case *cc) {
+    memset(cc, 0, sizeof *cc);
+    const cJSON *m;
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(ctx, "messages")) {
+        if (cc->n_msgs == 16) return false;
+        spex_chat_msg *o = &cc->msgs[cc->n_msgs];
+        const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
+        if (!cJSON_IsString(role) || !spex_chat_role_from_name(role->valuestring, &o->role)) return false;
+        o->content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "content"));
+        o->reasoning_content = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "reasoning_content"));
+        const cJSON *tc;
+        cJSON_ArrayForEach(tc, cJSON_GetObjectItemCaseSensitive(m, "tool_calls")) {
+            if (o->n_tool_calls == 4 || cc->n_keep == 64) return false;
+            const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
+            spex_chat_tool_call *call = &cc->calls[cc->n_msgs][o->n_tool_calls++];
+            call->name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(fn, "name"));
+            call->arguments = cc->keep[cc->n_keep++] = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(fn, "arguments"));
+        }
+        if (o->n_tool_calls) o->tool_calls = cc->calls[cc->n_msgs];
+        cc->n_msgs++;
+    }
+    cJSON_ArrayForEach(m, cJSON_GetObjectItemCaseSensitive(ctx, "tools")) {
+        if (cc->n_tools == 8) return false;
+        cc->tools[cc->n_tools] = cc->tool_text[cc->n_tools] = cJSON_PrintUnformatted(m);
+        cc->n_tools++;
+    }
+    return true;
+}
+
+/* Renders every case of one template both ways and compares with jinja2's text; counts the
+ * mismatches (printing each). */
+static int check_template(const char *name, const cJSON *cases, const cJSON *expected) {
+    char *src = template_source(name);
+    spex_jinja *t = NULL;
+    spex_error e = {0};
+    if (!src || spex_jinja_parse(src, strlen(src), &t, &e) != SPEX_OK) {
+        printf("  %s: cannot load or parse: %s\n", name, e.msg);
+        free(src);
+        return 1;
+    }
+    free(src);
+    int bad = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cases) {
+        const char *cname = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "name"));
+        const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(c, "ctx");
+        const cJSON *want = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(expected, name), cname);
+        const char *want_out = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(want, "out"));
+        const char *want_err = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(want, "error"));
+        char *json = cJSON_PrintUnformatted(ctx), *out = NULL;
+        size_t n = 0;
+        spex_status st = spex_jinja_render(t, json, strlen(json), &out, &n, &e);
+        free(json);
+        for (int way = 0; way < 2; way++) {
+            if (want_out && (st != SPEX_OK || strcmp(out, want_out) != 0)) {
+                printf("  %s/%s (%s): %s\n    got  [%s]\n    want [%s]\n", name, cname, way ? "chat structs" : "json",
+                       st == SPEX_OK ? "differs" : e.msg, out ? out : "", want_out);
+                bad++;
+            }
+            if (want_err && (st != SPEX_ERR_INVALID_ARG || !strstr(e.msg, want_err))) {
+                printf("  %s/%s: want the error [%s], got %s [%s]\n", name, cname, want_err, spex_status_str(st), e.msg);
+                bad++;
+            }
+            free(out);
+            out = NULL;
+            if (way == 1) break;
+            chat_case cc;
+            if (!chat_case_of(ctx, &cc)) {
+                printf("  %s/%s: case not expressible as spex_chat_msg\n", name, cname);
+                chat_case_free(&cc);
+                bad++;
+                break;
+            }
+            spex_jinja_chat o = {
+                .add_generation_prompt = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ctx, "add_generation_prompt")),
+                .enable_thinking = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ctx, "enable_thinking")),
+                .bos_token = "<s>", .eos_token = "</s>",
+            };
+            st = spex_chat_apply_jinja(t, cc.msgs, cc.n_msgs, cc.tools, cc.n_tools, &o, &out, &n, &e);
+            chat_case_free(&cc);
+        }
+    }
+    spex_jinja_free(t);
+    return bad;
+}
+
+TEST(fixtures_match_jinja2) {
+    cJSON *cases = load_json("tests/data/jinja/cases.json"), *expected = load_json("tests/data/jinja/expected.json");
+    CHECK(cases && expected);
+    int bad = 0, n = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, expected) {
+        if (strcmp(t->string, "qwen3") == 0) continue;
+        bad += check_template(t->string, cases, expected);
+        n++;
+    }
+    cJSON_Delete(cases);
+    cJSON_Delete(expected);
+    CHECK_EQ_INT(n, 4);
+    CHECK_EQ_INT(bad, 0);
+}
+
+TEST(fixtures_qwen3_real_template) {
+    char *src = qwen3_template();
+    if (!src) SKIP("../shared/data/qwen3-tokenizer/tokenizer_config.json not found");
+    free(src);
+    cJSON *cases = load_json("tests/data/jinja/cases.json"), *expected = load_json("tests/data/jinja/expected.json");
+    CHECK(cases && expected);
+    int bad = check_template("qwen3", cases, expected);
+    cJSON_Delete(cases);
+    cJSON_Delete(expected);
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* The built-in Qwen3 renderer (src/tok/chat.c) and the Jinja engine on the real template give
+ * the same text for every fixture case (all are within what the built-in supports). */
+TEST(qwen3_jinja_equals_builtin) {
+    char *src = qwen3_template();
+    if (!src) SKIP("../shared/data/qwen3-tokenizer/tokenizer_config.json not found");
+    spex_jinja *t;
+    spex_error e = {0};
+    spex_status pst = spex_jinja_parse(src, strlen(src), &t, &e);
+    free(src);
+    CHECK_MSG(pst == SPEX_OK, "%s", e.msg);
+    cJSON *cases = load_json("tests/data/jinja/cases.json");
+    CHECK(cases);
+    int bad = 0, n = 0;
+    const cJSON *c;
+    static char buf[1 << 16];
+    cJSON_ArrayForEach(c, cases) {
+        const cJSON *ctx = cJSON_GetObjectItemCaseSensitive(c, "ctx");
+        chat_case cc;
+        if (!chat_case_of(ctx, &cc)) {
+            chat_case_free(&cc);
+            bad++;
+            continue;
+        }
+        bool gen = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ctx, "add_generation_prompt"));
+        bool think = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(ctx, "enable_thinking"));
+        spex_jinja_chat o = {.add_generation_prompt = gen, .enable_thinking = think};
+        char *out = NULL;
+        size_t len = 0, blen = 0;
+        spex_status a = spex_chat_apply_jinja(t, cc.msgs, cc.n_msgs, cc.tools, cc.n_tools, &o, &out, &len, &e);
+        spex_status b = spex_chat_apply_tools(SPEX_CHAT_CHATML_QWEN3, cc.msgs, cc.n_msgs, cc.tools, cc.n_tools, gen, think,
+                                              buf, sizeof buf, &blen, &e);
+        if (a != SPEX_OK || b != SPEX_OK || len != blen || memcmp(out, buf, len) != 0) {
+            printf("  %s: jinja %s / built-in %s\n    jinja    [%s]\n    built-in [%s]\n",
+                   cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(c, "name")), spex_status_str(a),
+                   spex_status_str(b), out ? out : "", buf);
+            bad++;
+        }
+        n++;
+        free(out);
+        chat_case_free(&cc);
+    }
+    cJSON_Delete(cases);
+    spex_jinja_free(t);
+    CHECK(n >= 12);
+    CHECK_EQ_INT(bad, 0);
+}
+
+/* One parsed template rendered twice gives the same bytes (renders leave the template as
+ * it was), and the chat defaults (NULL opts) are add_generation_prompt and thinking on. */
+TEST(template_is_reusable_and_defaults) {
+    const char *src = "{% set ns = namespace(k=0) %}{% for m in messages %}{% set ns.k = ns.k + 1 %}{% endfor %}"
+                      "{{ ns.k }}{{ add_generation_prompt }}{{ enable_thinking }}{{ tools }}[{{ bos_token }}]";
+    spex_jinja *t;
+    CHECK_OK(spex_jinja_parse(src, strlen(src), &t, NULL));
+    spex_chat_msg m[] = {{.role = SPEX_CHAT_USER, .content = "a"}, {.role = SPEX_CHAT_ASSISTANT, .content = NULL}};
+    for (int i = 0; i < 2; i++) {
+        char *out;
+        size_t n;
+        CHECK_OK(spex_chat_apply_jinja(t, m, 2, NULL, 0, NULL, &out, &n, NULL));
+        CHECK_MSG(strcmp(out, "2TrueTrueNone[]") == 0, "got [%s]", out);
+        free(out);
+    }
+    spex_jinja_chat o = {.bos_token = "<s>", .extra_json = "{\"enable_thinking\": \"x\", \"bos_token\": \"B\"}"};
+    char *out;
+    size_t n;
+    CHECK_OK(spex_chat_apply_jinja(t, m, 1, NULL, 0, &o, &out, &n, NULL));
+    CHECK_MSG(strcmp(out, "1FalsexNone[B]") == 0, "got [%s]", out);
+    free(out);
+    spex_jinja_free(t);
+}
+
+TEST_MAIN()
