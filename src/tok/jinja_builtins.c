@@ -19,27 +19,6 @@
 
 #define NAME_IS(lit) (name_n == sizeof(lit) - 1 && memcmp(name, lit, sizeof(lit) - 1) == 0)
 
-static const char *const g_filters[] = {
-    "default", "d", "length", "count", "tojson", "first", "last", "join", "items", "list", "reverse", "map",
-    "select", "reject", "selectattr", "rejectattr", "sort", "int", "float", "abs", "trim", "lower", "upper",
-    "capitalize", "title", "replace", "string", "safe", NULL,
-};
-
-static const char *const g_tests[] = {
-    "defined", "undefined", "none", "string", "mapping", "iterable", "sequence", "number", "integer", "float",
-    "boolean", "true", "false", "callable", "odd", "even", "divisibleby", "lower", "upper", "eq", "equalto", "==",
-    "ne", "!=", "sameas", "in", "lt", "le", "gt", "ge", "lessthan", "greaterthan", NULL,
-};
-
-static bool in_list(const char *const *list, const char *name, size_t n) {
-    for (size_t i = 0; list[i]; i++)
-        if (strlen(list[i]) == n && !memcmp(list[i], name, n)) return true;
-    return false;
-}
-
-bool jinja_known_filter(const char *name, size_t n) { return in_list(g_filters, name, n); }
-bool jinja_known_test(const char *name, size_t n) { return in_list(g_tests, name, n); }
-
 /* The i-th positional argument or the keyword kw, else dflt. */
 static jv arg(const jargs *a, size_t i, const char *kw, jv dflt) {
     if (i < a->n_pos) return a->pos[i];
@@ -477,6 +456,7 @@ static bool map_filter(jctx *c, const jnode *at, jv x, const jargs *a, jframe *f
 }
 
 static bool to_number(jctx *c, const jnode *at, jv x, bool want_int, jv dflt, jv *out) {
+    if (x.t == JV_UNDEF) return jx_fail(c, at, SPEX_ERR_INVALID_ARG, "'%s' is undefined", x.why ? x.why : "value");
     if (x.t == JV_INT || x.t == JV_BOOL) return *out = want_int ? jv_int(x.t == JV_INT ? x.u.i : x.u.b) : jv_float(jv_num(x)), true;
     if (x.t == JV_FLOAT) {
         if (!want_int) return *out = x, true;
@@ -604,7 +584,7 @@ bool jinja_filter(jctx *c, const jnode *at, const char *name, size_t name_n, jv 
         if (!jinja_iter(c, at, x, &items)) return false;
         jlist *l = jl_new(c->a, items->n);
         if (!l) return oom(c, at);
-        memcpy(l->v, items->v, items->n * sizeof *l->v);
+        if (items->n) memcpy(l->v, items->v, items->n * sizeof *l->v);
         l->n = items->n;
         *out = list_val(l);
         return true;
@@ -639,8 +619,6 @@ bool jinja_filter(jctx *c, const jnode *at, const char *name, size_t name_n, jv 
         if (i == INT64_MIN) return jx_fail(c, at, SPEX_ERR_RANGE, "integer overflow in abs");
         return *out = jv_int(i < 0 ? -i : i), true;
     }
-    if (x.t == JV_UNDEF && x.why && !NAME_IS("string") && !NAME_IS("trim") && !NAME_IS("safe"))
-        return jx_fail(c, at, SPEX_ERR_INVALID_ARG, "'%s' is undefined", x.why);
     bool found = true;
     if (string_filter(c, at, name, name_n, x, a, out, &found)) return true;
     if (found) return false;

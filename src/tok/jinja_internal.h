@@ -227,10 +227,6 @@ bool jinja_test(jctx *c, const jnode *at, const char *name, size_t name_n, jv x,
 /* false with *found = false when obj has no such method (then the caller reports). */
 bool jinja_method(jctx *c, const jnode *at, jv obj, const char *name, size_t name_n, const jargs *a, jv *out,
                   bool *found);
-/* Whether a filter / test of that name exists (the parser rejects unknown ones, as jinja2's
- * compiler does). */
-bool jinja_known_filter(const char *name, size_t n);
-bool jinja_known_test(const char *name, size_t n);
 bool jinja_call_func(jctx *c, const jnode *at, int func, const jargs *a, jv *out);
 
 /* Items of an iterable (list: itself; dict: its keys; string: its characters; undefined:

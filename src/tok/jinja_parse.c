@@ -316,8 +316,6 @@ static jnode *parse_filters(parser *P, jnode *n) {
         if (skip_op(P, JOP('|', 0))) {
             jnode *f = node(P, JN_FILTER, t);
             if (!f || !parse_dotted(P, f)) return NULL;
-            if (!jinja_known_filter(f->name, f->name_n))
-                return pfail(P, t, "no filter named '%.*s'", (int)(f->name_n > 60 ? 60 : f->name_n), f->name), NULL;
             f->a = n;
             if (is_op(P, JOP('(', 0)) && !parse_args(P, &f->args)) return NULL;
             n = f;
@@ -326,8 +324,6 @@ static jnode *parse_filters(parser *P, jnode *n) {
             if (!te) return NULL;
             te->op = skip_name(P, "not");
             if (!parse_dotted(P, te)) return NULL;
-            if (!jinja_known_test(te->name, te->name_n))
-                return pfail(P, t, "no test named '%.*s'", (int)(te->name_n > 60 ? 60 : te->name_n), te->name), NULL;
             te->a = n;
             const jtok *u = cur(P);
             if (is_op(P, JOP('(', 0))) {
