@@ -98,16 +98,20 @@ static jv strip(jv s, const jv *chars, bool left, bool right) {
     return jv_str(p + b, e - b);
 }
 
-static bool map_case(jctx *c, const jnode *at, jv s, int mode, jv *out) {   /* 0 lower 1 upper 2 capitalize 3 title */
+/* mode 0 lower, 1 upper, 2 capitalize, 3 the title filter (jinja2: words start after
+ * whitespace or one of "-({[<"), 4 str.title() (Python: after any character that is not a
+ * letter). */
+static bool map_case(jctx *c, const jnode *at, jv s, int mode, jv *out) {
     char *p = ja_alloc(c->a, s.u.s.n + 1);
     if (!p) return oom(c, at);
     bool word_start = true;
     for (size_t i = 0; i < s.u.s.n; i++) {
         char ch = s.u.s.p[i];
         bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z');
-        bool up = mode == 1 || (mode == 2 && i == 0) || (mode == 3 && word_start);
+        bool up = mode == 1 || (mode == 2 && i == 0) || (mode >= 3 && word_start);
         if (alpha) ch = up ? (char)(ch & ~0x20) : (char)(ch | 0x20);
-        word_start = !alpha && !((unsigned char)ch >= 0x80) && !(ch >= '0' && ch <= '9');
+        if (mode == 4) word_start = !alpha && (unsigned char)ch < 0x80;
+        else word_start = ch && strchr(" \t\n\r\f\v-({[<", ch) != NULL;
         p[i] = ch;
     }
     *out = jv_str(p, s.u.s.n);
@@ -211,7 +215,7 @@ static bool str_method(jctx *c, const jnode *at, jv s, const char *name, size_t 
         return str_replace(c, at, s, o, r, k.t == JV_INT ? k.u.i : -1, out);
     }
     if (NAME_IS("upper") || NAME_IS("lower") || NAME_IS("capitalize") || NAME_IS("title"))
-        return map_case(c, at, s, NAME_IS("lower") ? 0 : NAME_IS("upper") ? 1 : NAME_IS("capitalize") ? 2 : 3, out);
+        return map_case(c, at, s, NAME_IS("lower") ? 0 : NAME_IS("upper") ? 1 : NAME_IS("capitalize") ? 2 : 4, out);
     if (NAME_IS("find") || NAME_IS("count") || NAME_IS("rfind")) {
         jv x = arg(a, 0, NULL, none);
         if (!need_str(c, at, x, name)) return false;
@@ -471,6 +475,7 @@ static bool to_number(jctx *c, const jnode *at, jv x, bool want_int, jv dflt, jv
         if (s.u.s.n == 0) return *out = dflt, true;
         long long i = strtoll(t, &end, 10);
         if (*end == 0) return *out = want_int ? jv_int(i) : jv_float((double)i), true;
+        if (strpbrk(t, "xXpP")) return *out = dflt, true;   /* C reads hex floats; Python does not */
         double d = strtod(t, &end);
         if (*end == 0) return to_number(c, at, jv_float(d), want_int, dflt, out);
     }
@@ -499,13 +504,23 @@ static bool first_last(jctx *c, const jnode *at, jv x, bool first, jv *out) {
     return true;
 }
 
+/* transformers' tojson: json.dumps(x, ensure_ascii=False, indent=None, separators=None,
+ * sort_keys=False), each overridable by position or keyword. */
 static bool tojson_filter(jctx *c, const jnode *at, jv x, const jargs *a, jv *out) {
-    jv ind = arg(a, 0, "indent", jv_none()), sort = arg(a, 99, "sort_keys", jv_bool(false));
+    jv ascii = arg(a, 0, "ensure_ascii", jv_bool(false)), ind = arg(a, 1, "indent", jv_none());
+    jv seps = arg(a, 2, "separators", jv_none()), sort = arg(a, 3, "sort_keys", jv_bool(false));
     if (ind.t != JV_NONE && (ind.t != JV_INT || ind.u.i < 0 || ind.u.i > 64))
         return jx_fail(c, at, SPEX_ERR_UNSUPPORTED, "tojson: indent must be none or an integer 0..64");
+    jjson o = {ind.t == JV_INT ? (int)ind.u.i : -1, jv_truthy(sort), jv_truthy(ascii),
+               jv_str(ind.t == JV_INT ? "," : ", ", ind.t == JV_INT ? 1 : 2), jv_str(": ", 2)};
+    if (seps.t != JV_NONE) {
+        if (seps.t != JV_LIST || seps.u.l->n != 2 || seps.u.l->v[0].t != JV_STR || seps.u.l->v[1].t != JV_STR)
+            return jx_fail(c, at, SPEX_ERR_INVALID_ARG, "tojson: separators must be a pair of strings");
+        o.item_sep = seps.u.l->v[0], o.key_sep = seps.u.l->v[1];
+    }
     jbuf b = {0};
     const char *bad = NULL;
-    if (!jv_tojson(c->a, &b, x, ind.t == JV_INT ? (int)ind.u.i : -1, jv_truthy(sort), &bad)) {
+    if (!jv_tojson(c->a, &b, x, &o, &bad)) {
         if (bad) return jx_fail(c, at, SPEX_ERR_INVALID_ARG, "tojson: object of type %s is not JSON serializable", bad);
         return oom(c, at);
     }
@@ -537,6 +552,53 @@ static bool sort_filter(jctx *c, const jnode *at, jv x, const jargs *a, jv *out)
     return true;
 }
 
+/* jinja2's indent(width=4, first=False, blank=False): lines after the first get the indent,
+ * empty ones only with blank; width may be a string. Lines split at \n, \r\n and \r. */
+static bool indent_filter(jctx *c, const jnode *at, jv s, const jargs *a, jv *out) {
+    jv w = arg(a, 0, "width", jv_int(4)), first = arg(a, 1, "first", jv_bool(false)), blank = arg(a, 2, "blank", jv_bool(false));
+    jbuf ind = {0}, b = {0};
+    if (w.t == JV_STR) ind.p = (char *)w.u.s.p, ind.n = w.u.s.n;
+    else if (w.t == JV_INT && w.u.i >= 0 && w.u.i <= 256)
+        for (int64_t i = 0; i < w.u.i; i++)
+            if (!jb_puts(c->a, &ind, " ")) return oom(c, at);
+    if (w.t != JV_STR && !(w.t == JV_INT && w.u.i >= 0 && w.u.i <= 256))
+        return jx_fail(c, at, SPEX_ERR_INVALID_ARG, "indent: width must be a string or an integer 0..256");
+    if (jv_truthy(first) && !jb_put(c->a, &b, ind.p, ind.n)) return oom(c, at);
+    /* the lines of s + "\n" (Python's splitlines after jinja2's "s += newline") */
+    for (size_t i = 0, line = 0;; line++) {
+        size_t e = i;
+        while (e < s.u.s.n && s.u.s.p[e] != '\n' && s.u.s.p[e] != '\r') e++;
+        if (line > 0 && (!jb_puts(c->a, &b, "\n") || ((e > i || jv_truthy(blank)) && !jb_put(c->a, &b, ind.p, ind.n))))
+            return oom(c, at);
+        if (!jb_put(c->a, &b, s.u.s.p + i, e - i)) return oom(c, at);
+        if (e == s.u.s.n) break;
+        i = e + (s.u.s.p[e] == '\r' && e + 1 < s.u.s.n && s.u.s.p[e + 1] == '\n' ? 2 : 1);
+    }
+    *out = jv_str(b.p ? b.p : "", b.n);
+    return true;
+}
+
+/* dictsort(case_sensitive=False, by='key', reverse=False): the (key, value) pairs sorted. */
+static bool dictsort_filter(jctx *c, const jnode *at, jv x, const jargs *a, jv *out) {
+    if (x.t != JV_DICT || x.u.d->ns) return jx_fail(c, at, SPEX_ERR_INVALID_ARG, "dictsort: can only sort a mapping");
+    bool cs = jv_truthy(arg(a, 0, "case_sensitive", jv_bool(false))), rev = jv_truthy(arg(a, 2, "reverse", jv_bool(false)));
+    jv by = arg(a, 1, "by", jv_str("key", 3));
+    bool by_value = by.t == JV_STR && by.u.s.n == 5 && !memcmp(by.u.s.p, "value", 5);
+    if (!dict_items(c, at, x.u.d, 0, out)) return false;
+    jlist *l = out->u.l;
+    for (size_t i = 1; i < l->n; i++)   /* insertion sort: stable, as Python's */
+        for (size_t j = i; j > 0; j--) {
+            jv p = l->v[j - 1].u.l->v[by_value], q = l->v[j].u.l->v[by_value];
+            if (!cs && p.t == JV_STR && q.t == JV_STR && (!map_case(c, at, p, 0, &p) || !map_case(c, at, q, 0, &q))) return false;
+            bool gt;
+            if (!jinja_compare(c, at, rev ? JOP('<', 0) : JOP('>', 0), p, q, &gt)) return false;
+            if (!gt) break;
+            jv t = l->v[j - 1];
+            l->v[j - 1] = l->v[j], l->v[j] = t;
+        }
+    return true;
+}
+
 static bool string_filter(jctx *c, const jnode *at, const char *name, size_t name_n, jv x, const jargs *a, jv *out,
                           bool *found) {
     jv s;
@@ -554,6 +616,7 @@ static bool string_filter(jctx *c, const jnode *at, const char *name, size_t nam
         if (!need_str(c, at, o, "replace") || !need_str(c, at, r, "replace")) return false;
         return str_replace(c, at, s, o, r, k.t == JV_INT ? k.u.i : -1, out);
     }
+    if (NAME_IS("indent")) return indent_filter(c, at, s, a, out);
     if (NAME_IS("string") || NAME_IS("safe")) {
         *out = x.t == JV_STR ? x : s;
         return true;
@@ -610,6 +673,7 @@ bool jinja_filter(jctx *c, const jnode *at, const char *name, size_t name_n, jv 
     if (NAME_IS("select") || NAME_IS("reject")) return select_filter(c, at, x, a, false, name[0] == 's', out);
     if (NAME_IS("selectattr") || NAME_IS("rejectattr")) return select_filter(c, at, x, a, true, name[0] == 's', out);
     if (NAME_IS("sort")) return sort_filter(c, at, x, a, out);
+    if (NAME_IS("dictsort")) return dictsort_filter(c, at, x, a, out);
     if (NAME_IS("int")) return to_number(c, at, x, true, arg(a, 0, "default", jv_int(0)), out);
     if (NAME_IS("float")) return to_number(c, at, x, false, arg(a, 0, "default", jv_float(0)), out);
     if (NAME_IS("abs")) {

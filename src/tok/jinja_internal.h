@@ -113,9 +113,17 @@ double jv_num(jv v);
 bool jv_equal(jv a, jv b);
 /* str(v) (strings raw) or repr(v) (strings quoted) appended to b; false on a limit. */
 bool jv_str_append(jarena *a, jbuf *b, jv v, bool repr);
-/* json.dumps(v, ensure_ascii=False, indent=indent (< 0: None), sort_keys=sort) appended to
- * b. false with *bad set to the unserialisable value's type name, or on a limit. */
-bool jv_tojson(jarena *a, jbuf *b, jv v, int indent, bool sort, const char **bad);
+/* json.dumps's options: indent (< 0: None), sort_keys, ensure_ascii, separators (Python's
+ * defaults: ", " or, with an indent, "," between items; ": " after keys). */
+typedef struct jjson {
+    int indent;
+    bool sort, ascii;
+    jv item_sep, key_sep;   /* strings */
+} jjson;
+
+/* json.dumps(v, ...) appended to b. false with *bad set to the unserialisable value's type
+ * name, or on a limit. */
+bool jv_tojson(jarena *a, jbuf *b, jv v, const jjson *o, const char **bad);
 /* UTF-8 helpers: Python indexes strings by code point; a malformed byte counts as one. */
 size_t ju_next(const char *s, size_t n, size_t i);   /* offset of the character after s[i] */
 size_t ju_count(const char *s, size_t n);            /* characters in s */

@@ -334,25 +334,45 @@ bool jv_str_append(jarena *a, jbuf *b, jv v, bool repr) {
 /* tojson                                                                    */
 /* ======================================================================== */
 
-static bool json_str(jarena *a, jbuf *b, const char *s, size_t n) {
+/* The code point of the well-formed UTF-8 character s[i..j). */
+static uint32_t cp_of(const char *s, size_t i, size_t j) {
+    unsigned char b = (unsigned char)s[i];
+    if (j - i == 1) return b;
+    uint32_t c = b & (j - i == 2 ? 0x1f : j - i == 3 ? 0x0f : 0x07);
+    for (size_t k = i + 1; k < j; k++) c = c << 6 | ((unsigned char)s[k] & 0x3f);
+    return c;
+}
+
+static bool json_str(jarena *a, jbuf *b, const char *s, size_t n, bool ascii) {
     if (!jb_puts(a, b, "\"")) return false;
     size_t run = 0;   /* bytes copied as they are, flushed before each escape */
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0, j; i < n; i = j) {
+        j = ju_next(s, n, i);
         unsigned char ch = (unsigned char)s[i];
-        if (ch >= 0x20 && ch != '"' && ch != '\\') continue;
-        char esc[8];
-        switch (ch) {
-        case '"': strcpy(esc, "\\\""); break;
-        case '\\': strcpy(esc, "\\\\"); break;
-        case '\n': strcpy(esc, "\\n"); break;
-        case '\r': strcpy(esc, "\\r"); break;
-        case '\t': strcpy(esc, "\\t"); break;
-        case '\b': strcpy(esc, "\\b"); break;
-        case '\f': strcpy(esc, "\\f"); break;
-        default: snprintf(esc, sizeof esc, "\\u%04x", ch);
+        char esc[16];
+        if (ch >= 0x80) {
+            if (!ascii || j - i == 1) continue;   /* a malformed byte passes as it is */
+            uint32_t cp = cp_of(s, i, j);
+            if (cp >= 0x10000)
+                snprintf(esc, sizeof esc, "\\u%04x\\u%04x", 0xd800 + ((cp - 0x10000) >> 10), 0xdc00 + ((cp - 0x10000) & 0x3ff));
+            else
+                snprintf(esc, sizeof esc, "\\u%04x", cp);
+        } else if (ch >= 0x20 && ch != '"' && ch != '\\') {
+            continue;
+        } else {
+            switch (ch) {
+            case '"': strcpy(esc, "\\\""); break;
+            case '\\': strcpy(esc, "\\\\"); break;
+            case '\n': strcpy(esc, "\\n"); break;
+            case '\r': strcpy(esc, "\\r"); break;
+            case '\t': strcpy(esc, "\\t"); break;
+            case '\b': strcpy(esc, "\\b"); break;
+            case '\f': strcpy(esc, "\\f"); break;
+            default: snprintf(esc, sizeof esc, "\\u%04x", ch);
+            }
         }
         if (!jb_put(a, b, s + run, i - run) || !jb_puts(a, b, esc)) return false;
-        run = i + 1;
+        run = j;
     }
     return jb_put(a, b, s + run, n - run) && jb_puts(a, b, "\"");
 }
@@ -382,7 +402,13 @@ static size_t *key_order(jarena *a, const jdict *d, bool sort) {
     return ix;
 }
 
-static bool tojson_at(jarena *a, jbuf *b, jv v, int indent, bool sort, int level, const char **bad) {
+/* The separator between items, then the newline and indent of the next one (indent >= 0). */
+static bool json_item_sep(jarena *a, jbuf *b, const jjson *o, size_t i, int level) {
+    if (i && !jb_put(a, b, o->item_sep.u.s.p, o->item_sep.u.s.n)) return false;
+    return o->indent < 0 || json_nl(a, b, o->indent, level);
+}
+
+static bool tojson_at(jarena *a, jbuf *b, jv v, const jjson *o, int level, const char **bad) {
     char num[40];
     if (level > JINJA_MAX_EVAL_DEPTH) {
         *bad = "nesting too deep";
@@ -397,34 +423,29 @@ static bool tojson_at(jarena *a, jbuf *b, jv v, int indent, bool sort, int level
         if (isinf(v.u.f)) return jb_puts(a, b, v.u.f < 0 ? "-Infinity" : "Infinity");
         jv_float_repr(v.u.f, num);
         return jb_puts(a, b, num);
-    case JV_STR: return json_str(a, b, v.u.s.p, v.u.s.n);
+    case JV_STR: return json_str(a, b, v.u.s.p, v.u.s.n, o->ascii);
     case JV_LIST: {
         const jlist *l = v.u.l;
         if (l->n == 0) return jb_puts(a, b, "[]");
         if (!jb_puts(a, b, "[")) return false;
-        for (size_t i = 0; i < l->n; i++) {
-            if (i && !jb_puts(a, b, indent >= 0 ? "," : ", ")) return false;
-            if (indent >= 0 && !json_nl(a, b, indent, level + 1)) return false;
-            if (!tojson_at(a, b, l->v[i], indent, sort, level + 1, bad)) return false;
-        }
-        if (indent >= 0 && !json_nl(a, b, indent, level)) return false;
+        for (size_t i = 0; i < l->n; i++)
+            if (!json_item_sep(a, b, o, i, level + 1) || !tojson_at(a, b, l->v[i], o, level + 1, bad)) return false;
+        if (o->indent >= 0 && !json_nl(a, b, o->indent, level)) return false;
         return jb_puts(a, b, "]");
     }
     case JV_DICT: {
         const jdict *d = v.u.d;
         if (d->ns || d->is_loop) break;
         if (d->n == 0) return jb_puts(a, b, "{}");
-        size_t *ix = key_order(a, d, sort);
+        size_t *ix = key_order(a, d, o->sort);
         if (!ix || !jb_puts(a, b, "{")) return false;
         for (size_t i = 0; i < d->n; i++) {
-            if (i && !jb_puts(a, b, indent >= 0 ? "," : ", ")) return false;
-            if (indent >= 0 && !json_nl(a, b, indent, level + 1)) return false;
             jv k = d->k[ix[i]];
-            if (!json_str(a, b, k.u.s.p, k.u.s.n) || !jb_puts(a, b, ": ") ||
-                !tojson_at(a, b, d->v[ix[i]], indent, sort, level + 1, bad))
+            if (!json_item_sep(a, b, o, i, level + 1) || !json_str(a, b, k.u.s.p, k.u.s.n, o->ascii) ||
+                !jb_put(a, b, o->key_sep.u.s.p, o->key_sep.u.s.n) || !tojson_at(a, b, d->v[ix[i]], o, level + 1, bad))
                 return false;
         }
-        if (indent >= 0 && !json_nl(a, b, indent, level)) return false;
+        if (o->indent >= 0 && !json_nl(a, b, o->indent, level)) return false;
         return jb_puts(a, b, "}");
     }
     default: break;
@@ -433,9 +454,9 @@ static bool tojson_at(jarena *a, jbuf *b, jv v, int indent, bool sort, int level
     return false;
 }
 
-bool jv_tojson(jarena *a, jbuf *b, jv v, int indent, bool sort, const char **bad) {
+bool jv_tojson(jarena *a, jbuf *b, jv v, const jjson *o, const char **bad) {
     *bad = NULL;
-    return tojson_at(a, b, v, indent, sort, 0, bad);
+    return tojson_at(a, b, v, o, 0, bad);
 }
 
 /* ======================================================================== */
