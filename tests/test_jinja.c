@@ -19,6 +19,7 @@
 #include "tok/api.h"
 
 #include <cjson/cJSON.h>
+#include <pthread.h>
 #include <stdint.h>
 
 /* Renders src with a JSON context (NULL: {}); *out malloc'd or NULL with the status. */
@@ -823,6 +824,54 @@ TEST(template_is_reusable_and_defaults) {
     CHECK_MSG(strcmp(out, "1FalsexNone[B]") == 0, "got [%s]", out);
     free(out);
     spex_jinja_free(t);
+}
+
+/* One parsed template rendered by several threads at once gives every thread the same text
+ * (a render writes only to its own arena; under TSan or ASan this is the data-race check). */
+typedef struct thread_job {
+    const spex_jinja *t;
+    char *out;
+    spex_status st;
+} thread_job;
+
+static void *render_job(void *p) {
+    thread_job *j = p;
+    spex_chat_tool_call call = {"get_weather", "{\"city\": \"Paris\", \"days\": 2}"};
+    spex_chat_msg m[] = {{SPEX_CHAT_USER, "Weather?", NULL, NULL, 0}, {SPEX_CHAT_ASSISTANT, "", "think", &call, 1},
+                         {SPEX_CHAT_TOOL, "21", NULL, NULL, 0}, {SPEX_CHAT_USER, "x", NULL, NULL, 0}};
+    for (int i = 0; i < 50 && j->st == SPEX_OK; i++) {
+        free(j->out);
+        j->out = NULL;
+        size_t n;
+        j->st = spex_chat_apply_jinja(j->t, m, 4, NULL, 0, NULL, &j->out, &n, NULL);
+    }
+    return NULL;
+}
+
+TEST(renders_from_threads) {
+    size_t n;
+    char *src = test_slurp("tests/data/jinja/ns_macro.jinja", &n);
+    CHECK(src);
+    spex_jinja *t;
+    spex_status st = spex_jinja_parse(src, n, &t, NULL);
+    free(src);
+    CHECK_OK(st);
+    thread_job jobs[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        jobs[i] = (thread_job){t, NULL, SPEX_OK};
+        CHECK(pthread_create(&th[i], NULL, render_job, &jobs[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    int bad = 0;
+    for (int i = 0; i < 4; i++) {
+        bad += jobs[i].st != SPEX_OK || !jobs[i].out || strcmp(jobs[i].out, jobs[0].out) != 0 ||
+               !strstr(jobs[i].out, "call:get_weather(city=\"Paris\", days=2)");
+        if (i == 0 && jobs[0].out && bad) printf("  got [%s]\n", jobs[0].out);
+    }
+    for (int i = 0; i < 4; i++) free(jobs[i].out);
+    spex_jinja_free(t);
+    CHECK_EQ_INT(bad, 0);
 }
 
 TEST_MAIN()

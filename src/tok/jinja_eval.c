@@ -250,12 +250,22 @@ static bool concat(jctx *c, const jnode *at, jv x, jv y, jv *out) {
 
 static int64_t as_int(jv v) { return v.t == JV_INT ? v.u.i : v.t == JV_BOOL ? v.u.b : 0; }
 
+/* An operator's text for messages (literals: renders may run on several threads at once). */
 static const char *op_name(int op) {
-    static char buf[4][3];
-    static int k;
-    char *s = buf[k++ & 3];
-    s[0] = (char)(op & 0xff), s[1] = (char)(op >> 8), s[2] = 0;
-    return s;
+    switch (op) {
+    case JOP('+', 0): return "+";
+    case JOP('-', 0): return "-";
+    case JOP('*', 0): return "*";
+    case JOP('/', 0): return "/";
+    case JOP('/', '/'): return "//";
+    case JOP('%', 0): return "%";
+    case JOP('*', '*'): return "**";
+    case JOP('<', 0): return "<";
+    case JOP('<', '='): return "<=";
+    case JOP('>', 0): return ">";
+    case JOP('>', '='): return ">=";
+    default: return "?";
+    }
 }
 
 static bool arith(jctx *c, const jnode *at, int op, jv x, jv y, jv *out) {
