@@ -184,6 +184,8 @@ static bool lex_number(lexer *L) {
         }
     }
     d[dn] = '\0';
+    if (!is_float && d[0] == '0' && strspn(d, "0") != dn)
+        return lex_fail(L, start, "leading zeros in an integer literal");   /* jinja2 reads 007 as 00, 7 */
     jtok *t = emit(L, is_float ? JT_FLOAT : JT_INT, start);
     if (!t) return lex_fail(L, start, "out of memory");
     if (is_float) {

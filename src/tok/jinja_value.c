@@ -324,7 +324,8 @@ bool jv_str_append(jarena *a, jbuf *b, jv v, bool repr) {
                 return false;
         return jb_puts(a, b, "}");
     }
-    case JV_MACRO: return jb_puts(a, b, "<Macro>");
+    case JV_MACRO:
+        return jb_puts(a, b, "<Macro '") && jb_put(a, b, v.u.macro->name, v.u.macro->name_n) && jb_puts(a, b, "'>");
     case JV_FUNC: return jb_puts(a, b, "<function>");
     }
     return false;
