@@ -164,9 +164,10 @@ static spex_status chat_context(jarena *a, const spex_chat_msg *msgs, size_t n, 
         jv extra;
         if (!jv_from_json(a, o->extra_json, strlen(o->extra_json), &extra, msg, sizeof msg) || extra.t != JV_DICT)
             return spex_error_set(err, SPEX_ERR_INVALID_ARG, "jinja: extra context is not a JSON object");
-        for (size_t i = 0; i < extra.u.d->n; i++)
-            if (!jd_set(a, ctx, extra.u.d->k[i].u.s.p, extra.u.d->k[i].u.s.n, extra.u.d->v[i]))
+        for (size_t i = 0; i < extra.u.d->n; i++)   /* a key given again takes the extra value */
+            if (!jd_append(a, ctx, extra.u.d->k[i], extra.u.d->v[i]))
                 return spex_error_set(err, SPEX_ERR_NOMEM, "jinja: out of memory");
+        if (!jd_dedup(a, ctx)) return spex_error_set(err, SPEX_ERR_NOMEM, "jinja: out of memory");
     }
     *out = ctx;
     return SPEX_OK;

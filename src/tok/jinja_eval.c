@@ -555,8 +555,9 @@ static bool eval_collection(jctx *c, const jnode *n, jframe *f, jv *out) {
             if (!jinja_eval(c, n->args.v[i], f, &k) || !jinja_eval(c, n->body.v[i], f, &v)) return false;
             if (k.t != JV_STR)
                 return jx_fail(c, n->args.v[i], SPEX_ERR_UNSUPPORTED, "dict keys other than strings are not supported");
-            if (!jd_set(c->a, d, k.u.s.p, k.u.s.n, v)) return oom(c, n);
+            if (!jd_append(c->a, d, k, v)) return oom(c, n);
         }
+        if (!jd_dedup(c->a, d)) return oom(c, n);
         *out = (jv){0};
         out->t = JV_DICT, out->u.d = d;
         return true;

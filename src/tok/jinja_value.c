@@ -590,6 +590,52 @@ static bool rd_number(jreader *r, jv *out) {
 
 static bool rd_value(jreader *r, jv *out);
 
+bool jd_append(jarena *a, jdict *d, jv key, jv v) {
+    if (d->n >= JINJA_MAX_ITEMS) return false;
+    if (d->n == d->cap) {
+        size_t cap = d->cap ? d->cap * 2 : 4;
+        jv *nk = ja_alloc(a, cap * sizeof *nk), *nv = ja_alloc(a, cap * sizeof *nv);
+        if (!nk || !nv) return false;
+        if (d->n) memcpy(nk, d->k, d->n * sizeof *nk), memcpy(nv, d->v, d->n * sizeof *nv);
+        d->k = nk, d->v = nv, d->cap = cap;
+    }
+    d->k[d->n] = key;
+    d->v[d->n++] = v;
+    return true;
+}
+
+typedef struct key_ix {
+    const char *p;
+    size_t n, i;
+} key_ix;
+
+static int key_ix_cmp(const void *x, const void *y) {
+    const key_ix *a = x, *b = y;
+    size_t m = a->n < b->n ? a->n : b->n;
+    int c = memcmp(a->p, b->p, m);
+    if (c) return c;
+    if (a->n != b->n) return a->n < b->n ? -1 : 1;
+    return a->i < b->i ? -1 : a->i > b->i;
+}
+
+bool jd_dedup(jarena *a, jdict *d) {
+    if (d->n < 2) return true;
+    key_ix *ix = ja_alloc(a, d->n * sizeof *ix);
+    bool *drop = ja_alloc(a, d->n);
+    if (!ix || !drop) return false;
+    for (size_t i = 0; i < d->n; i++) ix[i] = (key_ix){d->k[i].u.s.p, d->k[i].u.s.n, i};
+    qsort(ix, d->n, sizeof *ix, key_ix_cmp);
+    for (size_t g = 0, e; g < d->n; g = e) {
+        for (e = g + 1; e < d->n && ix[e].n == ix[g].n && !memcmp(ix[e].p, ix[g].p, ix[g].n); e++) drop[ix[e].i] = true;
+        if (e - g > 1) d->v[ix[g].i] = d->v[ix[e - 1].i];
+    }
+    size_t m = 0;
+    for (size_t i = 0; i < d->n; i++)
+        if (!drop[i]) d->k[m] = d->k[i], d->v[m++] = d->v[i];
+    d->n = m;
+    return true;
+}
+
 static bool rd_container(jreader *r, jv *out) {
     bool obj = *r->p++ == '{';
     char close = obj ? '}' : ']';
@@ -610,8 +656,7 @@ static bool rd_container(jreader *r, jv *out) {
                 if (r->p >= r->e || *r->p++ != ':') return r->err = "expected ':'", false;
             }
             if (!rd_value(r, &val)) return false;
-            if (obj ? !jd_set(r->a, d, key.u.s.p, key.u.s.n, val) : !jl_push(r->a, l, val))
-                return r->err = "too many items", false;
+            if (obj ? !jd_append(r->a, d, key, val) : !jl_push(r->a, l, val)) return r->err = "too many items", false;
             rd_ws(r);
             if (r->p >= r->e) return r->err = "unterminated container", false;
             if (*r->p == close) {
@@ -621,6 +666,7 @@ static bool rd_container(jreader *r, jv *out) {
             if (*r->p++ != ',') return r->err = "expected ',' or a closing bracket", false;
         }
     }
+    if (obj && !jd_dedup(r->a, d)) return r->err = "out of memory", false;
     if (obj) out->t = JV_DICT, out->u.d = d;
     else out->t = JV_LIST, out->u.l = l;
     out->why = NULL;
