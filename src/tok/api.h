@@ -1,6 +1,7 @@
 /*
  * tok/api.h — the tokenizer module's interface beyond the embedding API: the converters that
- * turn a vocabulary's original files into tokenizer.ggml.* keys (`spex convert-vocab`).
+ * turn a vocabulary's original files into tokenizer.ggml.* keys (`spex convert-vocab`), and
+ * the Jinja engine that renders a GGUF's own chat template.
  * Builds on include/spex.h and the GGUF writer (gguf/api.h). Dependencies follow
  * core <- tensor <- gguf <- cpu <- model <- spec <- server, tok beside model (README).
  */
@@ -60,6 +61,45 @@ size_t spex_tokenizer_max_piece(const spex_tokenizer *t);
  * template was given but not recognised, or when ChatML is guessed without one. */
 void spex_chat_detect(const char *jinja_template, bool vocab_has_im_start, spex_chat_template *out,
                       bool *warned);
+
+/* ---- Jinja chat templates (docs/chat-templates.md) --------------------------------------- */
+
+/* A parsed Jinja2 template: the subset real chat templates use, rendered byte for byte as
+ * Python's jinja2 renders it the way transformers does (trim_blocks, lstrip_blocks, loop
+ * controls, tojson = json.dumps(ensure_ascii=False), raise_exception). Read-only once
+ * parsed: one template may be rendered by several threads at once. */
+typedef struct spex_jinja spex_jinja;
+
+/* Parses src[0 .. len) (copied; src may be freed after). A syntax error is SPEX_ERR_FORMAT
+ * with "jinja: line L col C: ..." in err; past the size limits, SPEX_ERR_RANGE. */
+spex_status spex_jinja_parse(const char *src, size_t len, spex_jinja **out, spex_error *err);
+void spex_jinja_free(spex_jinja *t);
+
+/* Renders t with the variables of a JSON object (context_json[0 .. len)) into *out (malloc'd,
+ * NUL-terminated, the caller frees; *out_len without the NUL). raise_exception, a runtime
+ * error (undefined attribute of an undefined value, bad operand types, an unknown filter) or
+ * a limit (docs/chat-templates.md) is an error status with "jinja: line L col C: ..." and
+ * *out NULL. */
+spex_status spex_jinja_render(const spex_jinja *t, const char *context_json, size_t len, char **out,
+                              size_t *out_len, spex_error *err);
+
+/* The context variables besides messages and tools, as llama.cpp and transformers pass them. */
+typedef struct spex_jinja_chat {
+    bool add_generation_prompt;
+    bool enable_thinking;
+    const char *bos_token;    /* NULL: "" */
+    const char *eos_token;    /* NULL: "" */
+    const char *extra_json;   /* NULL, or a JSON object whose keys are set last (chat_template_kwargs) */
+} spex_jinja_chat;
+
+/* Renders msgs through a Jinja chat template with the message dicts llama.cpp builds: role,
+ * content (NULL as ""), reasoning_content when non-NULL, tool_calls as [{"type": "function",
+ * "function": {"name": N, "arguments": A}}] with A the parsed JSON object (the text itself
+ * when it is not JSON); tools is the parsed tool objects, or none when n_tools is 0. Output
+ * and errors as spex_jinja_render. */
+spex_status spex_chat_apply_jinja(const spex_jinja *t, const spex_chat_msg *msgs, size_t n, const char *const *tools,
+                                  size_t n_tools, const spex_jinja_chat *opts, char **out, size_t *out_len,
+                                  spex_error *err);
 
 /* ---- converters -------------------------------------------------------------------------- */
 
