@@ -1782,6 +1782,59 @@ TEST(per_request_draft_limits) {
     CHECK(bad_ok);
 }
 
+/* The prompt /apply-template renders for one user message "Hi" on a server started with args;
+ * NULL when the server does not start or answer. */
+static char *applied_prompt(const char *const *args) {
+    server s;
+    if (!server_start(&s, args)) return NULL;
+    cJSON *o = post_json(s.port, "/apply-template", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 200);
+    const char *p = cJSON_GetStringValue(cJSON_GetObjectItem(o, "prompt"));
+    char *out = p ? strdup(p) : NULL;
+    cJSON_Delete(o);
+    bool clean = false;
+    if (server_stop(&s, &clean) != 0) free(out), out = NULL;
+    return out;
+}
+
+/* --chat-template-file renders chat prompts through that Jinja template; --jinja through the
+ * GGUF's own (the shipped target's is Qwen3's, which must give the built-in renderer's text);
+ * a template that does not parse stops the start with the template's line and column. */
+TEST(jinja_templates) {
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    char path[64], bad[64];
+    snprintf(path, sizeof path, "/tmp/spex-test-%d.jinja", (int)getpid());
+    snprintf(bad, sizeof bad, "/tmp/spex-test-bad-%d.jinja", (int)getpid());
+    FILE *f = fopen(path, "w"), *fb = fopen(bad, "w");
+    CHECK(f && fb);
+    fputs("{%- for m in messages %}<{{ m.role }}>{{ m.content | upper }}</{{ m.role }}>{% endfor -%}\n"
+          "{%- if add_generation_prompt %}<assistant>{% endif %}", f);
+    fputs("{% for m in messages %}{{ m.content }", fb);
+    fclose(f);
+    fclose(fb);
+    const char *af[] = {"-m", TINY_QWEN3, "-np", "1", "-t", "1", "--chat-template-file", path, NULL};
+    char *pf = applied_prompt(af);
+    const char *aj[] = {"-m", "models/target.gguf", "-np", "1", "-t", "1", "--jinja", NULL};
+    const char *ab[] = {"-m", "models/target.gguf", "-np", "1", "-t", "1", NULL};
+    char *pj = applied_prompt(aj), *pb = applied_prompt(ab);
+    const char *xb[] = {"serve", "-m", TINY_QWEN3, "--chat-template-file", bad, NULL};
+    test_proc rb;
+    bool ran = test_spex_exec(xb, &rb);
+    bool refused = ran && rb.rc != 0 && strstr(rb.err, "jinja: line 1");
+    if (ran && !refused) printf("  bad template: rc %d: %s\n", rb.rc, rb.err);
+    if (ran) test_proc_free(&rb);
+    remove(path);
+    remove(bad);
+    printf("  file: %s\n  --jinja: %s\n", pf ? pf : "(null)", pj ? pj : "(null)");
+    const bool file_ok = pf && !strcmp(pf, "<user>HI</user><assistant>");
+    const bool gguf_ok = pj && pb && !strcmp(pj, pb) && strstr(pj, "<|im_start|>user\nHi<|im_end|>");
+    free(pf);
+    free(pj);
+    free(pb);
+    CHECK(file_ok);
+    CHECK(gguf_ok);
+    CHECK(refused);
+}
+
 /* -ctk / -ctv (the target's KV type): a bad type, or K and V apart, is a clear start-up error;
  * a Q8_0 cache serves (with a drafter), and the memory line names it. */
 TEST(target_kv_type_flags) {

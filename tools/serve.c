@@ -59,6 +59,8 @@ static void usage(FILE *f) {
             "  --spec-ngram-simple-size-n N, --spec-ngram-map-k-size-n N (and so for size-m, min-hits):\n"
             "                              llama.cpp's newer names of --spec-ngram-size-n, --spec-ngram-size-m,\n"
             "                              --spec-ngram-min-hits\n"
+            "  --jinja, --no-jinja         render chat prompts with the GGUF's own Jinja template (off: built-in)\n"
+            "  --chat-template-file FILE   render chat prompts with this Jinja template\n"
             "  --embedding, --embeddings   serve POST /v1/embeddings, /embeddings, /embedding (inputs up to -b tokens)\n"
             "  --pooling none|mean|cls|last   pooling of the embeddings (default: the model's pooling_type, else none)\n"
             "  -h, --help, --usage         this text\n");
@@ -199,6 +201,11 @@ static int flag_server(const char *a, const char *v, srv_config *c, serve_args *
         *(!strcmp(a, "--props") ? &c->props : &c->metrics) = true, *takes = false;
     } else if (is(a, "--slots", NULL) || is(a, "--no-slots", NULL)) {
         c->slots = !strcmp(a, "--slots"), *takes = false;
+    } else if (is(a, "--jinja", NULL) || is(a, "--no-jinja", NULL)) {
+        c->jinja = !strcmp(a, "--jinja"), *takes = false;
+    } else if (is(a, "--chat-template-file", NULL)) {
+        if (!need(a, v)) return -1;
+        c->chat_template_file = v;
     } else if (is(a, "--embedding", "--embeddings")) {
         c->embedding = true, *takes = false;
     } else if (is(a, "--pooling", NULL)) {

@@ -57,6 +57,8 @@ typedef struct srv_server {
     spex_spec_type spec_type; /* resolved                                             */
     srv_engine *engine;
     spex_chat_template tmpl;
+    spex_jinja *jinja;            /* --jinja / --chat-template-file: renders chat prompts */
+    char *bos_text, *eos_text;    /* the template's bos_token / eos_token                 */
     int32_t n_ctx_slot, n_max, n_min;   /* the draft bounds in force (n_min <= n_max) */
     long created;
     const char *model_id;
@@ -278,10 +280,16 @@ static int render_chat(const srv_server *S, const srv_request *r, char **text_ou
     const char *const *tools = (const char *const *)r->tools;
     spex_error err = {0};
     size_t need = 0;
-    spex_status st =
-        spex_chat_apply_tools(S->tmpl, ms, (size_t)r->n_msgs, tools, n_tools, true, think, NULL, 0, &need, &err);
     char *text = NULL;
-    if (st == SPEX_OK || st == SPEX_ERR_RANGE) {
+    spex_status st;
+    if (S->jinja) {
+        const spex_jinja_chat o = {.add_generation_prompt = true, .enable_thinking = think, .bos_token = S->bos_text,
+                                   .eos_token = S->eos_text};
+        st = spex_chat_apply_jinja(S->jinja, ms, (size_t)r->n_msgs, tools, n_tools, &o, &text, &need, &err);
+    } else {
+        st = spex_chat_apply_tools(S->tmpl, ms, (size_t)r->n_msgs, tools, n_tools, true, think, NULL, 0, &need, &err);
+    }
+    if (!S->jinja && (st == SPEX_OK || st == SPEX_ERR_RANGE)) {
         text = malloc(need + 1);
         if (!text) st = SPEX_ERR_NOMEM;
         else
@@ -1261,6 +1269,63 @@ static int load_embd(srv_server *S) {
     return 0;
 }
 
+/* A token's text for the template's bos_token / eos_token ("" when the vocab has none). */
+static char *special_text(const spex_tokenizer *tok, int32_t id) {
+    spex_str p = {0};
+    if (id >= 0 && spex_token_to_piece(tok, id, true, &p, NULL) != SPEX_OK) p.len = 0;
+    char *t = malloc(p.len + 1);
+    if (t) memcpy(t, p.ptr ? p.ptr : "", p.len), t[p.len] = 0;
+    return t;
+}
+
+/* --jinja / --chat-template-file: the Jinja template that renders chat prompts (the built-in
+ * one still parses tool calls out of replies). 0, or 1 after an error line. */
+static int load_jinja(srv_server *S) {
+    const srv_config *cfg = S->cfg;
+    spex_error err = {0};
+    char *src = NULL;
+    size_t len = 0;
+    const char *from = cfg->chat_template_file;
+    if (from) {
+        FILE *fp = fopen(from, "rb");
+        if (fp && fseek(fp, 0, SEEK_END) == 0) {
+            long n = ftell(fp);
+            if (n >= 0 && fseek(fp, 0, SEEK_SET) == 0 && (src = malloc((size_t)n + 1)) &&
+                fread(src, 1, (size_t)n, fp) == (size_t)n)
+                len = (size_t)n;
+            else
+                free(src), src = NULL;
+        }
+        if (fp) fclose(fp);
+        if (!src) {
+            fprintf(stderr, "error: --chat-template-file '%s': cannot read it\n", from);
+            return 1;
+        }
+    } else {
+        spex_str t = {0};
+        if (spex_gguf_get_str(spex_model_gguf(S->model), "tokenizer.chat_template", &t, NULL) != SPEX_OK) {
+            fprintf(stderr, "note: --jinja: %s has no tokenizer.chat_template; the built-in %s template renders\n",
+                    cfg->model, spex_chat_template_name(S->tmpl));
+            return 0;
+        }
+        if (!(src = malloc(t.len + 1))) return fprintf(stderr, "error: out of memory\n"), 1;
+        memcpy(src, t.ptr, t.len);
+        len = t.len;
+        from = "tokenizer.chat_template";
+    }
+    spex_status st = spex_jinja_parse(src, len, &S->jinja, &err);
+    free(src);
+    if (st != SPEX_OK) {
+        fprintf(stderr, "error: %s: %s\n", from, err.msg);
+        return 1;
+    }
+    S->bos_text = special_text(S->tok, spex_token_bos(S->tok));
+    S->eos_text = special_text(S->tok, spex_token_eos(S->tok));
+    if (!S->bos_text || !S->eos_text) return fprintf(stderr, "error: out of memory\n"), 1;
+    fprintf(stderr, "chat template: Jinja, from %s (%zu bytes)\n", from, len);
+    return 0;
+}
+
 static int load(srv_server *S) {
     const srv_config *cfg = S->cfg;
     spex_error err = {0};
@@ -1285,6 +1350,7 @@ static int load(srv_server *S) {
         S->tmpl = spex_model_chat_template(S->model, S->tok, &warned);
         if (warned) fprintf(stderr, "warning: using the %s chat template\n", spex_chat_template_name(S->tmpl));
     }
+    if ((cfg->jinja || cfg->chat_template_file) && load_jinja(S) != 0) return 1;
     int32_t np = cfg->n_slots;
     S->n_ctx_slot = cfg->n_ctx > 0 ? cfg->n_ctx / np : 0;   /* 0: the session's default */
     if (cfg->n_ctx > 0 && S->n_ctx_slot < 8) {
@@ -1442,6 +1508,9 @@ int srv_main(const srv_config *cfg) {
     spex_context_free(S.embd_ctx);
     spex_session_free(S.ses);
     spex_tokenizer_free(S.tok);
+    spex_jinja_free(S.jinja);
+    free(S.bos_text);
+    free(S.eos_text);
     spex_model_free(S.model);
     if (rc == 0) fprintf(stderr, "server: stopped\n");
     return rc;

@@ -425,6 +425,8 @@ typedef struct srv_config {
     spex_type draft_kv;
     spex_type kv_type;        /* the target's KV cache (-ctk / -ctv)                   */
     const char *chat_template;   /* NULL: detected                                     */
+    bool jinja;                  /* --jinja: render with the GGUF's own template       */
+    const char *chat_template_file;   /* --chat-template-file: a Jinja template (implies --jinja) */
     int enable_thinking;         /* default for requests (1/0)                         */
     srv_reasoning reasoning_format;
     bool metrics;
