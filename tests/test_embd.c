@@ -59,9 +59,13 @@ static double cosine(const float *a, const float *b, int64_t n) {
     return aa > 0 && bb > 0 ? ab / sqrt(aa * bb) : (aa == bb ? 1.0 : 0.0);
 }
 
+/* compare and branch, not fmax: aarch64 gcc 12 fails vectorizing an fmax reduction at -O3 */
 static double max_abs(const float *x, int64_t n) {
     double m = 0;
-    for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+    for (int64_t i = 0; i < n; i++) {
+        const double a = fabs((double)x[i]);
+        if (a > m) m = a;
+    }
     return m;
 }
 

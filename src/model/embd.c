@@ -39,20 +39,29 @@ spex_pooling spex_model_pooling(const spex_model *m) {
     return v >= SPEX_POOLING_NONE && v <= SPEX_POOLING_RANK ? (spex_pooling)v : SPEX_POOLING_NONE;
 }
 
+/* max |x_i|, by compare and branch: aarch64 gcc 12 fails with an internal compiler error
+ * vectorizing an fmax reduction at -O3. */
+static double max_abs(const float *x, int64_t n) {
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double a = fabs((double)x[i]);
+        if (a > m) m = a;
+    }
+    return m;
+}
+
 void spex_embd_normalize(float *x, int64_t n, int32_t norm) {
     if (norm < 0 || n <= 0) return;
     double sum = 0;
     if (norm == 0) {                 /* max |x_i| maps to 32760 (int16 range, llama.cpp) */
-        for (int64_t i = 0; i < n; i++) sum = fmax(sum, fabs((double)x[i]));
-        sum /= 32760.0;
+        sum = max_abs(x, n) / 32760.0;
     } else if (norm == 1) {
         for (int64_t i = 0; i < n; i++) sum += fabs((double)x[i]);
     } else if (norm == 2) {
         for (int64_t i = 0; i < n; i++) sum += (double)x[i] * (double)x[i];
         sum = sqrt(sum);
     } else {   /* p-norm, scaled by max |x_i| first so that a large p cannot overflow */
-        double m = 0;
-        for (int64_t i = 0; i < n; i++) m = fmax(m, fabs((double)x[i]));
+        const double m = max_abs(x, n);
         for (int64_t i = 0; m > 0 && i < n; i++) sum += pow(fabs((double)x[i]) / m, (double)norm);
         sum = m * pow(sum, 1.0 / (double)norm);
     }
