@@ -95,17 +95,6 @@ spex_status spex_jinja_render(const spex_jinja *t, const char *context_json, siz
 
 static jv cstring(const char *s) { return jv_str(s ? s : "", s ? strlen(s) : 0); }
 
-static jv dict_jv(jdict *d) {
-    jv v = {0};
-    v.t = JV_DICT, v.u.d = d;
-    return v;
-}
-
-static jv list_jv(jlist *l) {
-    jv v = {0};
-    v.t = JV_LIST, v.u.l = l;
-    return v;
-}
 
 /* JSON text as a value; the text itself as a string when it is not JSON. */
 static jv json_or_text(jarena *a, const char *s) {
@@ -131,13 +120,13 @@ static bool message_dict(jarena *a, const spex_chat_msg *m, jv *out) {
             jdict *call = jd_new(a), *fn = jd_new(a);
             if (!call || !fn || !jd_set(a, fn, "name", 4, cstring(m->tool_calls[k].name)) ||
                 !jd_set(a, fn, "arguments", 9, json_or_text(a, m->tool_calls[k].arguments)) ||
-                !jd_set(a, call, "type", 4, cstring("function")) || !jd_set(a, call, "function", 8, dict_jv(fn)) ||
-                !jl_push(a, calls, dict_jv(call)))
+                !jd_set(a, call, "type", 4, cstring("function")) || !jd_set(a, call, "function", 8, jv_dict(fn)) ||
+                !jl_push(a, calls, jv_dict(call)))
                 return false;
         }
-        if (!jd_set(a, d, "tool_calls", 10, list_jv(calls))) return false;
+        if (!jd_set(a, d, "tool_calls", 10, jv_list(calls))) return false;
     }
-    *out = dict_jv(d);
+    *out = jv_dict(d);
     return true;
 }
 
@@ -153,8 +142,8 @@ static spex_status chat_context(jarena *a, const spex_chat_msg *msgs, size_t n, 
         if (!tools[i] || !jv_from_json(a, tools[i], strlen(tools[i]), &tl->v[tl->n++], msg, sizeof msg))
             return spex_error_set(err, SPEX_ERR_INVALID_ARG, "jinja: tool %zu is not valid JSON", i);
     }
-    bool ok = jd_set(a, ctx, "messages", 8, list_jv(ml)) &&
-              jd_set(a, ctx, "tools", 5, tl ? list_jv(tl) : jv_none()) &&
+    bool ok = jd_set(a, ctx, "messages", 8, jv_list(ml)) &&
+              jd_set(a, ctx, "tools", 5, tl ? jv_list(tl) : jv_none()) &&
               jd_set(a, ctx, "add_generation_prompt", 21, jv_bool(o->add_generation_prompt)) &&
               jd_set(a, ctx, "enable_thinking", 15, jv_bool(o->enable_thinking)) &&
               jd_set(a, ctx, "bos_token", 9, cstring(o->bos_token)) &&

@@ -36,17 +36,6 @@ static bool need_str(jctx *c, const jnode *at, jv v, const char *what) {
     return jx_fail(c, at, SPEX_ERR_INVALID_ARG, "%s needs a string, not '%s'", what, jv_type_name(v));
 }
 
-static jv list_val(jlist *l) {
-    jv v = {0};
-    v.t = JV_LIST, v.u.l = l;
-    return v;
-}
-
-static jv dict_val(jdict *d) {
-    jv v = {0};
-    v.t = JV_DICT, v.u.d = d;
-    return v;
-}
 
 /* ======================================================================== */
 /* Strings                                                                   */
@@ -176,7 +165,7 @@ static bool str_split(jctx *c, const jnode *at, jv s, jv sep, int64_t maxsplit, 
             i = e + sep.u.s.n;
         }
     }
-    *out = list_val(l);
+    *out = jv_list(l);
     return true;
 }
 
@@ -260,7 +249,7 @@ static bool str_method(jctx *c, const jnode *at, jv s, const char *name, size_t 
             if (e < s.u.s.n && s.u.s.p[e] == '\r' && e + 1 < s.u.s.n && s.u.s.p[e + 1] == '\n') e++;
             i = e + 1;
         }
-        *out = list_val(l);
+        *out = jv_list(l);
         return true;
     }
     *found = false;
@@ -281,11 +270,11 @@ static bool dict_items(jctx *c, const jnode *at, const jdict *d, int which, jv *
             jlist *pair = jl_new(c->a, 2);
             if (!pair) return oom(c, at);
             pair->v[0] = d->k[i], pair->v[1] = d->v[i], pair->n = 2, pair->tuple = true;
-            l->v[i] = list_val(pair);
+            l->v[i] = jv_list(pair);
         }
     }
     l->n = d->n;
-    *out = list_val(l);
+    *out = jv_list(l);
     return true;
 }
 
@@ -433,7 +422,7 @@ static bool select_filter(jctx *c, const jnode *at, jv x, const jargs *a, bool a
         else if (!jinja_test(c, at, test.u.s.p, test.u.s.n, v, &rest, &r)) return false;
         if (jv_truthy(r) == keep && !jl_push(c->a, l, items->v[i])) return oom(c, at);
     }
-    *out = list_val(l);
+    *out = jv_list(l);
     return true;
 }
 
@@ -455,7 +444,7 @@ static bool map_filter(jctx *c, const jnode *at, jv x, const jargs *a, jframe *f
         }
         if (!jl_push(c->a, l, v)) return oom(c, at);
     }
-    *out = list_val(l);
+    *out = jv_list(l);
     return true;
 }
 
@@ -548,7 +537,7 @@ static bool sort_filter(jctx *c, const jnode *at, jv x, const jargs *a, jv *out)
             l->v[j - 1] = l->v[j], l->v[j] = t;
             t = keys->v[j - 1], keys->v[j - 1] = keys->v[j], keys->v[j] = t;
         }
-    *out = list_val(l);
+    *out = jv_list(l);
     return true;
 }
 
@@ -638,7 +627,7 @@ bool jinja_filter(jctx *c, const jnode *at, const char *name, size_t name_n, jv 
     if (NAME_IS("first") || NAME_IS("last")) return first_last(c, at, x, name[0] == 'f', out);
     if (NAME_IS("join")) return join_filter(c, at, x, a, out);
     if (NAME_IS("items")) {
-        if (x.t == JV_UNDEF) return (*out = list_val(jl_new(c->a, 0))).u.l != NULL || oom(c, at);
+        if (x.t == JV_UNDEF) return (*out = jv_list(jl_new(c->a, 0))).u.l != NULL || oom(c, at);
         if (x.t != JV_DICT || x.u.d->ns) return jx_fail(c, at, SPEX_ERR_INVALID_ARG, "items: can only get item pairs from a mapping");
         return dict_items(c, at, x.u.d, 0, out);
     }
@@ -649,7 +638,7 @@ bool jinja_filter(jctx *c, const jnode *at, const char *name, size_t name_n, jv 
         if (!l) return oom(c, at);
         if (items->n) memcpy(l->v, items->v, items->n * sizeof *l->v);
         l->n = items->n;
-        *out = list_val(l);
+        *out = jv_list(l);
         return true;
     }
     if (NAME_IS("reverse")) {
@@ -667,7 +656,7 @@ bool jinja_filter(jctx *c, const jnode *at, const char *name, size_t name_n, jv 
         if (!l) return oom(c, at);
         for (size_t i = 0; i < items->n; i++) l->v[i] = items->v[items->n - 1 - i];
         l->n = items->n;
-        return *out = list_val(l), true;
+        return *out = jv_list(l), true;
     }
     if (NAME_IS("map")) return map_filter(c, at, x, a, f, out);
     if (NAME_IS("select") || NAME_IS("reject")) return select_filter(c, at, x, a, false, name[0] == 's', out);
@@ -707,7 +696,7 @@ static bool range_func(jctx *c, const jnode *at, const jargs *a, jv *out) {
         if (!jl_push(c->a, l, jv_int(i))) return oom(c, at);
         if ((v[2] > 0 && i > INT64_MAX - v[2]) || (v[2] < 0 && i < INT64_MIN - v[2])) break;
     }
-    *out = list_val(l);
+    *out = jv_list(l);
     return true;
 }
 
@@ -731,7 +720,7 @@ bool jinja_call_func(jctx *c, const jnode *at, int func, const jargs *a, jv *out
         }
         for (size_t k = 0; k < a->n_kw; k++)
             if (!jd_set(c->a, d, a->kw_names[k]->name, a->kw_names[k]->name_n, a->kw[k])) return oom(c, at);
-        *out = dict_val(d);
+        *out = jv_dict(d);
         return true;
     }
     case JF_RANGE: return range_func(c, at, a, out);

@@ -86,6 +86,8 @@ static inline jv jv_bool(bool b) { jv v = {0}; v.t = JV_BOOL; v.u.b = b; return 
 static inline jv jv_int(int64_t i) { jv v = {0}; v.t = JV_INT; v.u.i = i; return v; }
 static inline jv jv_float(double f) { jv v = {0}; v.t = JV_FLOAT; v.u.f = f; return v; }
 static inline jv jv_str(const char *p, size_t n) { jv v = {0}; v.t = JV_STR; v.u.s.p = p; v.u.s.n = n; return v; }
+static inline jv jv_list(jlist *l) { jv v = {0}; v.t = JV_LIST; v.u.l = l; return v; }
+static inline jv jv_dict(jdict *d) { jv v = {0}; v.t = JV_DICT; v.u.d = d; return v; }
 
 /* A growing byte buffer in the arena. */
 typedef struct jbuf {

@@ -118,17 +118,7 @@ bool jd_set(jarena *a, jdict *d, const char *k, size_t kn, jv v) {
         *have = v;
         return true;
     }
-    if (d->n >= JINJA_MAX_ITEMS) return false;
-    if (d->n == d->cap) {
-        size_t cap = d->cap ? d->cap * 2 : 4;
-        jv *nk = ja_alloc(a, cap * sizeof *nk), *nv = ja_alloc(a, cap * sizeof *nv);
-        if (!nk || !nv) return false;
-        if (d->n) memcpy(nk, d->k, d->n * sizeof *nk), memcpy(nv, d->v, d->n * sizeof *nv);
-        d->k = nk, d->v = nv, d->cap = cap;
-    }
-    d->k[d->n] = jv_str(k, kn);
-    d->v[d->n++] = v;
-    return true;
+    return jd_append(a, d, jv_str(k, kn), v);
 }
 
 /* ======================================================================== */
