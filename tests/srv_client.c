@@ -103,10 +103,27 @@ int server_stop_sig(server *s, int sig, bool *clean) {
 
 int server_stop(server *s, bool *clean) { return server_stop_sig(s, SIGTERM, clean); }
 
+/* Shared servers still running when the test binary exits (a run of some tests only skips
+ * the test that stops them): stopped at exit, so no server outlives its test run. */
+static shared_server *g_live[8];
+static int g_n_live;
+
+static void stop_live(void) {
+    for (int i = 0; i < g_n_live; i++)
+        if (g_live[i]->started) {
+            bool clean;
+            (void)shared_server_stop(g_live[i], &clean);
+        }
+}
+
 int shared_server_port(shared_server *ss, const char *const *args) {
     if (!ss->started && !ss->failed) {
         ss->started = server_start(&ss->s, args);
         ss->failed = !ss->started;
+        if (ss->started && g_n_live < (int)(sizeof g_live / sizeof g_live[0])) {
+            if (g_n_live == 0) atexit(stop_live);
+            g_live[g_n_live++] = ss;
+        }
     }
     return ss->started ? ss->s.port : -1;
 }
