@@ -1783,14 +1783,19 @@ TEST(per_request_draft_limits) {
 }
 
 /* The prompt /apply-template renders for one user message "Hi" on a server started with args;
- * NULL when the server does not start or answer. */
-static char *applied_prompt(const char *const *args) {
+ * NULL when the server does not start or answer. props: /props chat_template too (may be NULL). */
+static char *applied_prompt(const char *const *args, char **props) {
     server s;
     if (!server_start(&s, args)) return NULL;
     cJSON *o = post_json(s.port, "/apply-template", "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}]}", 200);
     const char *p = cJSON_GetStringValue(cJSON_GetObjectItem(o, "prompt"));
     char *out = p ? strdup(p) : NULL;
     cJSON_Delete(o);
+    if (props) {   /* /props chat_template: the template that renders */
+        o = get_json(s.port, "/props", NULL);
+        *props = cJSON_GetStringValue(cJSON_GetObjectItem(o, "chat_template")) ? strdup(jstr(o, "chat_template")) : NULL;
+        cJSON_Delete(o);
+    }
     bool clean = false;
     if (server_stop(&s, &clean) != 0) free(out), out = NULL;
     return out;
@@ -1798,7 +1803,8 @@ static char *applied_prompt(const char *const *args) {
 
 /* --chat-template-file renders chat prompts through that Jinja template; --jinja through the
  * GGUF's own (the shipped target's is Qwen3's, which must give the built-in renderer's text);
- * a template that does not parse stops the start with the template's line and column. */
+ * a template that does not parse stops the start with the template's line and column; /props
+ * reports the file's template. */
 TEST(jinja_templates) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     char path[64], bad[64];
@@ -1812,10 +1818,10 @@ TEST(jinja_templates) {
     fclose(f);
     fclose(fb);
     const char *af[] = {"-m", TINY_QWEN3, "-np", "1", "-t", "1", "--chat-template-file", path, NULL};
-    char *pf = applied_prompt(af);
+    char *tf = NULL, *pf = applied_prompt(af, &tf);
     const char *aj[] = {"-m", "models/target.gguf", "-np", "1", "-t", "1", "--jinja", NULL};
     const char *ab[] = {"-m", "models/target.gguf", "-np", "1", "-t", "1", NULL};
-    char *pj = applied_prompt(aj), *pb = applied_prompt(ab);
+    char *pj = applied_prompt(aj, NULL), *pb = applied_prompt(ab, NULL);
     const char *xb[] = {"serve", "-m", TINY_QWEN3, "--chat-template-file", bad, NULL};
     test_proc rb;
     bool ran = test_spex_exec(xb, &rb);
@@ -1825,7 +1831,8 @@ TEST(jinja_templates) {
     remove(path);
     remove(bad);
     printf("  file: %s\n  --jinja: %s\n", pf ? pf : "(null)", pj ? pj : "(null)");
-    const bool file_ok = pf && !strcmp(pf, "<user>HI</user><assistant>");
+    const bool file_ok = pf && !strcmp(pf, "<user>HI</user><assistant>") && tf && strstr(tf, "m.content | upper");
+    free(tf);
     const bool gguf_ok = pj && pb && !strcmp(pj, pb) && strstr(pj, "<|im_start|>user\nHi<|im_end|>");
     free(pf);
     free(pj);

@@ -59,6 +59,7 @@ typedef struct srv_server {
     spex_chat_template tmpl;
     spex_jinja *jinja;            /* --jinja / --chat-template-file: renders chat prompts */
     char *bos_text, *eos_text;    /* the template's bos_token / eos_token                 */
+    char *jinja_file_text;        /* --chat-template-file's text, for /props              */
     int32_t n_ctx_slot, n_max, n_min;   /* the draft bounds in force (n_min <= n_max) */
     long created;
     const char *model_id;
@@ -1077,6 +1078,7 @@ static enum MHD_Result do_props(srv_server *S, struct MHD_Connection *c, bool po
     srv_props_info pi = {.d = gen_defaults(S), .n_slots = cfg->n_slots, .n_ctx_slot = S->n_ctx_slot,
                          .model_path = cfg->model, .model_alias = S->model_id, .gguf = spex_model_gguf(S->model),
                          .tmpl = S->tmpl, .tmpl_from_flag = cfg->chat_template != NULL,
+                         .jinja_text = S->jinja_file_text,
                          .spec_variant = dh ? (dh->variant == SPEX_DFLASH2 ? "dflash2" : "dflash")
                                             : S->spec_type == SPEX_SPEC_MTP ? "mtp"
                                             : S->spec_type == SPEX_SPEC_DRAFT_MODEL ? "draft-simple" : NULL,
@@ -1314,7 +1316,12 @@ static int load_jinja(srv_server *S) {
         from = "tokenizer.chat_template";
     }
     spex_status st = spex_jinja_parse(src, len, &S->jinja, &err);
-    free(src);
+    if (cfg->chat_template_file && srv_utf8_valid(src, len) && !memchr(src, 0, len)) {
+        src[len] = 0;
+        S->jinja_file_text = src;   /* /props reports it (JSON strings are UTF-8 without NUL) */
+    } else {
+        free(src);
+    }
     if (st != SPEX_OK) {
         fprintf(stderr, "error: %s: %s\n", from, err.msg);
         return 1;
@@ -1510,6 +1517,7 @@ int srv_main(const srv_config *cfg) {
     spex_tokenizer_free(S.tok);
     spex_jinja_free(S.jinja);
     free(S.bos_text);
+    free(S.jinja_file_text);
     free(S.eos_text);
     spex_model_free(S.model);
     if (rc == 0) fprintf(stderr, "server: stopped\n");

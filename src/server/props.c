@@ -87,12 +87,14 @@ char *srv_props_json(const srv_props_info *pi) {
     cJSON_AddNumberToObject(o, "total_slots", pi->n_slots);
     cJSON_AddStringToObject(o, "model_alias", pi->model_alias);
     cJSON_AddStringToObject(o, "model_path", pi->model_path);
-    /* llama-server reports the template text it renders; spex renders a built-in equivalent
-     * of the GGUF's template, so it reports that text when the GGUF has one and the
-     * built-in's name otherwise (and always names the built-in in chat_template_builtin). */
+    /* llama-server reports the template text it renders: --chat-template-file's text, else the
+     * GGUF's (which --jinja renders, and the built-in renderers equal) when it has one, else
+     * the built-in's name (always named in chat_template_builtin). */
     const char *tname = spex_chat_template_name(pi->tmpl);
     spex_str js = {0};
-    if (!pi->tmpl_from_flag && pi->gguf &&
+    if (pi->jinja_text) {
+        cJSON_AddStringToObject(o, "chat_template", pi->jinja_text);
+    } else if (!pi->tmpl_from_flag && pi->gguf &&
         spex_gguf_get_str(pi->gguf, "tokenizer.chat_template", &js, NULL) == SPEX_OK && js.ptr) {
         char *text = malloc(js.len + 1);
         if (text) memcpy(text, js.ptr, js.len), text[js.len] = 0;

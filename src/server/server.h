@@ -338,6 +338,7 @@ typedef struct srv_props_info {
     const spex_gguf *gguf;           /* the target's: tokenizer.chat_template               */
     spex_chat_template tmpl;         /* the built-in template spex renders with             */
     bool tmpl_from_flag;             /* --chat-template NAME chose it (the GGUF text unused) */
+    const char *jinja_text;          /* --chat-template-file's text (NULL: none)            */
     const char *spec_variant;        /* "dflash2", "dflash" or NULL (no drafter)            */
     const char *build_info;
     bool endpoint_slots, endpoint_props, endpoint_metrics;
