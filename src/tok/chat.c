@@ -64,6 +64,7 @@
  */
 #include "spex.h"
 #include "tok/api.h"
+#include "tok/tok.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -300,16 +301,8 @@ static bool hex4(jcur *c, uint32_t *v) {
 }
 
 static void put_cp(sink *o, uint32_t cp) {
-    char b[4];
-    size_t n;
-    if (cp < 0x80) b[0] = (char)cp, n = 1;
-    else if (cp < 0x800) b[0] = (char)(0xc0 | cp >> 6), b[1] = (char)(0x80 | (cp & 0x3f)), n = 2;
-    else if (cp < 0x10000)
-        b[0] = (char)(0xe0 | cp >> 12), b[1] = (char)(0x80 | ((cp >> 6) & 0x3f)), b[2] = (char)(0x80 | (cp & 0x3f)), n = 3;
-    else
-        b[0] = (char)(0xf0 | cp >> 18), b[1] = (char)(0x80 | ((cp >> 12) & 0x3f)),
-        b[2] = (char)(0x80 | ((cp >> 6) & 0x3f)), b[3] = (char)(0x80 | (cp & 0x3f)), n = 4;
-    put(o, (sv){b, n});
+    uint8_t b[4];
+    put(o, (sv){(const char *)b, spex_tok_utf8_put(cp, b)});
 }
 
 /* Python's escaping of one decoded character (quoted output). Lone surrogates, which UTF-8
@@ -390,45 +383,8 @@ static void put_py_float(sink *o, double x) {
         puts_(o, isnan(x) ? "NaN" : x < 0 ? "-Infinity" : "Infinity");
         return;
     }
-    char e[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(e, sizeof e, "%.*e", prec - 1, x);
-        if (strtod(e, NULL) == x) break;
-    }
-    /* e: [-]D[.DDD]e[+-]XX */
-    char digits[24];
-    size_t nd = 0;
-    const char *q = e;
-    bool neg = *q == '-';
-    if (neg) q++;
-    for (; *q && *q != 'e'; q++)
-        if (*q != '.') digits[nd++] = *q;
-    while (nd > 1 && digits[nd - 1] == '0') nd--;
-    int exp10 = atoi(q + 1);
-    char out[64];
-    size_t n = 0;
-    if (neg) out[n++] = '-';
-    if (exp10 >= -5 + 1 && exp10 < 16) {   /* decpt = exp10 + 1 in (-4, 16] */
-        if (exp10 < 0) {
-            out[n++] = '0', out[n++] = '.';
-            for (int i = 0; i < -exp10 - 1; i++) out[n++] = '0';
-            for (size_t i = 0; i < nd; i++) out[n++] = digits[i];
-        } else {
-            for (int i = 0; i <= exp10; i++) out[n++] = (size_t)i < nd ? digits[i] : '0';
-            out[n++] = '.';
-            if ((size_t)exp10 + 1 < nd)
-                for (size_t i = (size_t)exp10 + 1; i < nd; i++) out[n++] = digits[i];
-            else out[n++] = '0';
-        }
-    } else {
-        out[n++] = digits[0];
-        if (nd > 1) {
-            out[n++] = '.';
-            for (size_t i = 1; i < nd; i++) out[n++] = digits[i];
-        }
-        n += (size_t)snprintf(out + n, sizeof out - n, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
-    }
-    put(o, (sv){out, n});
+    char out[40];
+    put(o, (sv){out, spex_tok_float_repr(x, out)});
 }
 
 /* A number: integers (no fraction or exponent) as written, as Python's int prints them

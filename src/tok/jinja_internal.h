@@ -13,6 +13,7 @@
 #define SPEX_TOK_JINJA_INTERNAL_H
 
 #include "spex.h"
+#include "tok/tok.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -136,7 +137,6 @@ size_t ju_next(const char *s, size_t n, size_t i);   /* offset of the character 
 size_t ju_count(const char *s, size_t n);            /* characters in s */
 
 /* Python's repr(float). */
-void jv_float_repr(double x, char out[40]);
 
 /* JSON text to a value (objects keep key order; a repeated key keeps its first place and
  * last value, as Python's json.loads). false with a message in err. */

@@ -83,16 +83,9 @@ static int hexv(char ch) {
 }
 
 static bool put_cp(jarena *a, jbuf *b, uint32_t cp) {
-    char u[4];
-    size_t k;
-    if (cp < 0x80) u[0] = (char)cp, k = 1;
-    else if (cp < 0x800) u[0] = (char)(0xc0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3f)), k = 2;
-    else if (cp < 0x10000)
-        u[0] = (char)(0xe0 | cp >> 12), u[1] = (char)(0x80 | (cp >> 6 & 0x3f)), u[2] = (char)(0x80 | (cp & 0x3f)), k = 3;
-    else
-        u[0] = (char)(0xf0 | cp >> 18), u[1] = (char)(0x80 | (cp >> 12 & 0x3f)), u[2] = (char)(0x80 | (cp >> 6 & 0x3f)),
-        u[3] = (char)(0x80 | (cp & 0x3f)), k = 4;
-    return jb_put(a, b, u, k);
+    uint8_t u[4];
+    size_t k = spex_tok_utf8_put(cp, u);
+    return jb_put(a, b, (const char *)u, k);
 }
 
 /* A quoted string at L->pos, decoded with Python's escapes (\n \t \r \\ \' \" \a \b \f \v,

@@ -215,55 +215,6 @@ size_t ju_count(const char *s, size_t n) {
 /* str() and repr()                                                          */
 /* ======================================================================== */
 
-void jv_float_repr(double x, char out[40]) {
-    if (isnan(x)) {
-        strcpy(out, "nan");
-        return;
-    }
-    if (isinf(x)) {
-        strcpy(out, x < 0 ? "-inf" : "inf");
-        return;
-    }
-    char e[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(e, sizeof e, "%.*e", prec - 1, x);
-        if (strtod(e, NULL) == x) break;
-    }
-    char dig[24];
-    int nd = 0;
-    const char *q = e;
-    bool neg = *q == '-';
-    if (neg) q++;
-    for (; *q && *q != 'e'; q++)
-        if (*q != '.' && nd < 23) dig[nd++] = *q;
-    while (nd > 1 && dig[nd - 1] == '0') nd--;
-    int decpt = atoi(q + 1) + 1;   /* x = 0.DIGITS * 10^decpt */
-    char *o = out;
-    if (neg) *o++ = '-';
-    if (decpt > -4 && decpt <= 16) {
-        if (decpt <= 0) {
-            *o++ = '0', *o++ = '.';
-            for (int i = 0; i < -decpt; i++) *o++ = '0';
-            for (int i = 0; i < nd; i++) *o++ = dig[i];
-        } else {
-            for (int i = 0; i < decpt; i++) *o++ = i < nd ? dig[i] : '0';
-            *o++ = '.';
-            if (decpt < nd)
-                for (int i = decpt; i < nd; i++) *o++ = dig[i];
-            else
-                *o++ = '0';
-        }
-        *o = '\0';
-    } else {
-        *o++ = dig[0];
-        if (nd > 1) {
-            *o++ = '.';
-            for (int i = 1; i < nd; i++) *o++ = dig[i];
-        }
-        snprintf(o, 16, "e%c%02d", decpt - 1 < 0 ? '-' : '+', abs(decpt - 1));
-    }
-}
-
 static bool put_str_repr(jarena *a, jbuf *b, const char *s, size_t n) {
     bool has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
     char q = has_sq && !has_dq ? '"' : '\'';
@@ -294,7 +245,7 @@ bool jv_str_append(jarena *a, jbuf *b, jv v, bool repr) {
     case JV_NONE: return jb_puts(a, b, "None");
     case JV_BOOL: return jb_puts(a, b, v.u.b ? "True" : "False");
     case JV_INT: snprintf(num, sizeof num, "%lld", (long long)v.u.i); return jb_puts(a, b, num);
-    case JV_FLOAT: jv_float_repr(v.u.f, num); return jb_puts(a, b, num);
+    case JV_FLOAT: spex_tok_float_repr(v.u.f, num); return jb_puts(a, b, num);
     case JV_STR: return repr ? put_str_repr(a, b, v.u.s.p, v.u.s.n) : jb_put(a, b, v.u.s.p, v.u.s.n);
     case JV_LIST: {
         const jlist *l = v.u.l;
@@ -412,7 +363,7 @@ static bool tojson_at(jarena *a, jbuf *b, jv v, const jjson *o, int level, const
     case JV_FLOAT:
         if (isnan(v.u.f)) return jb_puts(a, b, "NaN");
         if (isinf(v.u.f)) return jb_puts(a, b, v.u.f < 0 ? "-Infinity" : "Infinity");
-        jv_float_repr(v.u.f, num);
+        spex_tok_float_repr(v.u.f, num);
         return jb_puts(a, b, num);
     case JV_STR: return json_str(a, b, v.u.s.p, v.u.s.n, o->ascii);
     case JV_LIST: {
@@ -487,16 +438,9 @@ static bool rd_hex4(jreader *r, uint32_t *cp) {
 
 /* Appends cp as UTF-8 (a lone surrogate as its 3-byte form, as Python keeps it in the str). */
 static bool put_utf8(jarena *a, jbuf *b, uint32_t cp) {
-    char u[4];
-    size_t k;
-    if (cp < 0x80) u[0] = (char)cp, k = 1;
-    else if (cp < 0x800) u[0] = (char)(0xc0 | cp >> 6), u[1] = (char)(0x80 | (cp & 0x3f)), k = 2;
-    else if (cp < 0x10000)
-        u[0] = (char)(0xe0 | cp >> 12), u[1] = (char)(0x80 | (cp >> 6 & 0x3f)), u[2] = (char)(0x80 | (cp & 0x3f)), k = 3;
-    else
-        u[0] = (char)(0xf0 | cp >> 18), u[1] = (char)(0x80 | (cp >> 12 & 0x3f)), u[2] = (char)(0x80 | (cp >> 6 & 0x3f)),
-        u[3] = (char)(0x80 | (cp & 0x3f)), k = 4;
-    return jb_put(a, b, u, k);
+    uint8_t u[4];
+    size_t k = spex_tok_utf8_put(cp, u);
+    return jb_put(a, b, (const char *)u, k);
 }
 
 static bool rd_string(jreader *r, jv *out) {

@@ -95,6 +95,10 @@ size_t spex_tok_utf8_len(const uint8_t *s, size_t n);
 /* Encodes cp (<= 0x10FFFF) into out; returns the byte count. */
 size_t spex_tok_utf8_put(uint32_t cp, uint8_t *out);
 
+/* Python's repr(x) of a float into out, NUL-terminated ("nan", "inf", "-inf" when not finite);
+ * returns its length (pyrepr.c). */
+size_t spex_tok_float_repr(double x, char out[40]);
+
 /* The GPT-2 byte -> code point table (targets.md §12.1). */
 uint32_t spex_tok_byte_to_cp(uint8_t b);
 /* Inverse: the byte of code point cp, or -1 if cp is not one of the 256. */
