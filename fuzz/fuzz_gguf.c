@@ -3,7 +3,8 @@
  *
  * Opens the input with spex_gguf_open_memory, then touches everything a loader would: every
  * key (and its hash lookup), every value through every typed getter, every array element
- * (strings and nested arrays included), and every tensor's first and last data byte. Any
+ * (strings and nested arrays included), and every tensor's first and last data byte, after
+ * two metadata overrides (spex_gguf_override, --override-kv). Any
  * crash, sanitizer report, leak or timeout is a bug: a malformed file must only ever produce
  * SPEX_ERR_FORMAT with a message.
  *
@@ -14,6 +15,7 @@
 #include "gguf/api.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,6 +55,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     sink += spex_gguf_version(g) + spex_gguf_alignment(g) + spex_gguf_data_offset(g);
+    /* --override-kv: the input's last bytes as a KEY=TYPE:VALUE entry, then one that replaces the
+     * first key; the walk below reads the overridden values through every getter. */
+    char spec[80];
+    size_t n_spec = size < sizeof spec - 1 ? size : sizeof spec - 1;
+    memcpy(spec, data + size - n_spec, n_spec);
+    spec[n_spec] = 0;
+    if (spex_gguf_override(g, spec, &err) == SPEX_OK) {
+        *strchr(spec, '=') = 0;
+        if (spex_gguf_find_key(g, spec) < 0) __builtin_trap();
+    }
+    if (spex_gguf_n_kv(g) > 0 && strlen(spex_gguf_key(g, 0)) < 100) {
+        snprintf(spec, sizeof spec, "%.64s=int:-1", spex_gguf_key(g, 0));
+        (void)spex_gguf_override(g, spec, &err);
+    }
     for (int64_t i = 0; i < spex_gguf_n_kv(g); i++) {
         const char *key = spex_gguf_key(g, i);
         if (spex_gguf_find_key(g, key) != i) __builtin_trap(); /* duplicates are refused at open */

@@ -144,6 +144,8 @@ typedef struct spex_model_params {
                           * (KV, compute and weight bytes), through log or on stderr     */
     spex_log_fn log; void *log_user;   /* NULL: stderr                                    */
     bool no_repack;      /* keep every weight in the mapping: no R16 copies (below)       */
+    bool no_mmap;        /* read the file into memory instead of mapping it               */
+    const char *const *overrides; int32_t n_overrides;   /* "KEY=TYPE:VALUE" metadata (--override-kv) */
 } spex_model_params;
 spex_model_params spex_model_default_params(void);
 
@@ -263,7 +265,7 @@ typedef struct spex_session_params {
     const spex_drafter *drafter;    /* or a loaded DFlash drafter (borrowed; for this target)       */
     const char *const *draft_overrides;   /* spex_drafter_params.overrides                        */
     int32_t n_draft_overrides;
-    bool no_repack;
+    bool no_repack, no_mmap;        /* for the drafter's file, as spex_model_params                 */
     int32_t n_seq;                  /* sequences (server slots), default 1                          */
     int32_t n_ctx_per_seq;          /* 0: min(the training context, 4096)                           */
     int32_t n_batch;                /* prompt batch rows (default 512; raised to the verify rows)   */

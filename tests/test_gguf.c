@@ -1051,4 +1051,59 @@ TEST(corpus_seeds) {
     if (missing) SKIP("%d seeds not found under fuzz/corpus/gguf (run from the repo root)", missing);
 }
 
+/* --override-kv: a key's value replaced (the getters convert it as a file value), a key added,
+ * every type; malformed entries, unknown types and general.alignment refused with the reason. */
+TEST(overrides_replace_add_and_refuse) {
+    spex_gguf_writer *w = make_all_types_writer();
+    CHECK(w);
+    const char *path = test_tmp_path("override.gguf");
+    CHECK_OK(spex_gguf_writer_write(w, path, NULL));
+    spex_gguf_writer_free(w);
+    spex_gguf *g = NULL;
+    CHECK_OK(spex_gguf_open_read(path, &g, NULL));
+    int64_t n_kv = spex_gguf_n_kv(g);
+    spex_error err = {0};
+    uint32_t u32 = 0;
+    float f = 0;
+    bool b = false;
+    spex_str str;
+    CHECK_OK(spex_gguf_override(g, "t.i8=int:7", &err));
+    CHECK_OK(spex_gguf_get_u32(g, "t.i8", &u32, NULL));
+    CHECK_EQ_INT(u32, 7);
+    CHECK_OK(spex_gguf_override(g, "t.str=str:hello, world=1:2", &err));
+    CHECK_OK(spex_gguf_get_str(g, "t.str", &str, NULL));
+    CHECK(str.len == 16 && !memcmp(str.ptr, "hello, world=1:2", 16));
+    CHECK_OK(spex_gguf_override(g, "t.arr_str=int:1", &err));   /* an array replaced by a scalar */
+    CHECK_OK(spex_gguf_get_u32(g, "t.arr_str", &u32, NULL));
+    CHECK_EQ_INT(u32, 1);
+    CHECK_OK(spex_gguf_override(g, "x.new.flag=bool:true", &err));
+    CHECK_OK(spex_gguf_override(g, "x.new.eps=float:1e-6", &err));
+    CHECK_OK(spex_gguf_override(g, "x.new.n=int:-3", &err));
+    CHECK_EQ_INT(spex_gguf_n_kv(g), n_kv + 3);
+    CHECK_OK(spex_gguf_get_bool(g, "x.new.flag", &b, NULL));
+    CHECK(b);
+    CHECK_OK(spex_gguf_get_f32(g, "x.new.eps", &f, NULL));
+    CHECK(f == 1e-6f);
+    CHECK(spex_gguf_get_u32(g, "x.new.n", &u32, &err) == SPEX_ERR_RANGE);
+    CHECK(spex_gguf_get_bool(g, "t.i8", &b, &err) == SPEX_ERR_TYPE);   /* int given, bool read */
+    CHECK_OK(spex_gguf_override(g, "x.new.n=int:5", &err));   /* an added key replaced */
+    CHECK_OK(spex_gguf_get_u32(g, "x.new.n", &u32, NULL));
+    CHECK_EQ_INT(u32, 5);
+    CHECK_EQ_INT(spex_gguf_n_kv(g), n_kv + 3);
+    const struct { const char *spec, *want; } bad[] = {
+        {"t.i8", "KEY=TYPE:VALUE"},           {"=int:1", "KEY=TYPE:VALUE"},
+        {"t.i8=int", "KEY=TYPE:VALUE"},       {"t.i8=int:", "not a 64-bit integer"},
+        {"t.i8=int:1x", "not a 64-bit integer"}, {"t.i8=int:99999999999999999999", "not a 64-bit integer"},
+        {"t.f=float:abc", "not a number"},    {"t.b=bool:1", "'true' or 'false'"},
+        {"t.i8=u32:1", "type 'u32'"},         {"general.alignment=int:64", "general.alignment"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(spex_gguf_override(g, bad[i].spec, &err) == SPEX_ERR_INVALID_ARG, "%s accepted", bad[i].spec);
+        CHECK_MSG(strstr(err.msg, bad[i].want), "%s: %s", bad[i].spec, err.msg);
+    }
+    CHECK_OK(spex_gguf_get_u32(g, "t.i8", &u32, NULL));   /* a refused entry changes nothing */
+    CHECK_EQ_INT(u32, 7);
+    spex_gguf_close(g);
+}
+
 TEST_MAIN()

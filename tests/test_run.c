@@ -821,4 +821,114 @@ TEST(no_repack_flag) {
     run_free(&b);
 }
 
+/* --no-mmap reads the file instead of mapping it: the golden story unchanged. --override-kv
+ * changes what the loader reads: a 64-token training context ends the story at "context full"
+ * after a prefix of the golden text; a value of the wrong type or a malformed entry stops the
+ * load with an error naming it. */
+TEST(no_mmap_and_override_kv) {
+    REQUIRE_BIN();
+    const char *model = test_shared_path("data/stories260K/stories260K.gguf");
+    const char *gold = test_shared_path("data/stories260K/stories260K.greedy.txt");
+    if (!model || !gold) SKIP("../shared/data/stories260K absent");
+    size_t glen = 0;
+    char *golden = test_slurp(gold, &glen);
+    CHECK(golden && glen == 464);
+    run_result r;
+    RUN(r, "-m", model, "-n", "200", "--temp", "0", "-t", "1", "--no-mmap");
+    CHECK_EQ_INT(r.rc, 0);
+    CHECK(r.out_len == glen && !memcmp(r.out, golden, glen));
+    run_free(&r);
+
+    RUN(r, "-m", model, "-n", "200", "--temp", "0", "-t", "1", "--override-kv", "llama.context_length=int:64");
+    char reason[64];
+    stop_reason(r.err, reason, sizeof reason);
+    CHECK_EQ_INT(r.rc, 0);
+    CHECK_MSG(!strcmp(reason, "context full"), "stop reason '%s'", reason);
+    CHECK(r.out_len > 0 && r.out_len < glen && !memcmp(r.out, golden, r.out_len));
+    CHECK_EQ_INT(generated_count(r.err), 64);
+    run_free(&r);
+
+    RUN(r, "-m", model, "-n", "8", "--override-kv", "llama.context_length=float:64.5");
+    CHECK(r.rc != 0 && strstr(r.err, "llama.context_length") && strstr(r.err, "f64"));
+    run_free(&r);
+    RUN(r, "-m", model, "-n", "8", "--override-kv", "llama.context_length");
+    CHECK(r.rc != 0 && strstr(r.err, "KEY=TYPE:VALUE"));
+    run_free(&r);
+    RUN(r, "-m", model, "-n", "8", "--override-kv", "general.alignment=int:64");
+    CHECK(r.rc != 0 && strstr(r.err, "general.alignment"));
+    run_free(&r);
+    free(golden);
+}
+
+/* --jinja / --chat-template-file: the prompt ids are the tokens of the template's render — a
+ * file's template, the GGUF's own (here given by --override-kv tokenizer.chat_template), and the
+ * built-in ChatML with a note when the file has none; a template that does not parse or raises
+ * stops with its message. */
+TEST(jinja_chat_templates) {
+    REQUIRE_BIN();
+    char path[256], tfile[256], bad[256];
+    tmp_path(path, sizeof path, "chat_jinja");
+    snprintf(tfile, sizeof tfile, "%s/upper.jinja", test_tmp_dir());
+    snprintf(bad, sizeof bad, "%s/bad.jinja", test_tmp_dir());
+    CHECK_OK(write_variant(TINY_QWEN3, path, &(variant){.chat_vocab = true, .eos = -1}));
+    FILE *f = fopen(tfile, "w");
+    CHECK(f);
+    fputs("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content | upper }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+          f);
+    fclose(f);
+    f = fopen(bad, "w");
+    CHECK(f);
+    fputs("{% for %}", f);
+    fclose(f);
+    const struct {
+        const char *args[6], *want;
+    } cases[] = {
+        {{"--chat-template-file", tfile}, "<|im_start|>user\nHI THERE<|im_end|>\n<|im_start|>assistant\n"},
+        {{"--jinja", "--override-kv",
+          "tokenizer.chat_template=str:{% for m in messages %}[{{ m.role }}:{{ m.content }}]{% endfor %}"
+          "{{ '<|im_start|>' if add_generation_prompt }}"},
+         "[user:Hi there]<|im_start|>"},
+        {{"--jinja"}, "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"},
+    };
+    for (int c = 0; c < 3; c++) {
+        const char *argv[24] = {"-m", path, "--chat", "-p", "Hi there", "-n", "2", "--temp", "0", "-t", "1", "-v"};
+        int na = 12;
+        for (int i = 0; cases[c].args[i]; i++) argv[na++] = cases[c].args[i];
+        argv[na] = NULL;
+        run_result r;
+        CHECK(run_spex(argv, &r));
+        int32_t got[256], want[256];
+        int n_got = parse_prompt_ids(r.err, got, 256), n_want = expected_ids(cases[c].want, want, 256);
+        bool ok = r.rc == 0 && n_got == n_want && !memcmp(got, want, sizeof *got * (size_t)n_want);
+        if (!ok) printf("  case %d: rc %d: %s\n", c, r.rc, r.err);
+        CHECK(ok);
+        if (c == 2) CHECK(strstr(r.err, "no tokenizer.chat_template") != NULL);
+        run_free(&r);
+    }
+    run_result r;
+    setenv("LLAMA_ARG_CHAT_TEMPLATE_FILE", tfile, 1);   /* the variable as the flag */
+    RUN(r, "-m", path, "--chat", "-p", "Hi there", "-n", "2", "--temp", "0", "-t", "1", "-v");
+    unsetenv("LLAMA_ARG_CHAT_TEMPLATE_FILE");
+    {
+        int32_t got[256], want[256];
+        int n_got = parse_prompt_ids(r.err, got, 256), n_want = expected_ids(cases[0].want, want, 256);
+        CHECK_MSG(r.rc == 0 && n_got == n_want && !memcmp(got, want, sizeof *got * (size_t)n_want), "%s", r.err);
+    }
+    run_free(&r);
+    RUN(r, "-m", path, "--chat", "-p", "x", "--chat-template-file", bad);
+    CHECK_MSG(r.rc != 0 && strstr(r.err, bad) && strstr(r.err, "jinja: line 1"), "%s", r.err);
+    run_free(&r);
+    RUN(r, "-m", path, "--chat", "-p", "x", "--jinja", "--override-kv",
+        "tokenizer.chat_template=str:{{ raise_exception('no system prompt allowed') }}");
+    CHECK_MSG(r.rc != 0 && strstr(r.err, "no system prompt allowed"), "%s", r.err);
+    run_free(&r);
+    RUN(r, "-m", path, "--chat", "-p", "x", "--chat-template-file", tfile, "--chat-template", "chatml");
+    CHECK_MSG(r.rc == 2 && strstr(r.err, "not both"), "%s", r.err);
+    run_free(&r);
+    remove(tfile);
+    remove(bad);
+    remove(path);
+}
+
 TEST_MAIN()

@@ -30,6 +30,7 @@ typedef struct env_flag {
 
 static const env_flag ENV[] = {
     {"LLAMA_ARG_MODEL", "-m", NULL, false, ENV_BOTH},
+    {"LLAMA_ARG_CHAT_TEMPLATE", "--chat-template", NULL, false, ENV_BOTH},
     {"LLAMA_ARG_CTX_SIZE", "-c", NULL, false, ENV_BOTH},
     {"LLAMA_ARG_N_PREDICT", "-n", NULL, false, ENV_BOTH},
     {"LLAMA_ARG_BATCH", "-b", NULL, false, ENV_BOTH},
@@ -50,6 +51,11 @@ static const env_flag ENV[] = {
     {"LLAMA_ARG_DRAFT_MIN", "--spec-draft-n-min", NULL, false, ENV_BOTH},
     {"LLAMA_ARG_DRAFT_P_MIN", "--spec-draft-p-min", NULL, false, ENV_BOTH},
     {"LLAMA_ARG_NO_MMAP", "--no-mmap", NULL, true, ENV_BOTH},
+    {"LLAMA_ARG_MMAP", "--mmap", "--no-mmap", true, ENV_BOTH},
+    {"LLAMA_ARG_JINJA", "--jinja", "--no-jinja", true, ENV_BOTH},
+    {"LLAMA_ARG_CHAT_TEMPLATE_FILE", "--chat-template-file", NULL, false, ENV_BOTH},
+    {"LLAMA_CHAT_TEMPLATE_KWARGS", "--chat-template-kwargs", NULL, false, ENV_BOTH},
+    {"LLAMA_ARG_CHAT_TEMPLATE_KWARGS", "--chat-template-kwargs", NULL, false, ENV_BOTH},
     {"LLAMA_ARG_ALIAS", "-a", NULL, false, ENV_SERVE},
     {"LLAMA_ARG_N_PARALLEL", "-np", NULL, false, ENV_SERVE},
     {"LLAMA_ARG_HOST", "--host", NULL, false, ENV_SERVE},
@@ -58,7 +64,6 @@ static const env_flag ENV[] = {
     {"LLAMA_ARG_API_KEY_FILE", "--api-key-file", NULL, false, ENV_SERVE},
     {"LLAMA_ARG_TIMEOUT", "--timeout", NULL, false, ENV_SERVE},
     {"LLAMA_ARG_THREADS_HTTP", "--threads-http", NULL, false, ENV_SERVE},
-    {"LLAMA_ARG_CHAT_TEMPLATE", "--chat-template", NULL, false, ENV_SERVE},
     {"LLAMA_ARG_CONT_BATCHING", "-cb", "-nocb", true, ENV_SERVE},
     {"LLAMA_ARG_ENDPOINT_METRICS", "--metrics", NULL, true, ENV_SERVE},
     {"LLAMA_ARG_EMBEDDINGS", "--embeddings", NULL, true, ENV_SERVE},

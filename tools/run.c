@@ -58,6 +58,9 @@ static void usage(FILE *f) {
             "      --no-think             enable_thinking = false in the template (with --chat); also\n"
             "                             -rea off, --chat-template-kwargs '{\"enable_thinking\":false}'\n"
             "      --chat-template NAME   override the detected template: none, chatml, qwen3, qwen35\n"
+            "      --jinja, --no-jinja    render through the GGUF's own Jinja chat template (off: built-in)\n"
+            "      --chat-template-file FILE  render through this Jinja template (implies --jinja)\n"
+            "      --chat-template-kwargs JSON  extra template variables (Jinja), e.g. '{\"enable_thinking\":false}'\n"
             "\n"
             "generation:\n"
             "  -n, --n-predict N          tokens to generate; -1 = until end of generation or full context (-1)\n"
@@ -107,6 +110,9 @@ static void usage(FILE *f) {
             "\n"
             "  -nr, --no-repack           keep every weight in the file's layout (no R16 copies at load;\n"
             "                             docs/models.md)\n"
+            "      --no-mmap, --mmap      read the model files into memory instead of mapping them (--mmap)\n"
+            "      --override-kv KEY=TYPE:VALUE  the target's metadata override (repeatable; TYPE int,\n"
+            "                             float, bool or str), e.g. tokenizer.ggml.add_bos_token=bool:false\n"
             "  -v, --verbose              model/context lines at load, the prompt's token ids, the seed\n"
             "  -h, --help                 this text\n");
     cli_llama_flags_help(f, false);
@@ -160,12 +166,14 @@ typedef struct run_kv {
  * its value), 0 when not, -1 after an error line. The same contract for the groups below. */
 static int flag_main(const char *a, const char *v, run_opts *o, bool *takes) {
     if (flag_is(a, "-m", "--model") || flag_is(a, "-p", "--prompt") || flag_is(a, "-f", "--file") ||
-        flag_is(a, "--system", "--system-prompt") || flag_is(a, "-sys", "--chat-template")) {
+        flag_is(a, "--system", "--system-prompt") || flag_is(a, "-sys", "--chat-template") ||
+        flag_is(a, "--chat-template-file", NULL)) {
         if (!need_value(a, v)) return -1;
         const char **dst = flag_is(a, "-m", "--model") ? &o->model
                          : flag_is(a, "-p", "--prompt") ? &o->prompt
                          : flag_is(a, "-f", "--file") ? &o->prompt_file
-                         : !strcmp(a, "--chat-template") ? &o->chat_template : &o->system;
+                         : !strcmp(a, "--chat-template") ? &o->chat_template
+                         : !strcmp(a, "--chat-template-file") ? &o->chat_template_file : &o->system;
         *dst = v;
     } else if (flag_is(a, "-n", "--n-predict") || !strcmp(a, "--predict")) {
         if (!cli_parse_int(a, v, -1, 1L << 30, &o->n_predict)) return -1;
@@ -181,6 +189,7 @@ static int flag_main(const char *a, const char *v, run_opts *o, bool *takes) {
         o->no_think = on == 0;
     } else if (flag_is(a, "--chat-template-kwargs", NULL)) {
         if (!need_value(a, v)) return -1;
+        o->chat_template_kwargs = v;
         if (strstr(v, "\"enable_thinking\"") && (strstr(v, "false") || strstr(v, "true")))
             o->no_think = strstr(v, "false") != NULL;
     } else {   /* the switches */
@@ -190,6 +199,8 @@ static int flag_main(const char *a, const char *v, run_opts *o, bool *takes) {
         else if (flag_is(a, "--special", "-sp")) o->special = true;
         else if (flag_is(a, "-v", "--verbose") || !strcmp(a, "--log-verbose")) o->verbose = true;
         else if (flag_is(a, "-nr", "--no-repack") || flag_is(a, "--repack", NULL)) o->no_repack = strcmp(a, "--repack") != 0;
+        else if (flag_is(a, "--no-mmap", "--mmap")) o->no_mmap = strcmp(a, "--mmap") != 0;
+        else if (flag_is(a, "--jinja", "--no-jinja")) o->jinja = !strcmp(a, "--jinja");
         else return 0;
         *takes = false;
     }
@@ -264,6 +275,13 @@ static int flag_spec(const char *a, const char *v, run_opts *o, run_kv *kv) {
             return -1;
         }
         o->draft_greedy = !strcmp(v, "greedy");
+    } else if (flag_is(a, "--override-kv", NULL)) {
+        if (!need_value(a, v)) return -1;
+        if (o->n_model_overrides >= RUN_MAX_OVERRIDES) {
+            fprintf(stderr, "error: at most %d %s flags\n", RUN_MAX_OVERRIDES, a);
+            return -1;
+        }
+        o->model_overrides[o->n_model_overrides++] = v;
     } else if (flag_is(a, "--spec-draft-override-kv", NULL)) {
         if (!need_value(a, v)) return -1;
         if (o->n_overrides >= RUN_MAX_OVERRIDES) {
@@ -339,10 +357,15 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
         fprintf(stderr, "error: --spec-type %s needs a drafter (-md FILE)\n", o->spec_type);
         return 2;
     }
-    if (!o->chat && (o->system || o->no_think || o->chat_template)) {
-        fprintf(stderr, "error: --system, --no-think and --chat-template need --chat\n");
+    if (!o->chat && (o->system || o->no_think || o->chat_template || o->chat_template_file)) {
+        fprintf(stderr, "error: --system, --no-think, --chat-template and --chat-template-file need --chat\n");
         return 2;
     }
+    if (o->chat_template && o->chat_template_file) {
+        fprintf(stderr, "error: give --chat-template NAME or --chat-template-file FILE, not both\n");
+        return 2;
+    }
+    if (o->chat_template_file) o->jinja = true;   /* llama.cpp: a template file is Jinja */
     return 0;
 }
 
@@ -384,8 +407,57 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 /* The chat rendering of [system,] user: malloc'd, NUL-terminated; NULL after printing an error. */
+/* The token's text with specials (the template's bos_token / eos_token); malloc'd. */
+static char *special_text(const spex_tokenizer *tok, int32_t id) {
+    spex_str p = {0};
+    if (id >= 0 && spex_token_to_piece(tok, id, true, &p, NULL) != SPEX_OK) p.len = 0;
+    char *t = malloc(p.len + 1);
+    if (t) memcpy(t, p.ptr ? p.ptr : "", p.len), t[p.len] = 0;
+    return t;
+}
+
+/* --jinja / --chat-template-file: the prompt rendered by that Jinja template, as llama-cli
+ * renders it; NULL after an error line, or with *fallback set when the model has no template
+ * of its own (the built-in one renders, as without --jinja). */
+static char *render_jinja(const run_opts *o, const spex_model *m, const spex_tokenizer *tok,
+                          const spex_chat_msg *msgs, size_t n, size_t *len, bool *fallback) {
+    spex_error err = {0};
+    spex_jinja *t = NULL;
+    spex_status st = spex_jinja_load(spex_model_gguf(m), o->chat_template_file, &t, NULL, NULL, &err);
+    if (st == SPEX_ERR_NOT_FOUND && !o->chat_template_file) {
+        fprintf(stderr, "note: --jinja: %s has no tokenizer.chat_template; the built-in template renders\n", o->model);
+        *fallback = true;
+        return NULL;
+    }
+    if (st != SPEX_OK) {
+        fprintf(stderr, "error: %s%s\n", o->chat_template_file ? "--chat-template-file " : "", err.msg);
+        return NULL;
+    }
+    char *bos = special_text(tok, spex_token_bos(tok)), *eos = special_text(tok, spex_token_eos(tok)), *out = NULL;
+    spex_jinja_chat opts = {.add_generation_prompt = true, .enable_thinking = !o->no_think, .bos_token = bos,
+                            .eos_token = eos, .extra_json = o->chat_template_kwargs};
+    if (!bos || !eos) fprintf(stderr, "error: out of memory\n");
+    else if (spex_chat_apply_jinja(t, msgs, n, NULL, 0, &opts, &out, len, &err) != SPEX_OK)
+        fprintf(stderr, "error: chat template: %s\n", err.msg), out = NULL;
+    else if (o->verbose)
+        fprintf(stderr, "chat template: Jinja, from %s\n", o->chat_template_file ? o->chat_template_file : "tokenizer.chat_template");
+    free(bos);
+    free(eos);
+    spex_jinja_free(t);
+    return out;
+}
+
 static char *render_chat(const run_opts *o, const spex_model *m, const spex_tokenizer *tok, const char *user,
                          size_t *len) {
+    spex_chat_msg msgs[2];
+    size_t n = 0;
+    if (o->system) msgs[n++] = (spex_chat_msg){.role = SPEX_CHAT_SYSTEM, .content = o->system};
+    msgs[n++] = (spex_chat_msg){.role = SPEX_CHAT_USER, .content = user};
+    if (o->jinja && !o->chat_template) {
+        bool fallback = false;
+        char *r = render_jinja(o, m, tok, msgs, n, len, &fallback);
+        if (!fallback) return r;
+    }
     spex_chat_template tmpl;
     if (o->chat_template) {
         (void)spex_chat_template_from_name(o->chat_template, &tmpl);   /* checked by parse_args */
@@ -402,10 +474,6 @@ static char *render_chat(const run_opts *o, const spex_model *m, const spex_toke
     }
     if (o->verbose) fprintf(stderr, "chat template: %s\n", spex_chat_template_name(tmpl));
 
-    spex_chat_msg msgs[2];
-    size_t n = 0;
-    if (o->system) msgs[n++] = (spex_chat_msg){.role = SPEX_CHAT_SYSTEM, .content = o->system};
-    msgs[n++] = (spex_chat_msg){.role = SPEX_CHAT_USER, .content = user};
     spex_error err = {0};
     size_t need = 0;
     spex_status st = spex_chat_apply(tmpl, msgs, n, true, !o->no_think, NULL, 0, &need, &err);
@@ -480,6 +548,9 @@ static int run_generate(const run_opts *o, const char *text, size_t text_len) {
     mp.verbose = o->verbose;
     mp.log = run_log_stderr;
     mp.no_repack = o->no_repack;
+    mp.no_mmap = o->no_mmap;
+    mp.overrides = o->model_overrides;
+    mp.n_overrides = o->n_model_overrides;
     if (spex_model_load(o->model, &mp, &m, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         goto done;

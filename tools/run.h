@@ -20,12 +20,18 @@ typedef struct run_opts {
     const char *prompt_file;   /* -f (NULL: none)                       */
     const char *system;        /* --system (chat only)                  */
     const char *chat_template; /* --chat-template NAME (chat only)      */
+    const char *chat_template_file;   /* --chat-template-file: Jinja (implies jinja) */
+    const char *chat_template_kwargs; /* --chat-template-kwargs JSON (Jinja's extra variables) */
+    bool jinja;                /* --jinja: the GGUF's own template, rendered */
     long n_predict;            /* -1: until eog or a full context       */
     long n_ctx;                /* 0: the library default                */
     long n_batch;
     long n_threads;            /* 0: every online CPU                   */
     bool chat, no_think, no_bos, special, verbose;
     bool no_repack;            /* --no-repack: no R16 copies at load    */
+    bool no_mmap;              /* --no-mmap: read the files, not map them */
+    const char *model_overrides[RUN_MAX_OVERRIDES];   /* --override-kv (the target's) */
+    int n_model_overrides;
     spex_sampler_params sp;
     /* speculative decoding */
     const char *draft;         /* -md (NULL: target alone)               */

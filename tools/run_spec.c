@@ -67,6 +67,7 @@ int run_session(const run_opts *o, const spex_model *m, const spex_tokenizer *to
     pp.draft_overrides = o->overrides;
     pp.n_draft_overrides = o->n_overrides;
     pp.no_repack = o->no_repack;
+    pp.no_mmap = o->no_mmap;
     pp.n_ctx_per_seq = (int32_t)o->n_ctx;
     pp.n_batch = (int32_t)o->n_batch;
     pp.n_threads = (int32_t)o->n_threads;

@@ -33,6 +33,8 @@ static void usage(FILE *f) {
             "  --sse-ping-interval N       seconds between SSE pings (30; -1: none)\n"
             "  --kv-unified-per-slot N     without -c: -c is N x -np\n"
             "  -nr, --no-repack            keep every weight in the file's layout (no R16 copies at load; --repack: the default)\n"
+            "  --no-mmap / --mmap          read the model files into memory / map them (default)\n"
+            "  --override-kv KEY=TYPE:VALUE  the target's metadata override (repeatable; TYPE int, float, bool, str)\n"
             "  --slots / --no-slots        GET /slots on (default) / off (501)  --props            allow POST /props\n"
             "  --chat-template NAME        chatml, qwen3, qwen35, none          --chat-template-kwargs JSON\n"
             "  --reasoning-format F        none, deepseek (auto), deepseek-legacy   -rea on|off|auto\n"
@@ -169,6 +171,17 @@ static int flag_server(const char *a, const char *v, srv_config *c, serve_args *
         c->n_threads = (int32_t)n;
     } else if (is(a, "-nr", "--no-repack") || is(a, "--repack", NULL)) {
         c->no_repack = strcmp(a, "--repack") != 0, *takes = false;
+    } else if (is(a, "--no-mmap", "--mmap")) {
+        c->no_mmap = strcmp(a, "--mmap") != 0, *takes = false;
+    } else if (is(a, "--override-kv", NULL)) {
+        static const char *model_overrides[SERVE_MAX_OVERRIDES];
+        if (!need(a, v)) return -1;
+        if (c->n_model_overrides >= SERVE_MAX_OVERRIDES) {
+            fprintf(stderr, "error: at most %d %s flags\n", SERVE_MAX_OVERRIDES, a);
+            return -1;
+        }
+        model_overrides[c->n_model_overrides++] = v;
+        c->model_overrides = model_overrides;
     } else if (is(a, "--ctx-checkpoints", "-ctxcp") || is(a, "--swa-checkpoints", NULL)) {
         if (!cli_parse_int(a, v, 0, 1024, &n)) return -1;
         c->n_ctx_checkpoints = (int32_t)n;

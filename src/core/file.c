@@ -17,9 +17,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-spex_status spex_file_map(const char *path, spex_mapped_file *out, spex_error *err) {
-    out->data = NULL;
-    out->size = 0;
+/* Opens path and checks it is a regular file that fits the address space. */
+static spex_status open_regular(const char *path, int *fd_out, size_t *size_out, spex_error *err) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return spex_error_set(err, SPEX_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
@@ -37,7 +36,17 @@ spex_status spex_file_map(const char *path, spex_mapped_file *out, spex_error *e
         return spex_error_set(err, SPEX_ERR_IO, "%s: file of %lld bytes does not fit the address space",
                               path, (long long)st.st_size);
     }
-    size_t size = (size_t)st.st_size;
+    *fd_out = fd;
+    *size_out = (size_t)st.st_size;
+    return SPEX_OK;
+}
+
+spex_status spex_file_map(const char *path, spex_mapped_file *out, spex_error *err) {
+    memset(out, 0, sizeof *out);
+    int fd = -1;
+    size_t size = 0;
+    spex_status s = open_regular(path, &fd, &size, err);
+    if (s != SPEX_OK) return s;
     if (size == 0) {
         close(fd);
         return SPEX_OK;
@@ -51,9 +60,50 @@ spex_status spex_file_map(const char *path, spex_mapped_file *out, spex_error *e
     return SPEX_OK;
 }
 
+spex_status spex_file_read(const char *path, spex_mapped_file *out, spex_error *err) {
+    memset(out, 0, sizeof *out);
+    int fd = -1;
+    size_t size = 0;
+    spex_status s = open_regular(path, &fd, &size, err);
+    if (s != SPEX_OK) return s;
+    if (size == 0) {
+        close(fd);
+        return SPEX_OK;
+    }
+    /* anonymous pages: page-aligned like a mapping, so every tensor keeps its alignment */
+    uint8_t *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        int e = errno;
+        close(fd);
+        return spex_error_set(err, SPEX_ERR_NOMEM, "%s: cannot allocate %zu bytes to read it: %s", path, size,
+                              strerror(e));
+    }
+    size_t got = 0;
+    while (got < size) {
+        size_t want = size - got < ((size_t)1 << 30) ? size - got : (size_t)1 << 30;
+        ssize_t r = pread(fd, p + got, want, (off_t)got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            int e = r < 0 ? errno : 0;
+            close(fd);
+            munmap(p, size);
+            return e ? spex_error_set(err, SPEX_ERR_IO, "%s: read failed at byte %zu: %s", path, got, strerror(e))
+                     : spex_error_set(err, SPEX_ERR_IO, "%s: file ended at byte %zu of %zu while reading it", path,
+                                      got, size);
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    (void)mprotect(p, size, PROT_READ);   /* as a mapping: a stray write faults */
+    out->data = p;
+    out->size = size;
+    out->read = true;
+    return SPEX_OK;
+}
+
 void spex_file_release(const spex_mapped_file *m, const void *p, size_t n) {
     const uintptr_t lo = (uintptr_t)p, hi = lo + n, base = (uintptr_t)m->data;
-    if (!m->data || lo < base || hi > base + m->size) return;
+    if (!m->data || m->read || lo < base || hi > base + m->size) return;
     const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
     const uintptr_t a = (lo + pg - 1) / pg * pg, b = hi / pg * pg;
     if (b > a) (void)madvise((void *)a, b - a, MADV_DONTNEED); /* advice only: failure changes nothing */
@@ -61,8 +111,7 @@ void spex_file_release(const spex_mapped_file *m, const void *p, size_t n) {
 
 void spex_file_unmap(spex_mapped_file *m) {
     if (m->data && m->size) munmap((void *)m->data, m->size);
-    m->data = NULL;
-    m->size = 0;
+    memset(m, 0, sizeof *m);
 }
 
 spex_status spex_file_get_id(const char *path, spex_file_id *out, spex_error *err) {

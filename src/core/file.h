@@ -21,14 +21,20 @@
 typedef struct spex_mapped_file {
     const uint8_t *data;
     size_t size;
+    bool read;   /* the bytes were read into anonymous memory (spex_file_read), not mapped */
 } spex_mapped_file;
 
 spex_status spex_file_map(const char *path, spex_mapped_file *out, spex_error *err);
+/* The same view, but the whole file is read into private memory first (llama.cpp's
+ * --no-mmap): every byte is resident before the call returns, and the file can change or
+ * vanish afterwards without affecting the model. */
+spex_status spex_file_read(const char *path, spex_mapped_file *out, spex_error *err);
 /* Safe on a zeroed or already unmapped struct. */
 void spex_file_unmap(spex_mapped_file *m);
 /* Gives the whole pages inside [p, p + n) (a range of m) back to the kernel: a later read
  * maps the file's bytes again. For data that was copied elsewhere (repacked weights), so
- * the copy does not count twice in the process's resident memory. */
+ * the copy does not count twice in the process's resident memory. A no-op on read memory,
+ * which has no file behind it to page the bytes in again. */
 void spex_file_release(const spex_mapped_file *m, const void *p, size_t n);
 
 /* Identity of an existing file (device and inode), used to refuse overwriting an input

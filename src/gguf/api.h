@@ -58,7 +58,15 @@ spex_status spex_gguf_open(const char *path, spex_gguf **out, spex_error *err);
  * The buffer must outlive the handle. */
 spex_status spex_gguf_open_memory(const void *buf, size_t size, const char *name,
                                   spex_gguf **out, spex_error *err);
+/* spex_gguf_open, but the file is read into memory instead of mapped (--no-mmap). */
+spex_status spex_gguf_open_read(const char *path, spex_gguf **out, spex_error *err);
 void spex_gguf_close(spex_gguf *g);
+
+/* llama.cpp's --override-kv: "KEY=TYPE:VALUE" with TYPE int, float, bool or str replaces the
+ * key's value (or adds the key) for every later read through g; the value is stored as i64,
+ * f64, bool or string, so the getters convert it as they convert the file's own values.
+ * general.alignment, which places the tensors, cannot be overridden. */
+spex_status spex_gguf_override(spex_gguf *g, const char *spec, spex_error *err);
 
 const char *spex_gguf_path(const spex_gguf *g);
 uint32_t spex_gguf_version(const spex_gguf *g);

@@ -22,6 +22,7 @@
 #include "core/file.h"
 #include "tensor/api.h"
 
+#include <errno.h>
 #include <float.h>
 #include <math.h>
 #include <stdarg.h>
@@ -59,6 +60,8 @@ struct spex_gguf {
     char *names;              /* keys and tensor names, NUL-terminated */
     int64_t *kv_hash, *t_hash;
     uint64_t kv_mask, t_mask;
+    void **owned;             /* keys and values of overrides (spex_gguf_override) */
+    int64_t n_owned, cap_owned;
 };
 
 /* ======================================================================== */
@@ -524,13 +527,13 @@ static spex_gguf *new_handle(const char *name) {
     return g;
 }
 
-spex_status spex_gguf_open(const char *path, spex_gguf **out, spex_error *err) {
+static spex_status open_file(const char *path, bool read, spex_gguf **out, spex_error *err) {
     if (!out) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_gguf_open: out is NULL");
     *out = NULL;
     if (!path) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_gguf_open: path is NULL");
     spex_gguf *g = new_handle(path);
     if (!g) return spex_error_set(err, SPEX_ERR_NOMEM, "%s: out of memory", path);
-    spex_status s = spex_file_map(path, &g->map, err);
+    spex_status s = read ? spex_file_read(path, &g->map, err) : spex_file_map(path, &g->map, err);
     if (s != SPEX_OK) {
         spex_gguf_close(g);
         return s;
@@ -538,6 +541,14 @@ spex_status spex_gguf_open(const char *path, spex_gguf **out, spex_error *err) {
     g->base = g->map.data;
     g->size = g->map.size;
     return open_common(g, out, err);
+}
+
+spex_status spex_gguf_open(const char *path, spex_gguf **out, spex_error *err) {
+    return open_file(path, false, out, err);
+}
+
+spex_status spex_gguf_open_read(const char *path, spex_gguf **out, spex_error *err) {
+    return open_file(path, true, out, err);
 }
 
 spex_status spex_gguf_open_memory(const void *buf, size_t size, const char *name, spex_gguf **out,
@@ -562,6 +573,8 @@ void spex_gguf_close(spex_gguf *g) {
     free(g->names);
     free(g->kv_hash);
     free(g->t_hash);
+    for (int64_t i = 0; i < g->n_owned; i++) free(g->owned[i]);
+    free(g->owned);
     spex_file_unmap(&g->map);
     free(g->path);
     free(g);
@@ -823,4 +836,79 @@ const spex_tensor_info *spex_gguf_find_tensor(const spex_gguf *g, const char *na
         if (j < 0) return NULL;
         if (!strcmp(g->tensors[j].name, name)) return &g->tensors[j];
     }
+}
+
+/* ======================================================================== */
+/* Overrides                                                                 */
+/* ======================================================================== */
+
+/* A copy of n bytes (plus a NUL) that lives as long as g. */
+static void *own_copy(spex_gguf *g, const void *p, size_t n) {
+    if (!grow((void **)&g->owned, &g->cap_owned, g->n_owned + 1, sizeof *g->owned)) return NULL;
+    char *c = malloc(n + 1);
+    if (!c) return NULL;
+    if (n) memcpy(c, p, n);
+    c[n] = '\0';
+    g->owned[g->n_owned++] = c;
+    return c;
+}
+
+spex_status spex_gguf_override(spex_gguf *g, const char *spec, spex_error *err) {
+    if (!g || !spec) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_gguf_override: NULL argument");
+    const char *eq = strchr(spec, '='), *colon = eq ? strchr(eq + 1, ':') : NULL;
+    if (!eq || eq == spec || !colon)
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "override '%s': expected KEY=TYPE:VALUE (TYPE int, float, bool or str)",
+                              spec);
+    size_t klen = (size_t)(eq - spec), tlen = (size_t)(colon - eq - 1);
+    const char *ty = eq + 1, *val = colon + 1;
+    if (klen >= 128) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "override '%.40s...': key longer than 127 bytes", spec);
+    char key[128];
+    memcpy(key, spec, klen);
+    key[klen] = '\0';
+    if (!strcmp(key, "general.alignment"))
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "override '%s': general.alignment places the tensors and cannot change",
+                              spec);
+    uint8_t buf[8];
+    spex_gguf_value v = {0};
+    char *end = NULL;
+    if (tlen == 3 && !memcmp(ty, "int", 3)) {
+        errno = 0;
+        long long x = strtoll(val, &end, 10);
+        if (!*val || *end || errno == ERANGE)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "override '%s': '%s' is not a 64-bit integer", spec, val);
+        int64_t i = x;
+        memcpy(buf, &i, 8);
+        v.type = SPEX_GGUF_I64, v.size = 8;
+    } else if (tlen == 5 && !memcmp(ty, "float", 5)) {
+        double x = strtod(val, &end);
+        if (!*val || *end)
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "override '%s': '%s' is not a number", spec, val);
+        memcpy(buf, &x, 8);
+        v.type = SPEX_GGUF_F64, v.size = 8;
+    } else if (tlen == 4 && !memcmp(ty, "bool", 4)) {
+        if (strcmp(val, "true") && strcmp(val, "false"))
+            return spex_error_set(err, SPEX_ERR_INVALID_ARG, "override '%s': a bool is 'true' or 'false'", spec);
+        buf[0] = !strcmp(val, "true");
+        v.type = SPEX_GGUF_BOOL, v.size = 1;
+    } else if (tlen == 3 && !memcmp(ty, "str", 3)) {
+        v.type = SPEX_GGUF_STRING, v.size = strlen(val);
+    } else {
+        return spex_error_set(err, SPEX_ERR_INVALID_ARG, "override '%s': type '%.*s' is not int, float, bool or str", spec,
+                              (int)tlen, ty);
+    }
+    v.data = own_copy(g, v.type == SPEX_GGUF_STRING ? (const void *)val : buf, (size_t)v.size);
+    if (!v.data) return nomem(g, err);
+    int64_t i = spex_gguf_find_key(g, key);
+    if (i >= 0) {
+        free(g->kv[i].str_off);   /* an array replaced by a scalar */
+        g->kv[i].str_off = NULL;
+        g->kv[i].v = v;
+        return SPEX_OK;
+    }
+    const char *k = own_copy(g, key, klen);
+    if (!k || !grow((void **)&g->kv, &g->cap_kv, g->n_kv + 1, sizeof *g->kv)) return nomem(g, err);
+    g->kv[g->n_kv++] = (gguf_kv){.key = k, .key_len = (uint32_t)klen, .v = v, .str_off = NULL};
+    free(g->kv_hash);
+    g->kv_hash = NULL;
+    return build_hash(g, g->n_kv, true, &g->kv_hash, &g->kv_mask, err);
 }

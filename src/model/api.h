@@ -357,6 +357,7 @@ typedef struct spex_drafter_params {
     const char *const *overrides;
     int32_t n_overrides;
     bool no_repack;           /* as spex_model_params.no_repack, for the drafter's own weights */
+    bool no_mmap;             /* as spex_model_params.no_mmap                              */
 } spex_drafter_params;
 
 spex_drafter_params spex_drafter_default_params(void);

@@ -843,7 +843,7 @@ spex_status spex_drafter_load(const char *path, const spex_model *target, const 
     if (!path || !target)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_drafter_load: %s is NULL", path ? "target" : "path");
     spex_gguf *g = NULL;
-    spex_status s = spex_gguf_open(path, &g, err);
+    spex_status s = params && params->no_mmap ? spex_gguf_open_read(path, &g, err) : spex_gguf_open(path, &g, err);
     if (s != SPEX_OK) return s;
     return spex_drafter_load_gguf(g, target, params, out, err);
 }

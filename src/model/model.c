@@ -402,7 +402,7 @@ spex_status spex_model_load(const char *path, const spex_model_params *params, s
     *out = NULL;
     if (!path) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_model_load: path is NULL");
     spex_gguf *g = NULL;
-    spex_status s = spex_gguf_open(path, &g, err);
+    spex_status s = params && params->no_mmap ? spex_gguf_open_read(path, &g, err) : spex_gguf_open(path, &g, err);
     if (s != SPEX_OK) return s;
     return spex_model_load_gguf(g, params, out, err);
 }
@@ -420,8 +420,16 @@ spex_status spex_model_load_gguf(spex_gguf *g, const spex_model_params *params, 
         return spex_error_set(err, SPEX_ERR_NOMEM, "%s: out of memory", path);
     }
     m->params = params ? *params : spex_model_default_params();
+    m->params.overrides = NULL;   /* borrowed for the call only */
+    m->params.n_overrides = 0;
     m->gguf = g;
     spex_status s;
+    if (params && (params->n_overrides < 0 || (params->n_overrides > 0 && !params->overrides))) {
+        s = spex_error_set(err, SPEX_ERR_INVALID_ARG, "spex_model_load: bad overrides (%d entries)", params->n_overrides);
+        goto fail;
+    }
+    for (int32_t i = 0; params && i < params->n_overrides; i++)
+        if ((s = spex_gguf_override(g, params->overrides[i], err))) goto fail;
 
     spex_str an;
     if ((s = spex_gguf_get_str(m->gguf, "general.architecture", &an, err))) goto fail;

@@ -1287,45 +1287,22 @@ static int load_jinja(srv_server *S) {
     spex_error err = {0};
     char *src = NULL;
     size_t len = 0;
-    const char *from = cfg->chat_template_file;
-    if (from) {
-        FILE *fp = fopen(from, "rb");
-        if (fp && fseek(fp, 0, SEEK_END) == 0) {
-            long n = ftell(fp);
-            if (n >= 0 && fseek(fp, 0, SEEK_SET) == 0 && (src = malloc((size_t)n + 1)) &&
-                fread(src, 1, (size_t)n, fp) == (size_t)n)
-                len = (size_t)n;
-            else
-                free(src), src = NULL;
-        }
-        if (fp) fclose(fp);
-        if (!src) {
-            fprintf(stderr, "error: --chat-template-file '%s': cannot read it\n", from);
-            return 1;
-        }
-    } else {
-        spex_str t = {0};
-        if (spex_gguf_get_str(spex_model_gguf(S->model), "tokenizer.chat_template", &t, NULL) != SPEX_OK) {
-            fprintf(stderr, "note: --jinja: %s has no tokenizer.chat_template; the built-in %s template renders\n",
-                    cfg->model, spex_chat_template_name(S->tmpl));
-            return 0;
-        }
-        if (!(src = malloc(t.len + 1))) return fprintf(stderr, "error: out of memory\n"), 1;
-        memcpy(src, t.ptr, t.len);
-        len = t.len;
-        from = "tokenizer.chat_template";
-    }
-    spex_status st = spex_jinja_parse(src, len, &S->jinja, &err);
-    if (cfg->chat_template_file && srv_utf8_valid(src, len) && !memchr(src, 0, len)) {
-        src[len] = 0;
-        S->jinja_file_text = src;   /* /props reports it (JSON strings are UTF-8 without NUL) */
-    } else {
-        free(src);
+    const char *from = cfg->chat_template_file ? cfg->chat_template_file : "tokenizer.chat_template";
+    spex_status st = spex_jinja_load(spex_model_gguf(S->model), cfg->chat_template_file, &S->jinja,
+                                     cfg->chat_template_file ? &src : NULL, &len, &err);
+    if (st == SPEX_ERR_NOT_FOUND && !cfg->chat_template_file) {
+        fprintf(stderr, "note: --jinja: %s has no tokenizer.chat_template; the built-in %s template renders\n",
+                cfg->model, spex_chat_template_name(S->tmpl));
+        return 0;
     }
     if (st != SPEX_OK) {
-        fprintf(stderr, "error: %s: %s\n", from, err.msg);
+        fprintf(stderr, "error: %s%s\n", cfg->chat_template_file ? "--chat-template-file " : "", err.msg);
         return 1;
     }
+    if (src && srv_utf8_valid(src, len) && !memchr(src, 0, len))
+        S->jinja_file_text = src;   /* /props reports it (JSON strings are UTF-8 without NUL) */
+    else
+        free(src);
     S->bos_text = special_text(S->tok, spex_token_bos(S->tok));
     S->eos_text = special_text(S->tok, spex_token_eos(S->tok));
     if (!S->bos_text || !S->eos_text) return fprintf(stderr, "error: out of memory\n"), 1;
@@ -1339,6 +1316,9 @@ static int load(srv_server *S) {
     spex_model_params mp = spex_model_default_params();
     mp.log = log_line;
     mp.no_repack = cfg->no_repack;
+    mp.no_mmap = cfg->no_mmap;
+    mp.overrides = cfg->model_overrides;
+    mp.n_overrides = cfg->n_model_overrides;
     if (spex_model_load(cfg->model, &mp, &S->model, &err) != SPEX_OK) {
         fprintf(stderr, "error: %s\n", err.msg);
         return 1;
@@ -1370,6 +1350,7 @@ static int load(srv_server *S) {
     pp.draft_overrides = cfg->overrides;
     pp.n_draft_overrides = cfg->n_overrides;
     pp.no_repack = cfg->no_repack;
+    pp.no_mmap = cfg->no_mmap;
     pp.n_seq = np;
     pp.n_ctx_per_seq = S->n_ctx_slot;
     pp.n_batch = cfg->n_batch;

@@ -432,6 +432,9 @@ typedef struct srv_config {
     srv_reasoning reasoning_format;
     bool metrics;
     bool no_repack;           /* --no-repack: no R16 copies of the weights at load        */
+    bool no_mmap;             /* --no-mmap: read the model files instead of mapping them  */
+    const char *const *model_overrides;   /* --override-kv: the target's metadata         */
+    int n_model_overrides;
     bool slots;               /* GET /slots (--slots, default; --no-slots: 501)          */
     bool props;               /* POST /props accepted (--props; else 403)                */
     int32_t queue_max;

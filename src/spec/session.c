@@ -144,6 +144,7 @@ static spex_status load_drafter(spex_session *s, const spex_model *target, const
         dp.overrides = p->draft_overrides;
         dp.n_overrides = p->n_draft_overrides;
         dp.no_repack = p->no_repack;
+        dp.no_mmap = p->no_mmap;
         spex_status st = spex_drafter_load(p->draft_path, target, &dp, &s->own_drafter, err);
         if (st != SPEX_OK) return st;
         s->dr = s->own_drafter;
@@ -153,6 +154,7 @@ static spex_status load_drafter(spex_session *s, const spex_model *target, const
         mp.log = p->log;
         mp.log_user = p->log_user;
         mp.no_repack = p->no_repack;
+        mp.no_mmap = p->no_mmap;
         spex_status st = spex_model_load(p->draft_path, &mp, &s->draft_model, err);
         if (st != SPEX_OK) return st;
         int32_t dv = spex_model_get_hparams(s->draft_model)->n_vocab, tv = spex_model_get_hparams(target)->n_vocab;

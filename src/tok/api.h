@@ -74,6 +74,12 @@ typedef struct spex_jinja spex_jinja;
  * with "jinja: line L col C: ..." in err; past the size limits, SPEX_ERR_RANGE. */
 spex_status spex_jinja_parse(const char *src, size_t len, spex_jinja **out, spex_error *err);
 void spex_jinja_free(spex_jinja *t);
+/* The chat template of --jinja: the file at `file` (--chat-template-file) when non-NULL, else
+ * g's tokenizer.chat_template (SPEX_ERR_NOT_FOUND when it has none). *text_out, when not NULL,
+ * gets the source (malloc'd, NUL-terminated; the caller frees), *len_out its length. Errors
+ * name the source: "FILE: cannot read it: ...", "tokenizer.chat_template: jinja: line ...". */
+spex_status spex_jinja_load(const spex_gguf *g, const char *file, spex_jinja **out, char **text_out,
+                            size_t *len_out, spex_error *err);
 
 /* Renders t with the variables of a JSON object (context_json[0 .. len)) into *out (malloc'd,
  * NUL-terminated, the caller frees; *out_len without the NUL). raise_exception, a runtime

@@ -10,6 +10,7 @@
  * What it is not: a template detector (spex_chat_detect) or a tool-call parser.
  */
 #include "tok/api.h"
+#include "core/file.h"
 #include "tok/jinja_internal.h"
 
 #include <stdio.h>
@@ -39,6 +40,41 @@ spex_status spex_jinja_parse(const char *src, size_t len, spex_jinja **out, spex
     }
     *out = t;
     return SPEX_OK;
+}
+
+spex_status spex_jinja_load(const spex_gguf *g, const char *file, spex_jinja **out, char **text_out,
+                            size_t *len_out, spex_error *err) {
+    if (!out || (!file && !g)) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "jinja: NULL argument");
+    *out = NULL;
+    if (text_out) *text_out = NULL;
+    spex_mapped_file map = {0};
+    spex_str src = {0};
+    const char *from = file ? file : "tokenizer.chat_template";
+    if (file) {
+        spex_status s = spex_file_map(file, &map, err);
+        if (s != SPEX_OK) return s;
+        src = (spex_str){(const char *)map.data, map.size};
+    } else if (spex_gguf_get_str(g, "tokenizer.chat_template", &src, NULL) != SPEX_OK) {
+        return spex_error_set(err, SPEX_ERR_NOT_FOUND, "%s: the model has no tokenizer.chat_template",
+                              spex_gguf_path(g));
+    }
+    spex_status s = spex_jinja_parse(src.ptr, src.len, out, err);
+    if (s != SPEX_OK) {
+        char msg[SPEX_ERROR_MSG_MAX];
+        snprintf(msg, sizeof msg, "%s", err ? err->msg : "");
+        spex_error_set(err, s, "%s: %s", from, msg);
+    } else if (text_out) {
+        if (!(*text_out = malloc(src.len + 1))) {
+            spex_jinja_free(*out), *out = NULL;
+            s = spex_error_set(err, SPEX_ERR_NOMEM, "%s: out of memory", from);
+        } else {
+            if (src.len) memcpy(*text_out, src.ptr, src.len);
+            (*text_out)[src.len] = 0;
+        }
+    }
+    if (len_out) *len_out = src.len;
+    spex_file_unmap(&map);
+    return s;
 }
 
 void spex_jinja_free(spex_jinja *t) {
