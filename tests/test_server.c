@@ -588,6 +588,11 @@ TEST(auth_queue_full_and_cancel) {
     bool ok503 = http(port, "POST", "/v1/completions", auth, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) &&
                  is_error(&r, 503, "unavailable_error");
     resp_free(&r);
+    /* GET /slots?fail_on_no_slot=1: 503 while the one slot is held, 200 without the flag */
+    bool no_slot = http(port, "GET", "/slots?fail_on_no_slot=1", auth, NULL, &r) && r.status == 503;
+    resp_free(&r);
+    no_slot = no_slot && http(port, "GET", "/slots", auth, NULL, &r) && r.status == 200;
+    resp_free(&r);
     /* A reads a little and goes away; B goes away: both are cancelled, the slot frees. */
     char buf[256];
     bool got = fa >= 0 && recv(fa, buf, sizeof buf, 0) > 0;
@@ -605,13 +610,17 @@ TEST(auth_queue_full_and_cancel) {
     bool ok_after = http(port, "POST", "/v1/completions", auth, "{\"prompt\":\"x\",\"max_tokens\":2}", &r) &&
                     r.status == 200;
     resp_free(&r);
+    bool ok_idle_slot = http(port, "GET", "/slots?fail_on_no_slot=1", auth, NULL, &r) && r.status == 200;
+    resp_free(&r);
     bool clean;
     int rc = server_stop(&s, &clean);
     CHECK(ok);
     CHECK(fa >= 0 && fb >= 0 && got);
     CHECK(ok503);
+    CHECK(no_slot);
     CHECK_MSG(busy == 0 && def == 0, "after the clients left: processing %g, deferred %g", busy, def);
     CHECK(ok_after);
+    CHECK(ok_idle_slot);
     CHECK_EQ_INT(rc, 0);
     CHECK(clean);
 }
@@ -708,12 +717,12 @@ TEST(reasoning_content) {
 
 /* ---- /props and /slots (§12) ---------------------------------------------- */
 
-static cJSON *jget(cJSON *o, const char *path) {   /* "a/b/c": nested object keys */
+static cJSON *jget(cJSON *o, const char *path) {   /* "a/0/c": object keys, array indexes */
     char key[64];
     while (o && *path) {
         size_t n = strcspn(path, "/");
         snprintf(key, sizeof key, "%.*s", (int)n, path);
-        o = cJSON_GetObjectItem(o, key);
+        o = cJSON_IsArray(o) ? cJSON_GetArrayItem(o, atoi(key)) : cJSON_GetObjectItem(o, key);
         path += n + (path[n] == '/');
     }
     return o;
@@ -790,8 +799,10 @@ TEST(props_and_slots_idle) {
         cJSON *s1 = cJSON_GetArrayItem(sl, k);
         ok = jnum(s1, "id") == k && jnum(s1, "n_ctx") == 256 && cJSON_IsTrue(jget(s1, "speculative")) &&
              cJSON_IsFalse(jget(s1, "is_processing")) && jnum(s1, "params/n_predict") == -1 &&
-             jnum(s1, "params/speculative.n_max") == n_max && cJSON_IsFalse(jget(s1, "next_token/has_next_token")) &&
-             jnum(s1, "next_token/n_decoded") == 0 && cJSON_IsNumber(jget(s1, "next_token/n_remain"));
+             jnum(s1, "params/speculative.n_max") == n_max && cJSON_IsFalse(jget(s1, "next_token/0/has_next_token")) &&
+             jnum(s1, "next_token/0/n_decoded") == 0 && cJSON_IsNumber(jget(s1, "next_token/0/n_remain")) &&
+             cJSON_GetArraySize(jget(s1, "next_token")) == 1 && jnum(s1, "id_task") == -1 &&
+             jnum(s1, "n_prompt_tokens") == 0;
         if (!ok) break;
     }
     cJSON_Delete(sl);
@@ -852,7 +863,7 @@ TEST(slots_while_streaming_and_props_post) {
         for (int k = 0; k < cJSON_GetArraySize(sl); k++) {
             cJSON *s1 = cJSON_GetArrayItem(sl, k);
             if (!cJSON_IsTrue(jget(s1, "is_processing"))) continue;
-            long nd = (long)jnum(s1, "next_token/n_decoded");
+            long nd = (long)jnum(s1, "next_token/0/n_decoded");
             if (nd < 1) continue;
             cJSON *stop = jget(s1, "params/stop");
             bool params_ok = jnum(s1, "params/temperature") == 0 && jnum(s1, "params/n_predict") == 300 &&
@@ -861,8 +872,11 @@ TEST(slots_while_streaming_and_props_post) {
                              jnum(s1, "params/speculative.p_min") == 0.25 &&
                              cJSON_IsString(cJSON_GetArrayItem(stop, 0)) &&
                              !strcmp(cJSON_GetArrayItem(stop, 0)->valuestring, "zq#") &&
-                             jnum(s1, "next_token/n_remain") == 300 - nd &&
-                             cJSON_IsTrue(jget(s1, "next_token/has_next_token")) &&
+                             jnum(s1, "next_token/0/n_remain") == 300 - nd &&
+                             cJSON_IsTrue(jget(s1, "next_token/0/has_next_token")) &&
+                             jnum(s1, "id_task") >= 0 && jnum(s1, "n_prompt_tokens") > 0 &&
+                             jnum(s1, "n_prompt_tokens_processed") + jnum(s1, "n_prompt_tokens_cache") ==
+                                 jnum(s1, "n_prompt_tokens") &&
                              cJSON_IsNumber(jget(s1, "draft_n")) && cJSON_IsNumber(jget(s1, "draft_n_accepted")) &&
                              cJSON_IsFalse(jget(cJSON_GetArrayItem(sl, 1 - k), "is_processing"));
             if (!params_ok) {

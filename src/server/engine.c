@@ -148,6 +148,7 @@ struct srv_engine {
     int q_head, q_len;
     srv_task **slots;         /* [n_slots], NULL when free */
     int n_busy;
+    int64_t next_task_id;     /* srv_task.id_task of the next submission */
 
     /* engine-thread only (allocated at start) */
     int32_t *seqs, *max_emit;
@@ -429,6 +430,8 @@ static void task_prefill(srv_engine *e, srv_task *t, int32_t *budget) {
     pthread_mutex_lock(&e->mu);
     e->m.prompt_tokens += processed;
     e->m.prompt_tokens_cached += (double)t->tm.cache_n;
+    t->pub_cache_n = t->tm.cache_n;
+    t->pub_processed = processed;
     e->m.i_prompt_tokens += processed;
     e->m.prompt_seconds += t->t_prefilled - t->t_start;
     e->m.i_prompt_seconds += t->t_prefilled - t->t_start;
@@ -962,6 +965,7 @@ bool srv_engine_submit(srv_engine *e, srv_task *t) {
         t->refs++;
         pthread_mutex_unlock(&t->mu);
         t->t_queued = spex_now_s();
+        t->id_task = e->next_task_id++;
         e->q[(e->q_head + e->q_len) % e->p.queue_max] = t;
         e->q_len++;
         pthread_cond_broadcast(&e->cv);
@@ -1111,6 +1115,14 @@ char *srv_engine_metrics(srv_engine *e) {
  * engine's writes: the pub_* fields are written under e->mu, the request fields before
  * srv_engine_submit. The task's text is read under its own mutex, taken inside e->mu as
  * srv_engine_submit does. Engine-only fields (n_gen, tm, ...) are never read here. */
+int srv_engine_idle_slots(srv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    int n = 0;
+    for (int s = 0; s < e->p.n_slots; s++) n += e->slots[s] == NULL;
+    pthread_mutex_unlock(&e->mu);
+    return n;
+}
+
 char *srv_engine_slots_json(srv_engine *e, const srv_gen_defaults *d) {
     cJSON *arr = cJSON_CreateArray();
     if (!arr) return NULL;
@@ -1132,7 +1144,15 @@ char *srv_engine_slots_json(srv_engine *e, const srv_gen_defaults *d) {
             nl = t->len > 0 && memchr(t->text, '\n', t->len) != NULL;
             pthread_mutex_unlock(&t->mu);
         }
-        cJSON *nt = cJSON_AddObjectToObject(o, "next_token");
+        cJSON_AddNumberToObject(o, "id_task", t ? (double)t->id_task : -1);
+        cJSON_AddNumberToObject(o, "n_prompt_tokens", t ? t->n_ids : 0);
+        cJSON_AddNumberToObject(o, "n_prompt_tokens_processed", t ? (double)t->pub_processed : 0);
+        cJSON_AddNumberToObject(o, "n_prompt_tokens_cache", t ? (double)t->pub_cache_n : 0);
+        /* llama-server's current shape: an array of one object */
+        cJSON *nt = cJSON_CreateObject();
+        cJSON *nta = cJSON_AddArrayToObject(o, "next_token");
+        if (nta && nt) cJSON_AddItemToArray(nta, nt);
+        else cJSON_Delete(nt), nt = NULL;
         cJSON_AddBoolToObject(nt, "has_next_token", t != NULL);
         cJSON_AddBoolToObject(nt, "has_new_line", nl);
         cJSON_AddNumberToObject(nt, "n_remain", n_predict >= 0 ? (double)(n_predict - n_gen) : -1);

@@ -1089,6 +1089,9 @@ static enum MHD_Result do_props(srv_server *S, struct MHD_Connection *c, bool po
 
 static enum MHD_Result do_slots(srv_server *S, struct MHD_Connection *c) {
     if (!S->cfg->slots) return send_error(c, 501, "This server does not support slots endpoint. Start it with `--slots`");
+    const char *fail = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "fail_on_no_slot");
+    if (fail && strcmp(fail, "0") && strcmp(fail, "false") && srv_engine_idle_slots(S->engine) == 0)
+        return send_error(c, 503, "no slot available");
     srv_gen_defaults d = gen_defaults(S);
     return send_text(c, 200, "application/json; charset=utf-8", srv_engine_slots_json(S->engine, &d));
 }

@@ -255,6 +255,8 @@ typedef struct srv_task {
     /* published by the engine under the engine's mutex after each step, for GET /slots */
     long pub_n_gen;
     int64_t pub_draft_n, pub_draft_n_accepted;
+    int64_t pub_cache_n, pub_processed;   /* the prompt's reused and processed tokens, once fed */
+    int64_t id_task;          /* set under the engine's mutex at submission (GET /slots)    */
 } srv_task;
 
 /* An embeddings job: the inputs' tokens run one after the other on the engine's embeddings
@@ -325,6 +327,8 @@ typedef struct srv_gen_defaults {
  * what the engine publishes there (srv_task.pub_*) and from the running task's immutable
  * request fields. NULL when out of memory. */
 char *srv_engine_slots_json(srv_engine *e, const srv_gen_defaults *d);
+/* Slots no request holds now (GET /slots?fail_on_no_slot=1). */
+int srv_engine_idle_slots(srv_engine *e);
 
 /* ======================================================================== */
 /* /props and /slots helpers (props.c)                                       */
