@@ -259,3 +259,12 @@ bool is_error(const resp *r, int code, const char *type) {
     cJSON_Delete(o);
     return ok;
 }
+
+bool metric_value(const char *text, const char *name, double *v) {
+    char key[200];
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(text, key);
+    if (!p) return false;
+    *v = strtod(p + strlen(key), NULL);
+    return true;
+}

@@ -65,5 +65,7 @@ bool read_response(int fd, resp *r);
 bool http(int port, const char *method, const char *path, const char *extra, const char *body, resp *r);
 /* error.code and error.type of an error body match (type NULL: any). */
 bool is_error(const resp *r, int code, const char *type);
+/* The value of the /metrics sample `name` in text; false when it is absent. */
+bool metric_value(const char *text, const char *name, double *v);
 
 #endif

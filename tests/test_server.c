@@ -493,15 +493,6 @@ static void *client_main(void *p) {
     return NULL;
 }
 
-static bool metric_value(const char *text, const char *name, double *v) {
-    char key[200];
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *p = strstr(text, key);
-    if (!p) return false;
-    *v = strtod(p + strlen(key), NULL);
-    return true;
-}
-
 /* 4 clients at once on 2 slots: all complete, each greedy text equals a serial `spex run`,
  * and the /metrics counters move by exactly their token counts. */
 TEST(concurrent_clients_and_metrics) {
@@ -1477,9 +1468,18 @@ TEST(llama_server_fields) {
  * one that spex cannot honour (a download) is an error naming the way; `spex run` takes the same. */
 TEST(llama_server_command_line) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    char tmpl[256];
+    snprintf(tmpl, sizeof tmpl, "%s/chatml.jinja", test_tmp_dir());
+    FILE *f = fopen(tmpl, "w");
+    CHECK(f);
+    fputs("{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+          f);
+    fclose(f);
     const char *a[] = {"-m", TINY_QWEN3, "-md", TINY_DRAFT2, "--spec-type", "draft-dflash", "--spec-draft-n-max", "4",
                        "-fa", "on", "-ngl", "999", "-ngld", "999", "--no-mmap", "-ctk", "q8_0", "-ctv", "q8_0",
-                       "--fit", "off", "--jinja", "-c", "512", "-np", "2", "-t", "1", "-ub", "512", "-cb", NULL};
+                       "--fit", "off", "--reasoning-preserve", "--jinja", "--chat-template-file", tmpl, "-c", "512",
+                       "-np", "2", "-t", "1", "-ub", "512", "-cb", NULL};
     server s;
     CHECK_MSG(server_start(&s, a), "the server did not start");
     gen_result g;
@@ -1487,7 +1487,8 @@ TEST(llama_server_command_line) {
     size_t len = 0;
     char *err = test_slurp(s.err_path, &len);
     bool notes = err && strstr(err, "note: -fa on: no effect") && strstr(err, "note: -ngl 999: no effect: no GPU backend") &&
-                 strstr(err, "note: --no-mmap: no effect") && strstr(err, "note: --fit off: no effect") &&
+                 !strstr(err, "note: --no-mmap") && strstr(err, "note: --fit off: no effect") &&
+                 strstr(err, "note: --reasoning-preserve: no effect") && strstr(err, "chat template: Jinja, from") &&
                  strstr(err, "n_max 4") && strstr(err, "target KV q8_0");
     if (!notes) printf("  stderr:\n%s\n", err ? err : "");
     free(err);
@@ -1495,6 +1496,7 @@ TEST(llama_server_command_line) {
     CHECK_EQ_INT(server_stop(&s, &clean), 0);
     CHECK(ok && clean);
     CHECK(notes);
+    remove(tmpl);
     const char *run[] = {"run", "-m", TINY_QWEN3, "-p", "Hello", "-n", "4", "-fa", "-ngl", "99", "--no-mmap", "-t", "1", NULL};
     test_proc r;
     CHECK(test_spex_exec(run, &r));

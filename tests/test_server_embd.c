@@ -371,7 +371,7 @@ static void *gen_thread(void *p) {
  * text is the one it has alone. */
 TEST(generation_runs_beside_embeddings) {
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
-    const char *a[] = {"-m", TINY_QWEN3, "--embedding", "--pooling", "mean", "-np", "2", "-t", "1", NULL};
+    const char *a[] = {"-m", TINY_QWEN3, "--embedding", "--pooling", "mean", "-np", "2", "-t", "1", "--metrics", NULL};
     server s;
     CHECK(server_start_slowed(&s, 25, a));
     char *want = complete(s.port);
@@ -388,6 +388,46 @@ TEST(generation_runs_beside_embeddings) {
         during = during || !atomic_load(&g.done);
     }
     if (ok) pthread_join(th, NULL);
+    /* /metrics: six embeddings requests of the same tokens; none cancelled */
+    double n_embd = -1, n_tok = -1, n_cancel = -1;
+    resp r;
+    if (http(s.port, "GET", "/metrics", NULL, NULL, &r)) {
+        metric_value(r.body, "spex:embeddings_requests_total", &n_embd);
+        metric_value(r.body, "spex:embeddings_tokens_total", &n_tok);
+        metric_value(r.body, "spex:requests_cancelled_total", &n_cancel);
+        resp_free(&r);
+    }
+    const bool metrics_ok = n_embd == 6 && n_tok > 0 && fmod(n_tok, 6) == 0 && n_cancel == 0;
+    if (!metrics_ok) printf("  embeddings %g, tokens %g, cancelled %g\n", n_embd, n_tok, n_cancel);
+    /* a client that leaves while its large batch waits behind a running completion is cancelled:
+     * the job is dropped (counted cancelled, not computed) */
+    free(g.text);
+    g.text = NULL;
+    atomic_store(&g.done, false);
+    bool cancel_ok = pthread_create(&th, NULL, gen_thread, &g) == 0;
+    usleep(100 * 1000);
+    size_t cap = 128 * 300 + 64;
+    char *big = malloc(cap);
+    size_t n = (size_t)snprintf(big, cap, "{\"input\":[");
+    for (int i = 0; i < 128; i++)
+        n += (size_t)snprintf(big + n, cap - n, "%s\"%d once upon a time there was a little girl who liked to "
+                              "play in the garden with her dog and her cat every single day\"", i ? "," : "", i);
+    snprintf(big + n, cap - n, "]}");
+    int fd = open_request(s.port, "POST", "/v1/embeddings", NULL, big);
+    free(big);
+    usleep(60 * 1000);
+    if (fd >= 0) close(fd);
+    double c2 = -1, e2 = -1;
+    for (int i = 0; cancel_ok && i < 50 && c2 < 1; i++) {
+        usleep(100 * 1000);
+        if (!http(s.port, "GET", "/metrics", NULL, NULL, &r)) continue;
+        metric_value(r.body, "spex:requests_cancelled_total", &c2);
+        metric_value(r.body, "spex:embeddings_requests_total", &e2);
+        resp_free(&r);
+    }
+    if (cancel_ok) pthread_join(th, NULL);
+    cancel_ok = cancel_ok && fd >= 0 && c2 == 1 && e2 == 6;
+    if (!cancel_ok) printf("  after the hang-up: cancelled %g, embeddings %g\n", c2, e2);
     bool text_same = g.text && want && !strcmp(g.text, want);
     if (!text_same) printf("  alone '%s'\n  beside '%s'\n", want ? want : "(null)", g.text ? g.text : "(null)");
     free(want);
@@ -397,6 +437,8 @@ TEST(generation_runs_beside_embeddings) {
     CHECK(ok);
     CHECK(same);
     CHECK_MSG(during, "no embeddings request was answered while the completion ran");
+    CHECK(metrics_ok);
+    CHECK(cancel_ok);
     CHECK(text_same);
     CHECK_EQ_INT(rc, 0);
     CHECK(clean);

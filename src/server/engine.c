@@ -128,6 +128,7 @@ typedef struct srv_metrics {
     uint64_t accepted_at[SPEX_DRAFT_MAX_N];
     bool any_spec;
     uint64_t requests_total, requests_cancelled;
+    uint64_t embd_requests, embd_tokens;   /* embeddings jobs finished and their input tokens */
     double draft_seconds, verify_seconds, backlog_seconds;
 } srv_metrics;
 
@@ -787,6 +788,14 @@ static void engine_step(srv_engine *e) {
 static void embd_run(srv_engine *e) {
     pthread_mutex_lock(&e->mu);
     srv_embd_job *j = e->eq_head;
+    if (j && j->cancelled) {   /* its client left: drop it, unfinished */
+        e->eq_head = j->q_next;
+        if (!e->eq_head) e->eq_tail = NULL;
+        e->m.requests_cancelled++;
+        j->done = true;
+        pthread_cond_broadcast(&e->cv);
+        j = NULL;
+    }
     pthread_mutex_unlock(&e->mu);
     if (!j) return;
     spex_context *ctx = e->p.embd_ctx;
@@ -813,6 +822,9 @@ static void embd_run(srv_engine *e) {
     if (st != SPEX_OK) {
         j->err_code = st == SPEX_ERR_INVALID_ARG || st == SPEX_ERR_RANGE ? 400 : 500;
         snprintf(j->err_msg, sizeof j->err_msg, "%.200s", err.msg);
+    } else {
+        e->m.embd_requests++;
+        e->m.embd_tokens += (uint64_t)j->ids_off;
     }
     j->done = true;
     pthread_cond_broadcast(&e->cv);
@@ -974,7 +986,7 @@ bool srv_engine_submit(srv_engine *e, srv_task *t) {
     return ok;
 }
 
-bool srv_engine_embed(srv_engine *e, srv_embd_job *job) {
+bool srv_engine_embed(srv_engine *e, srv_embd_job *job, bool (*client_gone)(void *user), void *user) {
     pthread_mutex_lock(&e->mu);
     if (e->stop || !e->p.embd_ctx) {
         pthread_mutex_unlock(&e->mu);
@@ -983,13 +995,31 @@ bool srv_engine_embed(srv_engine *e, srv_embd_job *job) {
     job->next = 0;
     job->ids_off = job->out_off = 0;
     job->q_next = NULL;
-    job->done = false;
+    job->done = job->cancelled = false;
     job->err_code = 0;
     if (e->eq_tail) e->eq_tail->q_next = job;
     else e->eq_head = job;
     e->eq_tail = job;
     pthread_cond_broadcast(&e->cv);
-    while (!job->done) pthread_cond_wait(&e->cv, &e->mu);
+    while (!job->done) {
+        struct timespec ts;   /* the client is checked every 100 ms */
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+        if (job->done || job->cancelled || !client_gone || !client_gone(user)) continue;
+        job->cancelled = true;
+        if (e->eq_head == job) continue;   /* the engine may be running it: it drops it */
+        for (srv_embd_job **p = &e->eq_head; *p; p = &(*p)->q_next)   /* still waiting: unlink it */
+            if (*p == job) {
+                *p = job->q_next;
+                if (e->eq_tail == job)
+                    for (e->eq_tail = e->eq_head; e->eq_tail && e->eq_tail->q_next;) e->eq_tail = e->eq_tail->q_next;
+                break;
+            }
+        e->m.requests_cancelled++;
+        job->done = true;
+    }
     pthread_mutex_unlock(&e->mu);
     return true;
 }
@@ -1102,6 +1132,9 @@ char *srv_engine_metrics(srv_engine *e) {
            (double)m->requests_total);
     metric(&b, "spex:requests_cancelled_total", "counter", "Requests cancelled by their client.",
            (double)m->requests_cancelled);
+    metric(&b, "spex:embeddings_requests_total", "counter", "Embeddings requests computed.", (double)m->embd_requests);
+    metric(&b, "spex:embeddings_tokens_total", "counter", "Input tokens of the embeddings requests computed.",
+           (double)m->embd_tokens);
     pthread_mutex_unlock(&e->mu);
     return b.p;
 }

@@ -192,6 +192,13 @@ static int conn_fd(struct MHD_Connection *c) {
     return ci ? ci->connect_fd : -1;
 }
 
+/* srv_engine_embed's check: the client of connection `user` hung up. */
+static bool conn_gone(void *user) {
+    int fd = conn_fd(user);
+    struct pollfd p = {.fd = fd, .events = POLLRDHUP};
+    return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
 static void add_timings(cJSON *o, const srv_timings *tm) {
     cJSON *t = cJSON_AddObjectToObject(o, "timings");
     cJSON_AddNumberToObject(t, "cache_n", (double)tm->cache_n);
@@ -1013,7 +1020,9 @@ static enum MHD_Result do_embeddings(srv_server *S, struct MHD_Connection *c, co
     float *out = code ? NULL : malloc(sizeof(float) * (size_t)((none ? n_tok : r.n_in) * E));
     if (!code && !out) code = 500, snprintf(msg, sizeof msg, "out of memory");
     srv_embd_job job = {.ids = ids, .n_ids = n_rows, .n_in = r.n_in, .out = out};
-    if (!code && !srv_engine_embed(S->engine, &job)) code = 503, snprintf(msg, sizeof msg, "the server is shutting down");
+    if (!code && !srv_engine_embed(S->engine, &job, conn_gone, c))
+        code = 503, snprintf(msg, sizeof msg, "the server is shutting down");
+    if (!code && job.cancelled && !job.err_code) code = 499, snprintf(msg, sizeof msg, "the client closed the connection");
     if (!code && job.err_code) code = job.err_code, snprintf(msg, sizeof msg, "%s", job.err_msg);
     char *body = NULL;
     if (!code) {

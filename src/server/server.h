@@ -270,6 +270,7 @@ typedef struct srv_embd_job {
     int next;                 /* inputs done                                              */
     int64_t ids_off, out_off;
     struct srv_embd_job *q_next;
+    bool cancelled;           /* its client left (under the engine's mutex)               */
     /* set by the engine under its mutex */
     bool done;
     int err_code;             /* != 0: failed with this HTTP status                       */
@@ -308,7 +309,7 @@ bool srv_engine_submit(srv_engine *e, srv_task *t);
  * one forward) and waits for it. false:
  * the engine has stopped or has no embeddings context (job untouched); else job->done with
  * job->err_code 0 or an HTTP status (400 a bad token id, 503 shutdown) and err_msg. */
-bool srv_engine_embed(srv_engine *e, srv_embd_job *job);
+bool srv_engine_embed(srv_engine *e, srv_embd_job *job, bool (*client_gone)(void *user), void *user);
 /* Marks t cancelled (the client went away); the engine frees its slot within one step. */
 void srv_task_cancel(srv_engine *e, srv_task *t);
 /* Prometheus text of /metrics (§11), malloc'd. */
