@@ -588,8 +588,8 @@ TEST(stream_function_call_events) {
         "{\"id\":\"resp_S\",\"created\":5,\"model\":\"m\",\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":null}}]}",
         "{\"id\":\"resp_S\",\"choices\":[{\"delta\":{\"content\":\"Sure\"}}]}",
         "{\"id\":\"resp_S\",\"choices\":[{\"delta\":{\"content\":\".\"}}]}",
-        "{\"id\":\"resp_S\",\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_Z\",\"type\":\"function\","
-        "\"function\":{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":2}\"}}]}}]}",
+        ("{\"id\":\"resp_S\",\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":0,\"id\":\"call_Z\",\"type\":\"function\","
+         "\"function\":{\"name\":\"add\",\"arguments\":\"{\\\"a\\\":2}\"}}]}}]}"),
         "{\"id\":\"resp_S\",\"choices\":[{\"delta\":{},\"finish_reason\":\"tool_calls\"}]}",
         "{\"id\":\"resp_S\",\"choices\":[],\"usage\":{\"prompt_tokens\":4,\"completion_tokens\":6,\"total_tokens\":10}}",
         "{\"id\":\"resp_S\",\"choices\":[{\"delta\":{\"content\":\"after the end\"}}]}",
