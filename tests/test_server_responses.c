@@ -489,6 +489,8 @@ TEST(malformed_requests_400) {
         "{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"json_schema\"}}}",
         "{\"input\":\"hi\",\"reasoning\":\"high\"}",
         "{\"input\":\"hi\",\"model\":3}",
+        "{\"input\":[{\"type\":\"reasoning\",\"summary\":[]}]}",
+        "{\"input\":\"hi\",\"max_output_tokens\":-5}",
     };
     int n_ok = 0;
     for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {

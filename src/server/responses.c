@@ -244,6 +244,8 @@ static int refuse(const cJSON *o, char *msg, size_t cap) {
     if (!absent(v) && !cJSON_IsString(v)) return bad(msg, cap, 400, "'instructions' must be a string");
     v = get(o, "reasoning");
     if (!absent(v) && !cJSON_IsObject(v)) return bad(msg, cap, 400, "'reasoning' must be an object");
+    v = get(o, "max_output_tokens");   /* its range is checked as max_tokens' (api.c) */
+    if (!absent(v) && !cJSON_IsNumber(v)) return bad(msg, cap, 400, "'max_output_tokens' must be an integer");
     v = get(o, "text");
     if (!absent(v)) {
         const cJSON *f = get(v, "format"), *ft = get(f, "type");
@@ -307,6 +309,10 @@ char *srv_responses_to_chat(const char *body, size_t len, int *code, char *msg, 
         cJSON_ArrayForEach(it, in) {
             if ((rc = conv_item(it, msgs, &asst, msg, cap))) goto done;
         }
+    }
+    if (cJSON_GetArraySize(msgs) == 0) {   /* only empty reasoning items */
+        rc = bad(msg, cap, 400, "'input' holds no message");
+        goto done;
     }
     const cJSON *v = get(o, "tools");
     if (!absent(v) && (rc = conv_tools(v, out, msg, cap))) goto done;
