@@ -1174,7 +1174,7 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     if (k == 9) return do_detokenize(S, c, cc);
     if (k == 10) return do_props(S, c, post, cc);
     if (k == 12) return do_apply_template(S, c, cc);
-    if (k == 16 || k == 17) return do_generate(S, c, SRV_EP_RESPONSES, cc);
+    if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses")) return do_generate(S, c, SRV_EP_RESPONSES, cc);
     if (k >= 13) return do_embeddings(S, c, cc, k == 13);   /* /embeddings: the native shape, as llama-server */
     return do_slots(S, c);
 }
