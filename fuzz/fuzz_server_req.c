@@ -3,9 +3,10 @@
  * arbitrary bytes as the JSON body of every endpoint, and through the reasoning split.
  *
  * Input byte 0 picks the endpoint (chat, completions, /completion, /tokenize, /detokenize; with
- * bit 6 set the embeddings endpoints instead, bit 0 choosing /v1/embeddings or /embedding) and
- * the reasoning-split flags; the rest is the body. Needs no model: api.c and embd.c depend on
- * cJSON and src/tok only (the Makefile links just those).
+ * bit 6 set the embeddings endpoints instead, bit 0 choosing /v1/embeddings or /embedding; with
+ * bit 7 set /v1/responses, src/server/responses.c) and the reasoning-split flags; the rest is
+ * the body. Needs no model: api.c, embd.c and responses.c depend on cJSON and src/tok only
+ * (the Makefile links just those, with toolcall.c for its byte buffer).
  *
  * Checked: no crash, leak or sanitizer report; a parse returns 0 or an HTTP status 400/500/501
  * with a NUL-terminated message; a successful chat parse has >= 1 message with non-NULL
@@ -16,9 +17,13 @@
  * SRV_EMBD_MAX_INPUTS inputs, each text or ids, embd_normalize >= -1, and its response body
  * (built on made-up vectors, in both shapes and both encodings) is valid JSON; split offsets are ordered and within the text; the
  * UTF-8 repair (srv_utf8_repair) of the bytes is valid UTF-8 and leaves valid input unchanged.
+ * /v1/responses: the same checks on the chat request it maps to; the body read as a chat
+ * completion converts to a response object, and read line by line as stream chunks gives
+ * events whose data lines are all JSON objects.
  * Run: make fuzz && ./build-fuzz/fuzz_server_req -max_total_time=20 fuzz/corpus/server_req
  */
 #include "server/server.h"
+#include "server/responses.h"
 #include "spec/api.h"
 
 #include <cjson/cJSON.h>
@@ -84,6 +89,54 @@ static void fuzz_embd(unsigned sel, const char *body, size_t len) {
     srv_embd_req_free(&r);
 }
 
+/* Every "data: " line of a Responses event stream is a JSON object with a type. */
+static void check_events(const char *p) {
+    for (; p && (p = strstr(p, "\ndata: ")); p += 7) {
+        const char *e = strchr(p + 7, '\n');
+        cJSON *o = cJSON_ParseWithLength(p + 7, e ? (size_t)(e - p - 7) : strlen(p + 7));
+        if (!cJSON_IsObject(o) || !cJSON_IsString(cJSON_GetObjectItem(o, "type"))) __builtin_trap();
+        cJSON_Delete(o);
+    }
+}
+
+/* /v1/responses: the request parser, then the body through both response converters. */
+static void fuzz_responses(unsigned sel, const char *body, size_t len) {
+    srv_request r;
+    char msg[512];
+    msg[0] = 0;
+    int rc = srv_parse_responses(&r, body, len, msg, sizeof msg);
+    if (rc != 0 && rc != 400 && rc != 500 && rc != 501) __builtin_trap();
+    if (rc != 0 && !memchr(msg, 0, sizeof msg)) __builtin_trap();
+    if (rc == 0) {
+        if (r.n_msgs < 1 || r.ep != SRV_EP_CHAT) __builtin_trap();
+        for (int i = 0; i < r.n_msgs; i++)
+            if (!r.msgs[i].content) __builtin_trap();
+        render(&r, SPEX_CHAT_CHATML_QWEN3, (sel >> 5) & 1);
+    }
+    srv_request_free(&r);
+    cJSON *o = cJSON_ParseWithLength(body, len);
+    if (o) {
+        cJSON *resp = srv_responses_from_chat(o);
+        char *j = cJSON_PrintUnformatted(resp);
+        if (!resp || !j || strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(resp, "object")), "response")) __builtin_trap();
+        free(j);
+        cJSON_Delete(resp);
+    }
+    srv_resp_stream rs;
+    srv_resp_stream_init(&rs);
+    srv_strbuf out = {0};
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(body + i, '\n', len - i);
+        size_t n = nl ? (size_t)(nl - body - i) : len - i;
+        srv_resp_stream_chunk(&rs, cJSON_ParseWithLength(body + i, n), &out);
+        i += n + 1;
+    }
+    if (sel & 1) srv_resp_stream_error(&rs, 500, "boom", &out);
+    srv_resp_stream_free(&rs);
+    check_events(out.p);
+    srv_strbuf_free(&out);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     unsigned sel = data[0];
@@ -99,6 +152,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     free(rep);
     if (sel & 0x40) {
         fuzz_embd(sel, body, len);
+        return 0;
+    }
+    if (sel & 0x80) {
+        fuzz_responses(sel, body, len);
         return 0;
     }
     srv_request r;

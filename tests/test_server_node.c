@@ -11,6 +11,8 @@
  * serial `spex run` of the same prompt, and the /metrics llamacpp:tokens_predicted_total delta
  * equals the sum of the completion tokens; tests/node/openai_embd.mjs — embeddings.create in
  * base64 (the client's default) and float (the server also runs --embedding --pooling mean);
+ * tests/node/openai_responses.mjs — responses.create plain and streamed, whose texts equal the
+ * same `spex run`, with typed events in sequence, and models.retrieve;
  * SIGTERM then stops the server cleanly.
  * The scripts send reasoning_format "none" so the <think> section stays in `content`, as
  * `spex run` prints it.
@@ -282,6 +284,45 @@ TEST(openai_load_16_clients_np4) {
     CHECK(d_acc >= 0 && d_acc <= d_draft);
     CHECK_EQ_INT((long)busy, 0);
     CHECK_EQ_INT((long)deferred, 0);
+}
+
+/* client.responses.create, plain and streamed: both texts equal `spex run --chat -n 64 --temp
+ * 0`; the status says whether the 64-token budget ran out; the stream's events count up and end
+ * with the final response; client.models.retrieve finds the listed model. */
+TEST(openai_responses_equals_run) {
+    REQUIRE_SERVER(port);
+    cJSON *o = node_script("openai_responses.mjs", port);
+    CHECK(o);
+    const char *prompt = jstr(o, "prompt"), *plain = jstr(o, "text_plain"), *streamed = jstr(o, "text_stream");
+    const char *st_plain = jstr(o, "status_plain"), *st_stream = jstr(o, "status_stream");
+    const char *first = jstr(o, "first_event"), *last = jstr(o, "last_event"), *id = jstr(o, "id_plain");
+    char *want = prompt ? expected(prompt, 64) : NULL;
+    bool same_plain = want && plain && !strcmp(plain, want);
+    bool same_stream = want && streamed && !strcmp(streamed, want);
+    if (!same_plain || !same_stream)
+        printf("  plain  '%s'\n  stream '%s'\n  run    '%s'\n", plain ? plain : "(null)", streamed ? streamed : "(null)",
+               want ? want : "(null)");
+    const double out = jnum(o, "output_tokens"), out_s = jnum(o, "output_tokens_stream"), in = jnum(o, "input_tokens");
+    const char *want_status = out >= 64 ? "incomplete" : "completed";
+    printf("  %.0f input / %.0f output tokens, status %s / %s, %.0f events (%s .. %s)\n", in, out,
+           st_plain ? st_plain : "?", st_stream ? st_stream : "?", jnum(o, "n_events"), first ? first : "?",
+           last ? last : "?");
+    const bool status_ok = st_plain && st_stream && !strcmp(st_plain, want_status) && !strcmp(st_stream, want_status);
+    const bool events_ok = cJSON_IsTrue(cJSON_GetObjectItem(o, "events_ok")) && first &&
+                           !strcmp(first, "response.created") && last && !strncmp(last, "response.", 9) &&
+                           !strcmp(last + 9, want_status);
+    const bool id_ok = id && !strncmp(id, "resp_", 5);
+    const bool retrieved = cJSON_IsTrue(cJSON_GetObjectItem(o, "model_retrieved"));
+    free(want);
+    cJSON_Delete(o);
+    CHECK(want != NULL || !prompt);
+    CHECK(same_plain);
+    CHECK(same_stream);
+    CHECK(in > 0 && out > 0 && out == out_s);
+    CHECK(status_ok);
+    CHECK(events_ok);
+    CHECK(id_ok);
+    CHECK(retrieved);
 }
 
 /* client.embeddings.create: base64 by the client's default (decoded by it) and float, two

@@ -18,6 +18,7 @@
 #include "gguf/api.h"
 #include "model/api.h"
 #include "server/server.h"
+#include "server/responses.h"
 #include "tensor/api.h"
 #include "tok/api.h"
 #include "spec/api.h"
@@ -535,6 +536,7 @@ typedef struct srv_stream {
     int phase;                /* 0 before the first event, 1 streaming, 2 ended */
     srv_toolparse tp;         /* job.tools: content is fed through it            */
     int calls_sent;           /* tp.calls already sent as deltas                 */
+    srv_resp_stream *rs;      /* /v1/responses: chunks become its events, else NULL */
 } srv_stream;
 
 static void out_add(srv_stream *st, const char *s, size_t n) {
@@ -550,6 +552,13 @@ static void out_add(srv_stream *st, const char *s, size_t n) {
 }
 
 static void out_event(srv_stream *st, cJSON *o) {
+    if (st->rs) {   /* /v1/responses: the chat chunk turned into typed events */
+        srv_strbuf ev = {0};
+        srv_resp_stream_chunk(st->rs, o, &ev);
+        if (ev.len) out_add(st, ev.p, ev.len);
+        srv_strbuf_free(&ev);
+        return;
+    }
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);
     if (!s) return;
@@ -639,7 +648,12 @@ static void stream_progress(srv_stream *st) {
         st->c_sent = rel;
     }
     if (!t->done) return;
-    if (t->err_code) {
+    if (t->err_code && st->rs) {
+        srv_strbuf ev = {0};
+        srv_resp_stream_error(st->rs, t->err_code, t->err_msg[0] ? t->err_msg : "error", &ev);
+        if (ev.len) out_add(st, ev.p, ev.len);
+        srv_strbuf_free(&ev);
+    } else if (t->err_code) {
         char *ej = srv_error_json(t->err_code, t->err_msg[0] ? t->err_msg : "error");
         if (ej) {
             out_add(st, "data: ", 6);
@@ -677,7 +691,7 @@ static void stream_progress(srv_stream *st) {
             add_timings(o, &t->tm);
             out_event(st, o);
         }
-        out_add(st, "data: [DONE]\n\n", 14);
+        if (!st->rs) out_add(st, "data: [DONE]\n\n", 14);   /* the Responses stream ends with its last event */
     }
     st->phase = 2;
 }
@@ -725,6 +739,8 @@ static void stream_free(void *cls) {
     srv_task_release(t);
     srv_request_free(&st->job.req);
     srv_toolparse_free(&st->tp);
+    if (st->rs) srv_resp_stream_free(st->rs);
+    free(st->rs);
     free(st->out);
     free(st);
 }
@@ -741,7 +757,8 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
     job.defaults = gen_defaults(S);
     srv_request_init(&job.req, ep);
     char msg[512] = "";
-    int code = srv_request_parse(&job.req, cc->body ? cc->body : "", cc->len, msg, sizeof msg);
+    int code = ep == SRV_EP_RESPONSES ? srv_parse_responses(&job.req, cc->body ? cc->body : "", cc->len, msg, sizeof msg)
+                                      : srv_request_parse(&job.req, cc->body ? cc->body : "", cc->len, msg, sizeof msg);
     int n_prompt = 0;
     if (!code) code = prepare(S, &job, msg, sizeof msg, &n_prompt);
     if (code == -1) {
@@ -762,7 +779,7 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
         srv_request_free(&job.req);
         return send_error(c, (unsigned)code, "%s", msg);
     }
-    random_id(job.id, sizeof job.id, ep == SRV_EP_CHAT ? "chatcmpl-" : "cmpl-");
+    random_id(job.id, sizeof job.id, ep == SRV_EP_CHAT ? "chatcmpl-" : ep == SRV_EP_RESPONSES ? "resp_" : "cmpl-");
     job.created = (long)time(NULL);
     job.model = job.req.model ? job.req.model : S->model_id;
     srv_task *t = job.task;
@@ -783,6 +800,11 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
         st->S = S;
         st->job = job;
         srv_toolparse_init(&st->tp);
+        if (ep == SRV_EP_RESPONSES && (st->rs = malloc(sizeof *st->rs))) srv_resp_stream_init(st->rs);
+        if (ep == SRV_EP_RESPONSES && !st->rs) {
+            stream_free(st);
+            return send_error(c, 500, "out of memory");
+        }
         st->fd = fd;
         st->t_out = spex_now_s();
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
@@ -818,6 +840,7 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
     } else {
         cJSON *o = final_response(&job);
         pthread_mutex_unlock(&t->mu);
+        if (ep == SRV_EP_RESPONSES) o = srv_responses_from_chat(o);
         ret = send_json(c, 200, o);
     }
     srv_task_release(t);
@@ -825,10 +848,9 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
     return ret;
 }
 
-static enum MHD_Result do_models(srv_server *S, struct MHD_Connection *c) {
-    cJSON *o = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(o, "data"), *m = cJSON_CreateObject();
-    cJSON_AddStringToObject(o, "object", "list");
-    cJSON_AddItemToArray(d, m);
+/* The model object of GET /v1/models' list and of GET /v1/models/{id}. */
+static cJSON *model_json(srv_server *S) {
+    cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", S->model_id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", (double)S->created);
@@ -865,7 +887,20 @@ static enum MHD_Result do_models(srv_server *S, struct MHD_Connection *c) {
     cJSON *ar = cJSON_AddObjectToObject(m, "architecture");
     cJSON_AddItemToObject(ar, "input_modalities", cJSON_CreateStringArray((const char *[]){"text"}, 1));
     cJSON_AddItemToObject(ar, "output_modalities", cJSON_CreateStringArray((const char *[]){"text"}, 1));
+    return m;
+}
+
+static enum MHD_Result do_models(srv_server *S, struct MHD_Connection *c) {
+    cJSON *o = cJSON_CreateObject(), *d = cJSON_AddArrayToObject(o, "data");
+    cJSON_AddStringToObject(o, "object", "list");
+    cJSON_AddItemToArray(d, model_json(S));
     return send_json(c, 200, o);
+}
+
+/* OpenAI's retrieve-model: the one model object, 404 for any other id. */
+static enum MHD_Result do_model_one(srv_server *S, struct MHD_Connection *c, const char *id) {
+    if (strcmp(id, S->model_id)) return send_error(c, 404, "The model '%.200s' does not exist", id);
+    return send_json(c, 200, model_json(S));
 }
 
 static enum MHD_Result do_tokenize(srv_server *S, struct MHD_Connection *c, const srv_conn *cc) {
@@ -1124,10 +1159,13 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
                  {"/chat/completions", true}, {"/v1/completions", true}, {"/completions", true},
                  {"/completion", true}, {"/tokenize", true}, {"/detokenize", true}, {"/props", false},
                  {"/slots", false}, {"/apply-template", true}, {"/v1/embeddings", true}, {"/embeddings", true},
-                 {"/embedding", true}};
+                 {"/embedding", true}, {"/v1/responses", true}, {"/responses", true}};
     int k = -1;
     for (int i = 0; i < (int)(sizeof known / sizeof *known); i++)
         if (!strcmp(url, known[i].path)) k = i;
+    const char *model_id = NULL;   /* GET /v1/models/{id} (and /models/{id}): one model */
+    if (k < 0 && !strncmp(url, "/v1/models/", 11)) model_id = url + 11, k = 0;
+    else if (k < 0 && !strncmp(url, "/models/", 8)) model_id = url + 8, k = 0;
     if (k < 0) return send_error(c, 404, "File Not Found: %s", url);
     if (!authorized(S, c)) return send_error(c, 401, "Invalid API Key");
     bool allowed = k == 10 ? get || post : known[k].post ? post : get;   /* /props: GET and POST */
@@ -1136,7 +1174,7 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     if (cc->too_big) return send_error(c, 413, "the request body exceeds the limit of %zu bytes", S->cfg->body_max);
     if (cc->alloc_failed) return send_error(c, 500, "out of memory");
     if (S->ready != 1) return send_error(c, 503, S->ready == 0 ? "Loading model" : "the server is shutting down");
-    if (k <= 1) return do_models(S, c);
+    if (k <= 1) return model_id ? do_model_one(S, c, model_id) : do_models(S, c);
     if (k == 2) {
         if (!S->cfg->metrics) return send_error(c, 501, "This server does not support metrics endpoint. Start it with `--metrics`");
         return send_text(c, 200, "text/plain; version=0.0.4", srv_engine_metrics(S->engine));
@@ -1148,6 +1186,7 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     if (k == 9) return do_detokenize(S, c, cc);
     if (k == 10) return do_props(S, c, post, cc);
     if (k == 12) return do_apply_template(S, c, cc);
+    if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses")) return do_generate(S, c, SRV_EP_RESPONSES, cc);
     if (k >= 13) return do_embeddings(S, c, cc, k == 13);   /* /embeddings: the native shape, as llama-server */
     return do_slots(S, c);
 }

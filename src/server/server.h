@@ -37,6 +37,7 @@ typedef enum srv_endpoint {
     SRV_EP_CHAT = 1,          /* POST /v1/chat/completions                            */
     SRV_EP_COMPLETIONS = 2,   /* POST /v1/completions                                 */
     SRV_EP_COMPLETION = 3,    /* POST /completion (llama.cpp native)                  */
+    SRV_EP_RESPONSES = 4,     /* POST /v1/responses: routing only (responses.h), runs as CHAT */
 } srv_endpoint;
 
 typedef enum srv_reasoning {
