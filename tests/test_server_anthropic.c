@@ -488,6 +488,21 @@ TEST(malformed_requests) {
     int st = r.status;
     resp_free(&r);
     CHECK_EQ_INT(st, 405);
+    /* a prompt past the slot's context: 400 with the top-level type of Anthropic's errors */
+    size_t big = 40000;
+    char *long_body = malloc(big + 200);
+    int len = snprintf(long_body, 200, "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"");
+    for (size_t i = 0; i < big / 6; i++) len += snprintf(long_body + len, 7, "zebra ");
+    snprintf(long_body + len, 8, "\"}]}");
+    CHECK(http(port, "POST", "/v1/messages", NULL, long_body, &r));
+    free(long_body);
+    cJSON *eo = cJSON_Parse(r.body);
+    bool exceed = r.status == 400 && jstr(eo, "type") && !strcmp(jstr(eo, "type"), "error") &&
+                  jstr(eo, "error/type") && !strcmp(jstr(eo, "error/type"), "exceed_context_size_error");
+    if (!exceed) printf("  long prompt: %d %.200s\n", r.status, r.body);
+    cJSON_Delete(eo);
+    resp_free(&r);
+    CHECK(exceed);
     CHECK(http(port, "GET", "/health", NULL, NULL, &r));
     st = r.status;
     resp_free(&r);
@@ -604,6 +619,64 @@ TEST(stream_builder_equals_message_builder) {
         CHECK(stream_equals_message(text, false, SRV_REASONING_NONE, steps[k], &m));
         CHECK_EQ_INT(cJSON_GetArraySize(cJSON_GetObjectItem(m, "content")), 1);
         cJSON_Delete(m);
+    }
+}
+
+/* stop_reason from the task's end (plain and streamed alike), and a failed task's stream ends
+ * with an error event in Anthropic's shape. */
+TEST(builder_stop_reasons_and_errors) {
+    static const struct {
+        const char *finish;
+        int stop_word;
+        int err;
+        const char *want;
+    } cases[] = {{"stop", -1, 0, "end_turn"}, {"length", -1, 0, "max_tokens"}, {"stop", 0, 0, "stop_sequence"},
+                 {"stop", -1, 503, NULL}};
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        srv_task t;
+        memset(&t, 0, sizeof t);
+        t.text = (char *)"Hello";
+        t.len = t.released = 5;
+        t.done = true;
+        t.finish = cases[k].finish;
+        t.stop_word = cases[k].stop_word;
+        t.n_stop = 1;
+        snprintf(t.stop[0], SRV_MAX_STOP_LEN, "%s", "\n\n");
+        t.err_code = cases[k].err;
+        snprintf(t.err_msg, sizeof t.err_msg, "%s", "the server is shutting down");
+        srv_anth_ctx x = {.id = "msg_t", .model = "m", .reasoning = SRV_REASONING_DEEPSEEK};
+        srv_anth_stream st;
+        srv_anthropic_stream_init(&st);
+        srv_strbuf out = {0};
+        bool ended = srv_anthropic_stream_step(&st, &x, &t, &out);
+        srv_anthropic_stream_free(&st);
+        static sse_ev ev[64];
+        int n = out.p ? parse_sse(out.p, ev, 64) : -1;
+        char last[64] = "", sr[32] = "", seq[16] = "", et[32] = "";
+        if (n >= 2) {
+            snprintf(last, sizeof last, "%s", ev[n - 1].name);
+            snprintf(sr, sizeof sr, "%s", jstr(ev[n - 2].data, "delta/stop_reason") ? jstr(ev[n - 2].data, "delta/stop_reason") : "");
+            snprintf(seq, sizeof seq, "%s", jstr(ev[n - 2].data, "delta/stop_sequence") ? jstr(ev[n - 2].data, "delta/stop_sequence") : "");
+            snprintf(et, sizeof et, "%s", jstr(ev[n - 1].data, "error/type") ? jstr(ev[n - 1].data, "error/type") : "");
+        }
+        for (int i = 0; i < n; i++) cJSON_Delete(ev[i].data);
+        srv_strbuf_free(&out);
+        CHECK(ended);
+        CHECK(n >= 2);
+        if (!cases[k].want) {
+            CHECK(!strcmp(last, "error"));
+            CHECK(!strcmp(et, "overloaded_error"));
+            continue;
+        }
+        cJSON *m = srv_anthropic_message(&x, &t);
+        const char *msr = jstr(m, "stop_reason"), *mseq = jstr(m, "stop_sequence");
+        bool plain = msr && !strcmp(msr, cases[k].want) &&
+                     (cases[k].stop_word >= 0 ? mseq && !strcmp(mseq, "\n\n") : cJSON_IsNull(cJSON_GetObjectItem(m, "stop_sequence")));
+        cJSON_Delete(m);
+        CHECK(!strcmp(last, "message_stop"));
+        CHECK(!strcmp(sr, cases[k].want));
+        CHECK(!strcmp(seq, cases[k].stop_word >= 0 ? "\n\n" : ""));
+        CHECK(plain);
     }
 }
 
