@@ -70,6 +70,86 @@ static bool add_buf(cJSON *o, const char *key, const srv_strbuf *b) {
     return cJSON_AddStringToObject(o, key, b->p ? b->p : "") != NULL;
 }
 
+/* What the blocks of one message gather: its text parts, tool calls and reasoning. */
+typedef struct msg_parts {
+    cJSON *parts, *calls;
+    srv_strbuf thinking;
+    bool has_thinking;
+} msg_parts;
+
+/* A tool_result block into a tool message appended to out (before the message's own text). */
+static int tool_result(const cJSON *b, int i, cJSON *out, char *msg, size_t cap) {
+    const cJSON *id = get(b, "tool_use_id"), *c = get(b, "content"), *ie = get(b, "is_error");
+    if (!cJSON_IsString(id)) return fail(msg, cap, 400, "messages[%d]: a tool_result block needs a string 'tool_use_id'", i);
+    if (present(ie) && !cJSON_IsBool(ie))
+        return fail(msg, cap, 400, "messages[%d]: a tool_result's 'is_error' must be a boolean", i);
+    srv_strbuf txt = {0};
+    int rc = present(c) ? text_of(c, "tool_result.content", &txt, msg, cap) : 0;
+    if (!rc) {
+        cJSON *tm = cJSON_CreateObject();
+        cJSON_AddItemToArray(out, tm);
+        cJSON_AddStringToObject(tm, "role", "tool");
+        cJSON_AddStringToObject(tm, "tool_call_id", id->valuestring);
+        if (!add_buf(tm, "content", &txt)) rc = fail(msg, cap, 500, "out of memory");
+    }
+    srv_strbuf_free(&txt);
+    return rc;
+}
+
+/* A tool_use block into a tool call of mp. */
+static int tool_use(const cJSON *b, int i, msg_parts *mp, char *msg, size_t cap) {
+    const cJSON *id = get(b, "id"), *nm = get(b, "name"), *in = get(b, "input");
+    if (!cJSON_IsString(nm) || !nm->valuestring[0] || (present(id) && !cJSON_IsString(id)) ||
+        (present(in) && !cJSON_IsObject(in)))
+        return fail(msg, cap, 400,
+                    "messages[%d]: a tool_use block needs a string 'id', a non-empty 'name' and an object 'input'", i);
+    char *args = present(in) ? cJSON_PrintUnformatted(in) : NULL;
+    cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
+    cJSON_AddItemToArray(mp->calls, c);
+    cJSON_AddStringToObject(c, "id", cJSON_IsString(id) ? id->valuestring : "");
+    cJSON_AddStringToObject(c, "type", "function");
+    cJSON_AddItemToObject(c, "function", f);
+    cJSON_AddStringToObject(f, "name", nm->valuestring);
+    cJSON_AddStringToObject(f, "arguments", args ? args : "{}");
+    free(args);
+    return 0;
+}
+
+/* One content block of messages[i]. */
+static int convert_block(const cJSON *b, int i, bool assistant, msg_parts *mp, cJSON *out, char *msg, size_t cap) {
+    const cJSON *ty = get(b, "type");
+    if (!cJSON_IsObject(b) || !cJSON_IsString(ty))
+        return fail(msg, cap, 400, "messages[%d]: content blocks must be objects with a string 'type'", i);
+    const char *t = ty->valuestring;
+    if (!strcmp(t, "text")) {
+        const cJSON *tx = get(b, "text");
+        if (!cJSON_IsString(tx)) return fail(msg, cap, 400, "messages[%d]: a text block needs a string 'text'", i);
+        cJSON *p = cJSON_CreateObject();
+        cJSON_AddItemToArray(mp->parts, p);
+        cJSON_AddStringToObject(p, "type", "text");
+        cJSON_AddStringToObject(p, "text", tx->valuestring);
+        return 0;
+    }
+    if (!strcmp(t, "thinking")) {
+        const cJSON *th = get(b, "thinking");
+        if (!cJSON_IsString(th)) return fail(msg, cap, 400, "messages[%d]: a thinking block needs a string 'thinking'", i);
+        mp->has_thinking = true;
+        return srv_strbuf_add(&mp->thinking, th->valuestring, strlen(th->valuestring)) ? 0 : fail(msg, cap, 500, "out of memory");
+    }
+    if (!strcmp(t, "redacted_thinking")) return 0;   /* encrypted by Anthropic's service: unreadable here */
+    if (!strcmp(t, "tool_use")) {
+        if (!assistant) return fail(msg, cap, 400, "messages[%d]: only assistant messages may hold tool_use blocks", i);
+        return tool_use(b, i, mp, msg, cap);
+    }
+    if (!strcmp(t, "tool_result")) {
+        if (assistant) return fail(msg, cap, 400, "messages[%d]: only user messages may hold tool_result blocks", i);
+        return tool_result(b, i, out, msg, cap);
+    }
+    if (!strcmp(t, "image") || !strcmp(t, "document"))
+        return fail(msg, cap, 400, "multimodal input is not supported (content block type '%s')", t);
+    return fail(msg, cap, 400, "messages[%d]: content block type '%.40s' is not supported", i, t);
+}
+
 /* One Anthropic message into chat messages appended to out (tool results first, then the
  * message's own text / reasoning / tool calls). Returns 0 or an HTTP status with msg. */
 static int convert_message(const cJSON *m, int i, cJSON *out, char *msg, size_t cap) {
@@ -77,7 +157,6 @@ static int convert_message(const cJSON *m, int i, cJSON *out, char *msg, size_t 
     const cJSON *role = get(m, "role"), *content = get(m, "content");
     if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")))
         return fail(msg, cap, 400, "messages[%d].role must be \"user\" or \"assistant\"", i);
-    bool assistant = role->valuestring[0] == 'a';
     if (!present(content)) return fail(msg, cap, 400, "messages[%d] needs 'content'", i);
     if (cJSON_IsString(content)) {
         cJSON *c = cJSON_CreateObject();
@@ -87,111 +166,22 @@ static int convert_message(const cJSON *m, int i, cJSON *out, char *msg, size_t 
     }
     if (!cJSON_IsArray(content))
         return fail(msg, cap, 400, "messages[%d].content must be a string or an array of content blocks", i);
-    cJSON *parts = cJSON_CreateArray(), *calls = cJSON_CreateArray();
-    srv_strbuf thinking = {0};
-    bool has_thinking = false;
-    int rc = 0;
+    msg_parts mp = {.parts = cJSON_CreateArray(), .calls = cJSON_CreateArray()};
+    int rc = mp.parts && mp.calls ? 0 : fail(msg, cap, 500, "out of memory");
     const cJSON *b;
-    cJSON_ArrayForEach(b, content) {
-        const cJSON *ty = get(b, "type");
-        if (!cJSON_IsObject(b) || !cJSON_IsString(ty)) {
-            rc = fail(msg, cap, 400, "messages[%d]: content blocks must be objects with a string 'type'", i);
-            break;
-        }
-        const char *t = ty->valuestring;
-        if (!strcmp(t, "text")) {
-            const cJSON *tx = get(b, "text");
-            if (!cJSON_IsString(tx)) {
-                rc = fail(msg, cap, 400, "messages[%d]: a text block needs a string 'text'", i);
-                break;
-            }
-            cJSON *p = cJSON_CreateObject();
-            cJSON_AddItemToArray(parts, p);
-            cJSON_AddStringToObject(p, "type", "text");
-            cJSON_AddStringToObject(p, "text", tx->valuestring);
-        } else if (!strcmp(t, "thinking")) {
-            const cJSON *th = get(b, "thinking");
-            if (!cJSON_IsString(th)) {
-                rc = fail(msg, cap, 400, "messages[%d]: a thinking block needs a string 'thinking'", i);
-                break;
-            }
-            has_thinking = true;
-            if (!srv_strbuf_add(&thinking, th->valuestring, strlen(th->valuestring))) {
-                rc = fail(msg, cap, 500, "out of memory");
-                break;
-            }
-        } else if (!strcmp(t, "redacted_thinking")) {
-            continue;   /* encrypted by Anthropic's service: nothing a local model could read */
-        } else if (!strcmp(t, "tool_use")) {
-            const cJSON *id = get(b, "id"), *nm = get(b, "name"), *in = get(b, "input");
-            if (!assistant) {
-                rc = fail(msg, cap, 400, "messages[%d]: only assistant messages may hold tool_use blocks", i);
-                break;
-            }
-            if (!cJSON_IsString(nm) || !nm->valuestring[0] || (present(id) && !cJSON_IsString(id)) ||
-                (present(in) && !cJSON_IsObject(in))) {
-                rc = fail(msg, cap, 400,
-                          "messages[%d]: a tool_use block needs a string 'id', a non-empty 'name' and an object 'input'", i);
-                break;
-            }
-            char *args = present(in) ? cJSON_PrintUnformatted(in) : NULL;
-            cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
-            cJSON_AddItemToArray(calls, c);
-            cJSON_AddStringToObject(c, "id", cJSON_IsString(id) ? id->valuestring : "");
-            cJSON_AddStringToObject(c, "type", "function");
-            cJSON_AddItemToObject(c, "function", f);
-            cJSON_AddStringToObject(f, "name", nm->valuestring);
-            cJSON_AddStringToObject(f, "arguments", args ? args : "{}");
-            free(args);
-        } else if (!strcmp(t, "tool_result")) {
-            const cJSON *id = get(b, "tool_use_id"), *rc_ = get(b, "content"), *ie = get(b, "is_error");
-            if (assistant) {
-                rc = fail(msg, cap, 400, "messages[%d]: only user messages may hold tool_result blocks", i);
-                break;
-            }
-            if (!cJSON_IsString(id)) {
-                rc = fail(msg, cap, 400, "messages[%d]: a tool_result block needs a string 'tool_use_id'", i);
-                break;
-            }
-            if (present(ie) && !cJSON_IsBool(ie)) {
-                rc = fail(msg, cap, 400, "messages[%d]: a tool_result's 'is_error' must be a boolean", i);
-                break;
-            }
-            srv_strbuf txt = {0};
-            if (present(rc_) && (rc = text_of(rc_, "tool_result.content", &txt, msg, cap))) {
-                srv_strbuf_free(&txt);
-                break;
-            }
-            cJSON *tm = cJSON_CreateObject();
-            cJSON_AddItemToArray(out, tm);   /* before the message's own text */
-            cJSON_AddStringToObject(tm, "role", "tool");
-            cJSON_AddStringToObject(tm, "tool_call_id", id->valuestring);
-            bool ok = add_buf(tm, "content", &txt);
-            srv_strbuf_free(&txt);
-            if (!ok) {
-                rc = fail(msg, cap, 500, "out of memory");
-                break;
-            }
-        } else if (!strcmp(t, "image") || !strcmp(t, "document")) {
-            rc = fail(msg, cap, 400, "multimodal input is not supported (content block type '%s')", t);
-            break;
-        } else {
-            rc = fail(msg, cap, 400, "messages[%d]: content block type '%.40s' is not supported", i, t);
-            break;
-        }
-    }
-    if (!rc && (cJSON_GetArraySize(parts) > 0 || cJSON_GetArraySize(calls) > 0 || has_thinking)) {
+    cJSON_ArrayForEach(b, content) if (!rc) rc = convert_block(b, i, role->valuestring[0] == 'a', &mp, out, msg, cap);
+    if (!rc && (cJSON_GetArraySize(mp.parts) > 0 || cJSON_GetArraySize(mp.calls) > 0 || mp.has_thinking)) {
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(out, c);
         cJSON_AddStringToObject(c, "role", role->valuestring);
-        if (cJSON_GetArraySize(parts) > 0) cJSON_AddItemToObject(c, "content", parts), parts = NULL;
+        if (cJSON_GetArraySize(mp.parts) > 0) cJSON_AddItemToObject(c, "content", mp.parts), mp.parts = NULL;
         else cJSON_AddStringToObject(c, "content", "");
-        if (cJSON_GetArraySize(calls) > 0) cJSON_AddItemToObject(c, "tool_calls", calls), calls = NULL;
-        if (has_thinking && !add_buf(c, "reasoning_content", &thinking)) rc = fail(msg, cap, 500, "out of memory");
+        if (cJSON_GetArraySize(mp.calls) > 0) cJSON_AddItemToObject(c, "tool_calls", mp.calls), mp.calls = NULL;
+        if (mp.has_thinking && !add_buf(c, "reasoning_content", &mp.thinking)) rc = fail(msg, cap, 500, "out of memory");
     }
-    cJSON_Delete(parts);
-    cJSON_Delete(calls);
-    srv_strbuf_free(&thinking);
+    cJSON_Delete(mp.parts);
+    cJSON_Delete(mp.calls);
+    srv_strbuf_free(&mp.thinking);
     return rc;
 }
 
