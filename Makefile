@@ -150,9 +150,9 @@ $(FUZZ_OUT)/%: fuzz/%.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
-# fuzz_server_req parses request bodies: the server's api.c, embd.c and responses.c (with toolcall.c's
-# byte buffer) and what they depend on (cJSON, src/tok).
-FUZZ_REQ_SRC := src/server/api.c src/server/embd.c src/server/responses.c src/server/toolcall.c
+# fuzz_server_req parses request bodies: the server's api.c, embd.c, responses.c and anthropic.c (with
+# toolcall.c's byte buffer) and what they depend on (cJSON, src/tok).
+FUZZ_REQ_SRC := src/server/api.c src/server/embd.c src/server/responses.c src/server/anthropic.c src/server/toolcall.c
 $(FUZZ_OUT)/fuzz_server_req: fuzz/fuzz_server_req.c $(FUZZ_REQ_SRC) $(FUZZ_LIB_SRC)
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_REQ_SRC) $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm

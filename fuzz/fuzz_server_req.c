@@ -3,13 +3,14 @@
  * arbitrary bytes as the JSON body of every endpoint, and through the reasoning split.
  *
  * Input byte 0 picks the endpoint (chat, completions, /completion, /tokenize, /detokenize; with
- * bit 6 set the embeddings endpoints instead, bit 0 choosing /v1/embeddings or /embedding; with
- * bit 7 set /v1/responses, src/server/responses.c) and the reasoning-split flags; the rest is
- * the body. Needs no model: api.c, embd.c and responses.c depend on cJSON and src/tok only
- * (the Makefile links just those, with toolcall.c for its byte buffer).
+ * bit 6 set (bit 7 clear) the embeddings endpoints instead, bit 0 choosing /v1/embeddings or
+ * /embedding; bit 7 set (bit 6 clear) /v1/responses, src/server/responses.c; bits 6 and 7 set
+ * Anthropic's /v1/messages, anthropic.c, bit 0 choosing count_tokens) and the reasoning-split
+ * flags; the rest is the body. Needs no model: api.c, embd.c, responses.c and anthropic.c depend
+ * on cJSON and src/tok only (the Makefile links just those, with toolcall.c for its byte buffer).
  *
  * Checked: no crash, leak or sanitizer report; a parse returns 0 or an HTTP status 400/500/501
- * with a NUL-terminated message; a successful chat parse has >= 1 message with non-NULL
+ * with a NUL-terminated message; a successful chat or Anthropic parse (anthropic.c) has >= 1 message with non-NULL
  * content, tools (§6.1) that are JSON objects and tool calls with a name and arguments, and
  * renders through both Qwen chat templates with its tools and tool calls (src/tok/chat.c's
  * tojson printer sees fuzzed JSON) without an error other than INVALID_ARG; stop strings are
@@ -150,26 +151,39 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (rep && (!srv_utf8_valid(rep, rl) || (srv_utf8_valid(body, len) && (rl != len || memcmp(rep, body, len)))))
         abort();
     free(rep);
-    if (sel & 0x40) {
+    if ((sel & 0xc0) == 0x40) {
         fuzz_embd(sel, body, len);
         return 0;
     }
-    if (sel & 0x80) {
+    if ((sel & 0xc0) == 0x80) {
         fuzz_responses(sel, body, len);
         return 0;
     }
     srv_request r;
     int rc;
-    switch (sel % 5) {
-    case 0: srv_request_init(&r, SRV_EP_CHAT); rc = srv_request_parse(&r, body, len, msg, sizeof msg); break;
-    case 1: srv_request_init(&r, SRV_EP_COMPLETIONS); rc = srv_request_parse(&r, body, len, msg, sizeof msg); break;
-    case 2: srv_request_init(&r, SRV_EP_COMPLETION); rc = srv_request_parse(&r, body, len, msg, sizeof msg); break;
-    case 3: srv_request_init(&r, SRV_EP_COMPLETION); rc = srv_parse_tokenize(&r, body, len, msg, sizeof msg); break;
-    default: srv_request_init(&r, SRV_EP_COMPLETION); rc = srv_parse_detokenize(&r, body, len, msg, sizeof msg); break;
+    const bool anth = (sel & 0xc0) == 0xc0;   /* Anthropic Messages: parsed into a chat request */
+    if (anth) {
+        srv_request_init(&r, SRV_EP_CHAT);
+        rc = srv_anthropic_parse(&r, body, len, sel & 1, msg, sizeof msg);
+        if (rc == 0 && (!r.anthropic || r.ep != SRV_EP_CHAT)) __builtin_trap();
+        if (rc == 0 && (sel & 1) == 0 && r.n_predict < 1) __builtin_trap();   /* max_tokens: given >= 1, or 4096 */
+        char *e = srv_anthropic_error_json(rc ? rc : 400, msg);
+        cJSON *eo = e ? cJSON_Parse(e) : NULL;
+        if (e && !cJSON_IsObject(cJSON_GetObjectItem(eo, "error"))) __builtin_trap();
+        cJSON_Delete(eo);
+        free(e);
+    } else {
+        switch (sel % 5) {
+        case 0: srv_request_init(&r, SRV_EP_CHAT); rc = srv_request_parse(&r, body, len, msg, sizeof msg); break;
+        case 1: srv_request_init(&r, SRV_EP_COMPLETIONS); rc = srv_request_parse(&r, body, len, msg, sizeof msg); break;
+        case 2: srv_request_init(&r, SRV_EP_COMPLETION); rc = srv_request_parse(&r, body, len, msg, sizeof msg); break;
+        case 3: srv_request_init(&r, SRV_EP_COMPLETION); rc = srv_parse_tokenize(&r, body, len, msg, sizeof msg); break;
+        default: srv_request_init(&r, SRV_EP_COMPLETION); rc = srv_parse_detokenize(&r, body, len, msg, sizeof msg); break;
+        }
     }
     if (rc != 0 && rc != 400 && rc != 500 && rc != 501) __builtin_trap();
     if (rc != 0 && !memchr(msg, 0, sizeof msg)) __builtin_trap();
-    if (rc == 0 && sel % 5 == 0) {
+    if (rc == 0 && (anth || sel % 5 == 0)) {
         if (r.n_msgs < 1) __builtin_trap();
         for (int i = 0; i < r.n_msgs; i++) {
             if (!r.msgs[i].content) __builtin_trap();

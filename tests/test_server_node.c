@@ -13,11 +13,15 @@
  * base64 (the client's default) and float (the server also runs --embedding --pooling mean);
  * tests/node/openai_responses.mjs — responses.create plain and streamed, whose texts equal the
  * same `spex run`, with typed events in sequence, and models.retrieve;
+ * tests/node/anthropic_messages.mjs — the @anthropic-ai/sdk client's messages.create and
+ * messages.stream (temperature 0, max_tokens 64) whose texts equal `spex run --chat -n 64 --temp 0`
+ * byte for byte, with usage.input_tokens + cache_read_input_tokens equal to messages.countTokens;
  * SIGTERM then stops the server cleanly.
  * The scripts send reasoning_format "none" so the <think> section stays in `content`, as
  * `spex run` prints it.
- * What it is not: the raw-HTTP protocol and error tests (test_server.c). It SKIPs when `node`,
- * tests/node/node_modules/openai or the default models are missing — and FAILs instead when
+ * What it is not: the raw-HTTP protocol and error tests (test_server.c, test_server_anthropic.c).
+ * It SKIPs when `node`, tests/node/node_modules/openai or @anthropic-ai/sdk, or the default models
+ * are missing — and FAILs instead when
  * SPEX_TEST_REQUIRE_NODE is set (.ci/run sets it: CI installs all three, so a skip there
  * would hide a broken install step).
  */
@@ -36,6 +40,7 @@ extern char **environ;
 #define TARGET "models/target.gguf"
 #define DRAFTER "models/drafter.gguf"
 #define OPENAI_PKG "tests/node/node_modules/openai/package.json"
+#define ANTHROPIC_PKG "tests/node/node_modules/@anthropic-ai/sdk/package.json"
 
 /* ======================================================================== */
 /* Processes                                                                 */
@@ -125,6 +130,8 @@ static const char *skip_reason(void) {
     if (!test_spex_bin()) return "no spex binary next to this test's folder";
     if (!node_bin()) return "no `node` on PATH (Debian: apt-get install nodejs npm)";
     if (access(OPENAI_PKG, R_OK) != 0) return "tests/node/node_modules/openai missing (run: npm ci --prefix tests/node)";
+    if (access(ANTHROPIC_PKG, R_OK) != 0)
+        return "tests/node/node_modules/@anthropic-ai/sdk missing (run: npm ci --prefix tests/node)";
     if (access(TARGET, R_OK) != 0 || access(DRAFTER, R_OK) != 0) return "models/target.gguf or models/drafter.gguf missing";
     return NULL;
 }
@@ -220,6 +227,37 @@ TEST(openai_chat_equals_run) {
     /* With the drafter loaded, a 64-token greedy answer is drafted for (adaptive speculation
      * may shorten drafts but keeps drafting on an idle server). */
     CHECK(draft_n > 0 && acc >= 0 && acc <= draft_n);
+}
+
+/* The Anthropic SDK: messages.create and messages.stream give `spex run`'s text; countTokens
+ * counts the prompt the request used. */
+TEST(anthropic_messages_equal_run) {
+    REQUIRE_SERVER(port);
+    cJSON *o = node_script("anthropic_messages.mjs", port);
+    CHECK(o);
+    const char *prompt = jstr(o, "prompt"), *plain = jstr(o, "text_plain"), *streamed = jstr(o, "text_stream");
+    const char *final = jstr(o, "text_stream_final"), *sp = jstr(o, "stop_plain"), *ss = jstr(o, "stop_stream");
+    char *want = prompt ? expected(prompt, 64) : NULL;
+    bool same = want && plain && streamed && final && !strcmp(plain, want) && !strcmp(streamed, want) &&
+                !strcmp(final, want);
+    if (!same)
+        printf("  plain  '%s'\n  stream '%s'\n  final  '%s'\n  run    '%s'\n", plain ? plain : "(null)",
+               streamed ? streamed : "(null)", final ? final : "(null)", want ? want : "(null)");
+    const double in = jnum(o, "input_tokens") + jnum(o, "cache_read_input_tokens"), counted = jnum(o, "count_tokens");
+    const double out = jnum(o, "output_tokens"), out_s = jnum(o, "output_tokens_stream"), draft_n = jnum(o, "draft_n");
+    printf("  stop_reason %s / %s, input %.0f, count_tokens %.0f, output %.0f / %.0f, draft_n %.0f\n", sp ? sp : "?",
+           ss ? ss : "?", in, counted, out, out_s, draft_n);
+    const bool stops = sp && ss && !strcmp(sp, ss) && (!strcmp(sp, "max_tokens") || !strcmp(sp, "end_turn"));
+    const bool id_ok = cJSON_IsTrue(cJSON_GetObjectItem(o, "id_ok")), tm = cJSON_IsTrue(cJSON_GetObjectItem(o, "timings_present"));
+    free(want);
+    cJSON_Delete(o);
+    CHECK(same);
+    CHECK(stops);
+    CHECK(in > 0 && in == counted);
+    CHECK(out > 0 && out == out_s);
+    CHECK(id_ok);
+    CHECK(tm);
+    CHECK(draft_n > 0);   /* the drafter is loaded: the same speculative path as the chat endpoint */
 }
 
 TEST(openai_load_16_clients_np4) {

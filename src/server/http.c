@@ -126,6 +126,12 @@ static enum MHD_Result send_error(struct MHD_Connection *c, unsigned code, const
     return send_text(c, code, "application/json; charset=utf-8", srv_error_json((int)code, msg));
 }
 
+/* An error in the endpoint's API shape: Anthropic's for /v1/messages (anth), else §3's. */
+static enum MHD_Result send_api_error(struct MHD_Connection *c, bool anth, unsigned code, const char *msg) {
+    if (!anth) return send_error(c, code, "%s", msg);
+    return send_text(c, code, "application/json; charset=utf-8", srv_anthropic_error_json((int)code, msg));
+}
+
 static enum MHD_Result send_405(struct MHD_Connection *c, const char *method, const char *url, const char *allow) {
     char msg[512];
     snprintf(msg, sizeof msg, "method %.64s is not allowed on %.200s (allowed: %s)", method, url, allow);
@@ -219,6 +225,8 @@ static void add_timings(cJSON *o, const srv_timings *tm) {
         cJSON_AddNumberToObject(t, "draft_rounds", (double)tm->draft_rounds);
     }
 }
+
+void srv_add_timings(cJSON *o, const srv_timings *tm) { add_timings(o, tm); }
 
 static void add_usage(cJSON *o, const srv_timings *tm) {
     cJSON *u = cJSON_AddObjectToObject(o, "usage");
@@ -460,9 +468,20 @@ static cJSON *pick_fields(cJSON *o, char *const *fields, int n) {
     return r;
 }
 
+static srv_anth_ctx anth_ctx(const srv_job *job) {
+    return (srv_anth_ctx){.id = job->id, .model = job->model, .think_open = job->think_open, .tools = job->tools,
+                          .reasoning = job->reasoning};
+}
+
 /* The final body of a finished task (t->mu held). */
 static cJSON *final_response(const srv_job *job) {
     const srv_task *t = job->task;
+    if (job->req.anthropic) {
+        srv_anth_ctx x = anth_ctx(job);
+        cJSON *o = srv_anthropic_message(&x, t);
+        add_timings(o, &t->tm);
+        return o;
+    }
     if (job->req.ep == SRV_EP_COMPLETION) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "index", 0);
@@ -537,6 +556,7 @@ typedef struct srv_stream {
     srv_toolparse tp;         /* job.tools: content is fed through it            */
     int calls_sent;           /* tp.calls already sent as deltas                 */
     srv_resp_stream *rs;      /* /v1/responses: chunks become its events, else NULL */
+    srv_anth_stream anth;     /* /v1/messages: the Anthropic events' state       */
 } srv_stream;
 
 static void out_add(srv_stream *st, const char *s, size_t n) {
@@ -588,6 +608,14 @@ static void stream_progress(srv_stream *st) {
     srv_task *t = st->job.task;
     size_t rel = t->released;
     srv_endpoint ep = st->job.req.ep;
+    if (st->job.req.anthropic) {
+        srv_anth_ctx x = anth_ctx(&st->job);
+        srv_strbuf b = {0};
+        st->phase = srv_anthropic_stream_step(&st->anth, &x, t, &b) ? 2 : 1;
+        out_add(st, b.p ? b.p : "", b.len);
+        srv_strbuf_free(&b);
+        return;
+    }
     if (st->phase == 0 && ep == SRV_EP_CHAT) {
         cJSON *d, *o = chunk(st, &d);
         cJSON_AddStringToObject(d, "role", "assistant");
@@ -741,6 +769,7 @@ static void stream_free(void *cls) {
     srv_toolparse_free(&st->tp);
     if (st->rs) srv_resp_stream_free(st->rs);
     free(st->rs);
+    srv_anthropic_stream_free(&st->anth);
     free(st->out);
     free(st);
 }
@@ -755,14 +784,18 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
     srv_job job;
     memset(&job, 0, sizeof job);
     job.defaults = gen_defaults(S);
-    srv_request_init(&job.req, ep);
+    const bool anth = ep == SRV_EP_MESSAGES;   /* parsed into a chat request (anthropic.c) */
+    srv_request_init(&job.req, anth ? SRV_EP_CHAT : ep);
     char msg[512] = "";
-    int code = ep == SRV_EP_RESPONSES ? srv_parse_responses(&job.req, cc->body ? cc->body : "", cc->len, msg, sizeof msg)
-                                      : srv_request_parse(&job.req, cc->body ? cc->body : "", cc->len, msg, sizeof msg);
+    int code = anth ? srv_anthropic_parse(&job.req, cc->body ? cc->body : "", cc->len, false, msg, sizeof msg)
+               : ep == SRV_EP_RESPONSES ? srv_parse_responses(&job.req, cc->body ? cc->body : "", cc->len, msg, sizeof msg)
+                                        : srv_request_parse(&job.req, cc->body ? cc->body : "", cc->len, msg, sizeof msg);
+    if (anth) ep = job.req.ep;
     int n_prompt = 0;
     if (!code) code = prepare(S, &job, msg, sizeof msg, &n_prompt);
     if (code == -1) {
         cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
+        if (anth) cJSON_AddStringToObject(o, "type", "error");
         cJSON_AddNumberToObject(e, "code", 400);
         snprintf(msg, sizeof msg, "the request (%d prompt tokens) exceeds the available context size (%d tokens)",
                  n_prompt, S->n_ctx_slot);
@@ -777,16 +810,17 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
     if (code) {
         srv_task_release(job.task);
         srv_request_free(&job.req);
-        return send_error(c, (unsigned)code, "%s", msg);
+        return send_api_error(c, anth, (unsigned)code, msg);
     }
-    random_id(job.id, sizeof job.id, ep == SRV_EP_CHAT ? "chatcmpl-" : ep == SRV_EP_RESPONSES ? "resp_" : "cmpl-");
+    random_id(job.id, sizeof job.id,
+              anth ? "msg_" : ep == SRV_EP_CHAT ? "chatcmpl-" : ep == SRV_EP_RESPONSES ? "resp_" : "cmpl-");
     job.created = (long)time(NULL);
     job.model = job.req.model ? job.req.model : S->model_id;
     srv_task *t = job.task;
     if (!srv_engine_submit(S->engine, t)) {
         srv_task_release(t);
         srv_request_free(&job.req);
-        return send_error(c, 503, "the server is busy: every slot is in use and the queue is full");
+        return send_api_error(c, anth, 503, "the server is busy: every slot is in use and the queue is full");
     }
     int fd = conn_fd(c);
     if (job.req.stream) {
@@ -795,7 +829,7 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
             srv_task_cancel(S->engine, t);
             srv_task_release(t);
             srv_request_free(&job.req);
-            return send_error(c, 500, "out of memory");
+            return send_api_error(c, anth, 500, "out of memory");
         }
         st->S = S;
         st->job = job;
@@ -805,6 +839,7 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
             stream_free(st);
             return send_error(c, 500, "out of memory");
         }
+        srv_anthropic_stream_init(&st->anth);
         st->fd = fd;
         st->t_out = spex_now_s();
         struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16384, stream_read, st, stream_free);
@@ -836,7 +871,7 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
         snprintf(em, sizeof em, "%s", t->err_msg);
         int ec = t->err_code == 499 ? 500 : t->err_code;
         pthread_mutex_unlock(&t->mu);
-        ret = send_error(c, (unsigned)ec, "%s", em);
+        ret = send_api_error(c, anth, (unsigned)ec, em);
     } else {
         cJSON *o = final_response(&job);
         pthread_mutex_unlock(&t->mu);
@@ -953,6 +988,28 @@ static enum MHD_Result do_apply_template(srv_server *S, struct MHD_Connection *c
     cJSON *o = cJSON_CreateObject();
     cJSON_AddItemToObject(o, "prompt", str_n(text, n));
     free(text);
+    return send_json(c, 200, o);
+}
+
+/* POST /v1/messages/count_tokens -> {input_tokens}: the prompt tokens of the /v1/messages
+ * request with the same body (the same render and tokenization as prepare). */
+static enum MHD_Result do_count_tokens(srv_server *S, struct MHD_Connection *c, const srv_conn *cc) {
+    srv_request r;
+    srv_request_init(&r, SRV_EP_CHAT);
+    char msg[512];
+    char *text = NULL;
+    size_t n = 0;
+    int32_t *ids = NULL;
+    int n_ids = 0;
+    int code = srv_anthropic_parse(&r, cc->body ? cc->body : "", cc->len, true, msg, sizeof msg);
+    if (!code) code = render_chat(S, &r, &text, &n, msg, sizeof msg);
+    if (!code) code = tokenize_all(S->tok, text, n, true, &ids, &n_ids, msg, sizeof msg);
+    srv_request_free(&r);
+    free(text);
+    free(ids);
+    if (code) return send_api_error(c, true, (unsigned)code, msg);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "input_tokens", n_ids);
     return send_json(c, 200, o);
 }
 
@@ -1159,7 +1216,8 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
                  {"/chat/completions", true}, {"/v1/completions", true}, {"/completions", true},
                  {"/completion", true}, {"/tokenize", true}, {"/detokenize", true}, {"/props", false},
                  {"/slots", false}, {"/apply-template", true}, {"/v1/embeddings", true}, {"/embeddings", true},
-                 {"/embedding", true}, {"/v1/responses", true}, {"/responses", true}};
+                 {"/embedding", true}, {"/v1/responses", true}, {"/responses", true},
+                 {"/v1/messages", true}, {"/v1/messages/count_tokens", true}};
     int k = -1;
     for (int i = 0; i < (int)(sizeof known / sizeof *known); i++)
         if (!strcmp(url, known[i].path)) k = i;
@@ -1187,6 +1245,8 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     if (k == 10) return do_props(S, c, post, cc);
     if (k == 12) return do_apply_template(S, c, cc);
     if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses")) return do_generate(S, c, SRV_EP_RESPONSES, cc);
+    if (!strcmp(url, "/v1/messages")) return do_generate(S, c, SRV_EP_MESSAGES, cc);
+    if (!strcmp(url, "/v1/messages/count_tokens")) return do_count_tokens(S, c, cc);
     if (k >= 13) return do_embeddings(S, c, cc, k == 13);   /* /embeddings: the native shape, as llama-server */
     return do_slots(S, c);
 }

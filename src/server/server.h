@@ -38,6 +38,8 @@ typedef enum srv_endpoint {
     SRV_EP_COMPLETIONS = 2,   /* POST /v1/completions                                 */
     SRV_EP_COMPLETION = 3,    /* POST /completion (llama.cpp native)                  */
     SRV_EP_RESPONSES = 4,     /* POST /v1/responses: routing only (responses.h), runs as CHAT */
+    SRV_EP_MESSAGES = 5,      /* POST /v1/messages (Anthropic): routing only; its request is
+                               * a chat one with srv_request.anthropic set (anthropic.c)    */
 } srv_endpoint;
 
 typedef enum srv_reasoning {
@@ -98,6 +100,7 @@ typedef struct srv_request {
     bool parallel_tool_calls; /* accepted; calls are never limited                     */
     /* /tokenize, /detokenize */
     bool add_special, with_pieces;
+    bool anthropic;           /* parsed from a /v1/messages body: Anthropic response shapes */
 } srv_request;
 
 void srv_request_init(srv_request *r, srv_endpoint ep);
@@ -109,6 +112,18 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
  * error rules; content goes to r->prompt, tokens to r->prompt_ids. */
 int srv_parse_tokenize(srv_request *r, const char *body, size_t len, char *msg, size_t msg_cap);
 int srv_parse_detokenize(srv_request *r, const char *body, size_t len, char *msg, size_t msg_cap);
+
+/* ======================================================================== */
+/* Anthropic Messages (anthropic.c: requests; anthropic_out.c: responses)   */
+/* ======================================================================== */
+
+/* Parses an Anthropic Messages body (count_tokens: the /v1/messages/count_tokens body, which
+ * has no max_tokens and does not stream) into r (after srv_request_init) as the equivalent
+ * chat request, r->anthropic set. 0, or an HTTP status (400, 500, 501) with msg. Needs no model. */
+int srv_anthropic_parse(srv_request *r, const char *body, size_t len, bool count_tokens, char *msg, size_t msg_cap);
+/* Anthropic's error body {"type":"error","error":{type, message, code}}, malloc'd. */
+char *srv_anthropic_error_json(int code, const char *msg);
+const char *srv_anthropic_error_type(int code);
 
 /* ======================================================================== */
 /* Embeddings requests (embd.c)                                              */
@@ -331,6 +346,39 @@ typedef struct srv_gen_defaults {
 char *srv_engine_slots_json(srv_engine *e, const srv_gen_defaults *d);
 /* Slots no request holds now (GET /slots?fail_on_no_slot=1). */
 int srv_engine_idle_slots(srv_engine *e);
+
+/* ======================================================================== */
+/* Anthropic Messages responses (anthropic_out.c)                            */
+/* ======================================================================== */
+
+/* What a /v1/messages response needs besides its task; pointers borrowed. */
+typedef struct srv_anth_ctx {
+    const char *id;           /* "msg_..."                                              */
+    const char *model;
+    bool think_open;          /* the prompt opened <think> (§6.3)                        */
+    bool tools;               /* tools were rendered: <tool_call> blocks become tool_use */
+    srv_reasoning reasoning;  /* the effective reasoning format                          */
+} srv_anth_ctx;
+
+/* A stream's progress: what was sent, which content block is open. */
+typedef struct srv_anth_stream {
+    srv_toolparse tp;
+    size_t c_sent, r_sent;    /* text / reasoning bytes of the task already sent            */
+    int calls_sent;
+    int open;                 /* the open block: 0 none, 1 thinking, 2 text                 */
+    int n_blocks;             /* blocks started (the open one is n_blocks - 1)              */
+    bool started;             /* message_start sent                                        */
+} srv_anth_stream;
+
+/* The message object of a finished task (t->mu held; t ended without error). */
+struct cJSON *srv_anthropic_message(const srv_anth_ctx *x, const srv_task *t);
+void srv_anthropic_stream_init(srv_anth_stream *s);
+void srv_anthropic_stream_free(srv_anth_stream *s);
+/* Appends to out the SSE events for what t released since the last call (t->mu held); true
+ * once the stream has ended (message_stop or an error event written). */
+bool srv_anthropic_stream_step(srv_anth_stream *s, const srv_anth_ctx *x, const srv_task *t, srv_strbuf *out);
+/* llama.cpp's timings object (§10) added to o under "timings" (http.c). */
+void srv_add_timings(struct cJSON *o, const srv_timings *tm);
 
 /* ======================================================================== */
 /* /props and /slots helpers (props.c)                                       */
