@@ -133,6 +133,15 @@ $(OUT)/obj/src/server/http.o: CFLAGS_ISA := -I$(OUT)
 .PHONY: FORCE
 FORCE:
 
+# The web page of `spex serve` (src/server/webui/), embedded in webui.o as byte arrays.
+WEBUI_FILES := src/server/webui/index.html src/server/webui/webui.js src/server/webui/webui.css
+%/webui-assets.h: $(WEBUI_FILES) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	scripts/embed.sh $@ webui_index_html=src/server/webui/index.html webui_js=src/server/webui/webui.js \
+	  webui_css=src/server/webui/webui.css
+$(OUT)/obj/src/server/webui.o: $(OUT)/webui-assets.h
+$(OUT)/obj/src/server/webui.o: CFLAGS_ISA := -I$(OUT)
+
 test:
 	$(MAKE) -j$(JOBS) BUILD=$(BUILD) tests
 	tests/run.sh $(OUT)
@@ -182,6 +191,8 @@ $(FUZZ_OUT)/obj/src/cpu/arch/x86/avx2/%_avxvnni.o: CFLAGS_ISA := $(AVX2_FLAGS) -
 $(FUZZ_OUT)/obj/src/cpu/arch/x86/avx512/%.o: CFLAGS_ISA := $(AVX512_FLAGS)
 $(FUZZ_OUT)/obj/src/server/http.o: $(FUZZ_OUT)/build-info.h
 $(FUZZ_OUT)/obj/src/server/http.o: CFLAGS_ISA := -I$(FUZZ_OUT)
+$(FUZZ_OUT)/obj/src/server/webui.o: $(FUZZ_OUT)/webui-assets.h
+$(FUZZ_OUT)/obj/src/server/webui.o: CFLAGS_ISA := -I$(FUZZ_OUT)
 $(FUZZ_OUT)/libspex.a: $(FUZZ_FULL_OBJ)
 	rm -f $@
 	ar rcs $@ $^
