@@ -169,10 +169,12 @@ $(FUZZ_OUT)/fuzz_toolcall: fuzz/fuzz_toolcall.c src/server/toolcall.c $(FUZZ_LIB
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< src/server/toolcall.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
-# fuzz_http_head: the front door's request-head check (src/server/head.c), no dependencies.
-$(FUZZ_OUT)/fuzz_http_head: fuzz/fuzz_http_head.c src/server/head.c
+# fuzz_http_head: the front door's request-head check (src/server/head.c), and the path and
+# Origin rules of webui.c and cors.c (libmicrohttpd only for the response helpers they hold).
+$(FUZZ_OUT)/fuzz_http_head: fuzz/fuzz_http_head.c src/server/head.c src/server/webui.c src/server/cors.c \
+                            $(FUZZ_OUT)/webui-assets.h
 	@mkdir -p $(FUZZ_OUT)
-	clang $(FUZZ_FLAGS) -o $@ $< src/server/head.c
+	clang $(FUZZ_FLAGS) -I$(FUZZ_OUT) -o $@ $< src/server/head.c src/server/webui.c src/server/cors.c -lmicrohttpd
 
 # fuzz_compare_ar: the --compare-ar file reader of spex demo (tools/compare.c) and cJSON.
 $(FUZZ_OUT)/fuzz_compare_ar: fuzz/fuzz_compare_ar.c tools/compare.c
