@@ -14,7 +14,8 @@
  * answer to the same request, against B the browser blocks it; and the chat page itself,
  * typed into and sent, streams a reply equal to the server's answer, shows the acceptance
  * line with the answer's token count, raises no CSP report, and is saved as a screenshot
- * (its path is printed). What it is not: the API's own tests (test_server.c).
+ * (its path is printed); its Stop, on a slowed engine, ends the reply and the server cancels
+ * the request. What it is not: the API's own tests (test_server.c).
  * The browser tests SKIP without `chromium` or `node` — and FAIL instead when
  * SPEX_TEST_REQUIRE_NODE is set (.ci/run sets it; scripts/install-deps.sh installs both).
  */
@@ -511,6 +512,41 @@ TEST(browser_chat_page) {
     CHECK(acceptance);
     CHECK(csp_clean);
     CHECK(access(shot, R_OK) == 0);
+}
+
+/* The page's Stop, on a slowed engine (50 ms a step, so 2000 tokens would take 100 s): the
+ * reply ends as "stopped" with the text so far, and the server cancels the request (the fetch's
+ * abort closes the connection). */
+TEST(browser_stop) {
+    REQUIRE_BROWSER();
+    if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
+    server s;
+    const char *args[] = {"-m", TINY_QWEN3, "-np", "1", "-c", "4096", "-t", "1", "--metrics", NULL};
+    CHECK_MSG(server_start_slowed(&s, 50, args), "the slowed server did not start");
+    char ps[16];
+    snprintf(ps, sizeof ps, "%d", s.port);
+    const char *a[] = {"stop", ps, "", PROMPT, NULL};
+    cJSON *o = browser(a);
+    const char *state = jstr(o, "state"), *text = jstr(o, "text"), *stats = jstr(o, "stats");
+    bool stopped = state && !strcmp(state, "stopped") && text && text[0] && stats && !strcmp(stats, "stopped") &&
+                   cJSON_IsTrue(cJSON_GetObjectItem(o, "stop_enabled")) &&
+                   cJSON_IsTrue(cJSON_GetObjectItem(o, "send_enabled"));
+    printf("  state %s after %zu bytes of text\n", state ? state : "?", text ? strlen(text) : 0);
+    cJSON_Delete(o);
+    long cancelled = -1;
+    for (int i = 0; i < 50 && cancelled != 1; i++) {   /* the engine sees the closed socket within ~100 ms */
+        resp r = {0};
+        const char *m = http(s.port, "GET", "/metrics", NULL, NULL, &r) ? strstr(r.body, "\nspex:requests_cancelled_total ") : NULL;
+        cancelled = m ? strtol(m + strlen("\nspex:requests_cancelled_total "), NULL, 10) : -1;
+        resp_free(&r);
+        if (cancelled != 1) usleep(100 * 1000);
+    }
+    bool clean = false;
+    int rc = server_stop(&s, &clean);
+    CHECK(stopped);
+    CHECK_EQ_INT(cancelled, 1);
+    CHECK_EQ_INT(rc, 0);
+    CHECK(clean);
 }
 
 /* Last: the servers stop cleanly (and, in the ASan build, without a report). */

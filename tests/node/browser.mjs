@@ -11,6 +11,9 @@
 //     opens the server's own page at /, types the key, temperature 0, max tokens 16 and the
 //     prompt as a user would, presses Send, waits for the streamed reply to finish; prints
 //     {"state", "text", "stats", "console"} and saves a screenshot.
+//   node browser.mjs stop SERVER_PORT KEY PROMPT
+//     the same with max tokens 2000; presses Stop once text has streamed in; prints
+//     {"state", "text", "stats", "stop_enabled", "send_enabled", "console"}.
 // Exit 0 with the JSON on stdout; 1 with the reason (and Chromium's stderr) on stderr.
 import { spawn } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -149,22 +152,42 @@ async function corsMode() {
   return { origin, result: JSON.parse(text), console: consoleLines };
 }
 
-async function chatMode() {
+// Opens the server's page, types key, temperature 0, maxTokens and the prompt as a user
+// would (Input.insertText into the focused field) and presses Send; the page's session.
+async function sendFromPage(maxTokens) {
   const sid = await openPage();
   await cdp.send('Page.navigate', { url: `http://127.0.0.1:${serverPort}/` }, sid);
   await waitFor(sid, `document.getElementById('status') && document.getElementById('status').textContent === 'ready'`,
     'the page\'s status "ready"');
-  // as a user: type into the fields (Input.insertText into the focused element)
   const typeInto = async (id, text) => {
     await evaluate(sid, `(() => { const e = document.getElementById(${JSON.stringify(id)}); e.value = ''; e.focus(); return true; })()`);
-    await cdp.send('Input.insertText', { text }, sid);
+    if (text) await cdp.send('Input.insertText', { text }, sid);
     await evaluate(sid, `document.getElementById(${JSON.stringify(id)}).dispatchEvent(new Event('change')), true`);
   };
   await typeInto('api-key', key);
   await typeInto('temperature', '0');
-  await typeInto('max-tokens', '16');
+  await typeInto('max-tokens', String(maxTokens));
   await typeInto('input', prompt);
   await evaluate(sid, `document.getElementById('send').click(), true`);
+  return sid;
+}
+
+// stop mode: once some text has streamed in, press Stop; the reply's state and text then.
+async function stopMode() {
+  const sid = await sendFromPage(2000);
+  const last = `[...document.querySelectorAll('.msg.assistant')].pop()`;
+  await waitFor(sid, `(() => { const m = ${last}; return m && m.dataset.state === 'streaming' && m.querySelector('.text').textContent.length > 0; })()`,
+    'streamed text before Stop');
+  const stopEnabled = await evaluate(sid, `!document.getElementById('stop').disabled`);
+  await evaluate(sid, `document.getElementById('stop').click(), true`);
+  const state = await waitFor(sid, `(() => { const s = ${last}.dataset.state; return s !== 'streaming' ? s : ''; })()`, 'the stop');
+  const got = await evaluate(sid, `({ text: ${last}.querySelector('.text').textContent, stats: ${last}.querySelector('.stats').textContent,
+      send_enabled: !document.getElementById('send').disabled })`);
+  return { state, stop_enabled: stopEnabled, ...got, console: consoleLines };
+}
+
+async function chatMode() {
+  const sid = await sendFromPage(16);
   const state = await waitFor(sid, `(() => { const m = document.querySelectorAll('.msg.assistant');
       const s = m.length ? m[m.length - 1].dataset.state : ''; return s && s !== 'streaming' ? s : ''; })()`,
     'the reply to finish');
@@ -178,7 +201,8 @@ async function chatMode() {
 
 const timer = setTimeout(() => { cleanup(); fail(`no result in ${TIMEOUT_MS * 2} ms; chromium said: ${chromeErr}`); }, TIMEOUT_MS * 2);
 try {
-  const out = mode === 'cors' ? await corsMode() : mode === 'chat' ? await chatMode() : fail(`unknown mode '${mode}'`);
+  const out = mode === 'cors' ? await corsMode() : mode === 'chat' ? await chatMode()
+    : mode === 'stop' ? await stopMode() : fail(`unknown mode '${mode}'`);
   process.stdout.write(JSON.stringify(out) + '\n');
   clearTimeout(timer);
   cleanup();

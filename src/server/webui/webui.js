@@ -158,6 +158,7 @@
   }
 
   els.form.addEventListener('submit', (e) => { e.preventDefault(); send(); });
+  $('settings').addEventListener('submit', (e) => e.preventDefault());   // Enter in a field: no reload
   els.input.addEventListener('keydown', (e) => {
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
   });
