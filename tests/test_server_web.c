@@ -105,6 +105,16 @@ TEST(bad_flags_refused) {
         test_proc_free(&p);
         CHECK(ok);
     }
+    /* llama.cpp's variable sets the flag too (and is checked the same way) */
+    setenv("LLAMA_ARG_CORS_ORIGINS", "http://a.example/app", 1);
+    const char *env_case[] = {"serve", "-m", "m.gguf", NULL};
+    test_proc p;
+    bool ran = test_spex_exec(env_case, &p);
+    unsetenv("LLAMA_ARG_CORS_ORIGINS");
+    bool ok = ran && p.rc == 2 && strstr(p.err, "is not an origin") && strstr(p.err, "LLAMA_ARG_CORS_ORIGINS");
+    if (!ok) printf("  LLAMA_ARG_CORS_ORIGINS: exit %d %s\n", p.rc, p.err ? p.err : "");
+    test_proc_free(&p);
+    CHECK(ok);
 }
 
 /* ======================================================================== */
