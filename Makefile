@@ -133,6 +133,15 @@ $(OUT)/obj/src/server/http.o: CFLAGS_ISA := -I$(OUT)
 .PHONY: FORCE
 FORCE:
 
+# The web page of `spex serve` (src/server/webui/), embedded in webui.o as byte arrays.
+WEBUI_FILES := src/server/webui/index.html src/server/webui/webui.js src/server/webui/webui.css
+%/webui-assets.h: $(WEBUI_FILES) scripts/embed.sh
+	@mkdir -p $(dir $@)
+	scripts/embed.sh $@ webui_index_html=src/server/webui/index.html webui_js=src/server/webui/webui.js \
+	  webui_css=src/server/webui/webui.css
+$(OUT)/obj/src/server/webui.o: $(OUT)/webui-assets.h
+$(OUT)/obj/src/server/webui.o: CFLAGS_ISA := -I$(OUT)
+
 test:
 	$(MAKE) -j$(JOBS) BUILD=$(BUILD) tests
 	tests/run.sh $(OUT)
@@ -162,10 +171,12 @@ $(FUZZ_OUT)/fuzz_toolcall: fuzz/fuzz_toolcall.c src/server/toolcall.c $(FUZZ_LIB
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< src/server/toolcall.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
-# fuzz_http_head: the front door's request-head check (src/server/head.c), no dependencies.
-$(FUZZ_OUT)/fuzz_http_head: fuzz/fuzz_http_head.c src/server/head.c
+# fuzz_http_head: the front door's request-head check (src/server/head.c), and the path and
+# Origin rules of webui.c and cors.c (libmicrohttpd only for the response helpers they hold).
+$(FUZZ_OUT)/fuzz_http_head: fuzz/fuzz_http_head.c src/server/head.c src/server/webui.c src/server/cors.c \
+                            $(FUZZ_OUT)/webui-assets.h
 	@mkdir -p $(FUZZ_OUT)
-	clang $(FUZZ_FLAGS) -o $@ $< src/server/head.c
+	clang $(FUZZ_FLAGS) -I$(FUZZ_OUT) -o $@ $< src/server/head.c src/server/webui.c src/server/cors.c -lmicrohttpd
 
 # fuzz_compare_ar: the --compare-ar file reader of spex demo (tools/compare.c) and cJSON.
 $(FUZZ_OUT)/fuzz_compare_ar: fuzz/fuzz_compare_ar.c tools/compare.c
@@ -184,6 +195,8 @@ $(FUZZ_OUT)/obj/src/cpu/arch/x86/avx2/%_avxvnni.o: CFLAGS_ISA := $(AVX2_FLAGS) -
 $(FUZZ_OUT)/obj/src/cpu/arch/x86/avx512/%.o: CFLAGS_ISA := $(AVX512_FLAGS)
 $(FUZZ_OUT)/obj/src/server/http.o: $(FUZZ_OUT)/build-info.h
 $(FUZZ_OUT)/obj/src/server/http.o: CFLAGS_ISA := -I$(FUZZ_OUT)
+$(FUZZ_OUT)/obj/src/server/webui.o: $(FUZZ_OUT)/webui-assets.h
+$(FUZZ_OUT)/obj/src/server/webui.o: CFLAGS_ISA := -I$(FUZZ_OUT)
 $(FUZZ_OUT)/libspex.a: $(FUZZ_FULL_OBJ)
 	rm -f $@
 	ar rcs $@ $^

@@ -8,12 +8,13 @@
 #           libmicrohttpd (the HTTP server of `spex serve`)
 #   tests:  clang + its runtime (warning check, libFuzzer targets, sanitizers); nodejs + npm
 #           (tests/node: the official `openai` client against `spex serve`; `.ci/run` then
-#           installs the pinned client with `npm ci --prefix tests/node`)
+#           installs the pinned client with `npm ci --prefix tests/node`); chromium (headless:
+#           tests/test_server_web.c drives the chat page and CORS in a real browser)
 #   cross:  gcc-aarch64-linux-gnu (CI checks that the aarch64 build compiles)
 #   tools:  python3-numpy, python3-jinja2 (tools/ref: regenerates golden files and the Jinja
 #           fixtures; not needed by the tests)
 set -euo pipefail
-pkgs=(build-essential libpcre2-dev libcjson-dev libmicrohttpd-dev clang libclang-rt-14-dev nodejs npm python3 python3-numpy python3-jinja2 gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+pkgs=(build-essential libpcre2-dev libcjson-dev libmicrohttpd-dev clang libclang-rt-14-dev nodejs npm chromium python3 python3-numpy python3-jinja2 gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 # clang's runtime package name follows the clang version Debian ships.
 if command -v clang >/dev/null 2>&1; then
   v=$(clang -dumpversion | cut -d. -f1)

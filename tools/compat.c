@@ -48,7 +48,7 @@ typedef struct compat_flag {
 #define NO_CVEC "control vectors are not supported"
 #define NO_GRAMMAR "grammars and JSON schemas are not supported (a request's grammar / json_schema is a 400 too)"
 #define NO_MEDIA "spex serves text only: no images, audio or video"
-#define NO_UI "no web UI in spex"
+#define NO_UI "spex's built-in chat page has no settings file and no MCP proxy"
 #define NO_TOOLS "the server's built-in tools and MCP servers are not supported"
 #define NO_DRAFT_PIN "the drafter runs on the -t threads, with no affinity, priority or polling"
 #define NO_MOD "only with --spec-type ngram-mod / ngram-map-k4v, which spex refuses"
@@ -159,15 +159,13 @@ static const compat_flag FLAGS[] = {
     {{"--video-ffmpeg-dir", "--media-path"}, V_WORD, T_BOTH, NULL, NO_MEDIA},
     {{"--tags"}, V_WORD, T_SERVE, NULL, "/v1/models lists no tags"},
     {{"--reuse-port"}, V_NONE, T_SERVE, NULL, "the listening socket is not shared with other processes"},
-    {{"--path"}, V_WORD, T_SERVE, NULL, "spex serves no static files (" NO_UI ")"},
-    {{"--cors-origins", "--cors-methods", "--cors-headers"}, V_OFF, T_SERVE, "*",
-     "spex answers CORS for every origin (Access-Control-Allow-Origin: *): restrict origins in a reverse proxy"},
+    {{"--cors-methods", "--cors-headers"}, V_OFF, T_SERVE, "*",
+     "a preflight allows every method spex has and the headers it asks for: restrict them in a reverse proxy"},
     {{"--cors-credentials", "--no-cors-credentials"}, V_NONE, T_SERVE, NULL,
-     "spex answers CORS for every origin, without credentials"},
+     "spex answers CORS without credentials (it uses no cookies)"},
     {{"--api-prefix"}, V_ERROR, T_SERVE, NULL, "not supported: the endpoints are at the root (a reverse proxy can strip a prefix)"},
     {{"--ui-config", "--webui-config", "--ui-config-file", "--webui-config-file"}, V_WORD, T_SERVE, NULL, NO_UI},
     {{"--ui-mcp-proxy", "--webui-mcp-proxy", "--no-ui-mcp-proxy", "--no-webui-mcp-proxy"}, V_NONE, T_SERVE, NULL, NO_UI},
-    {{"--ui", "--webui", "--no-ui", "--no-webui"}, V_NONE, T_SERVE, NULL, NO_UI},
     {{"--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json"}, V_ERROR, T_SERVE, NULL, NO_TOOLS},
     {{"-ag", "--agent"}, V_ERROR, T_SERVE, NULL, NO_TOOLS},
     {{"-no-ag", "--no-agent"}, V_NONE, T_SERVE, NULL, NO_TOOLS},

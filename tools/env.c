@@ -70,6 +70,9 @@ static const env_flag ENV[] = {
     {"LLAMA_ARG_POOLING", "--pooling", NULL, false, ENV_SERVE},
     {"LLAMA_ARG_ENDPOINT_SLOTS", "--slots", "--no-slots", true, ENV_SERVE},
     {"LLAMA_ARG_ENDPOINT_PROPS", "--props", NULL, true, ENV_SERVE},
+    {"LLAMA_ARG_CORS_ORIGINS", "--cors-origins", NULL, false, ENV_SERVE},
+    {"LLAMA_ARG_STATIC_PATH", "--path", NULL, false, ENV_SERVE},
+    {"LLAMA_ARG_UI", "--ui", "--no-ui", true, ENV_SERVE},
 };
 #define ENV_N (sizeof ENV / sizeof *ENV)
 

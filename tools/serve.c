@@ -9,6 +9,7 @@
 #include "spex.h"
 #include "cli.h"
 #include "server/server.h"
+#include "server/webui.h"
 #include "spec/api.h"
 #include "model/api.h"
 
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define SERVE_MAX_OVERRIDES 16
 
@@ -63,6 +65,9 @@ static void usage(FILE *f) {
             "                              --spec-ngram-min-hits\n"
             "  --jinja, --no-jinja         render chat prompts with the GGUF's own Jinja template (off: built-in)\n"
             "  --chat-template-file FILE   render chat prompts with this Jinja template\n"
+            "  --no-webui, --webui         the chat page at / off (404) / on (default)   --path DIR  serve DIR's files at / instead\n"
+            "  --cors-origins LIST         origins whose pages may call the API: * (default), localhost, or\n"
+            "                              http[s]://host[:port],... (others get no Access-Control-Allow-Origin)\n"
             "  --embedding, --embeddings   serve POST /v1/embeddings, /embeddings, /embedding (inputs up to -b tokens)\n"
             "  --pooling none|mean|cls|last   pooling of the embeddings (default: the model's pooling_type, else none)\n"
             "  -h, --help, --usage         this text\n");
@@ -204,6 +209,24 @@ static int flag_server(const char *a, const char *v, srv_config *c, serve_args *
             fprintf(stderr, "error: cannot read --api-key-file '%s'\n", v);
             return -1;
         }
+    } else if (is(a, "--cors-origins", NULL)) {
+        char msg[320];
+        if (!need(a, v)) return -1;
+        if (!srv_cors_valid(v, msg, sizeof msg)) {
+            fprintf(stderr, "error: %s\n", msg);
+            return -1;
+        }
+        c->cors_origins = v;
+    } else if (is(a, "--ui", "--webui") || is(a, "--no-ui", "--no-webui")) {
+        c->no_webui = !strncmp(a, "--no-", 5), *takes = false;
+    } else if (is(a, "--path", NULL)) {
+        struct stat st;
+        if (!need(a, v)) return -1;
+        if (*v && (stat(v, &st) != 0 || !S_ISDIR(st.st_mode))) {
+            fprintf(stderr, "error: --path '%s': not a folder (llama-server's static files folder)\n", v);
+            return -1;
+        }
+        c->static_path = *v ? v : NULL;   /* "": the built-in page, as llama-server's default */
     } else if (is(a, "-to", "--timeout")) {
         if (!cli_parse_int(a, v, 1, 1L << 24, &n)) return -1;
         c->timeout_s = (int)n;

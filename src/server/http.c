@@ -19,6 +19,7 @@
 #include "model/api.h"
 #include "server/server.h"
 #include "server/responses.h"
+#include "server/webui.h"
 #include "tensor/api.h"
 #include "tok/api.h"
 #include "spec/api.h"
@@ -99,7 +100,7 @@ static enum MHD_Result send_text_allow(struct MHD_Connection *c, unsigned code, 
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", ctype);
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    srv_cors_add(r, c);   /* --cors-origins */
     MHD_add_response_header(r, "Connection", "close");   /* every request comes through the door */
     if (allow) MHD_add_response_header(r, "Allow", allow);
     enum MHD_Result ret = MHD_queue_response(c, code, r);
@@ -138,9 +139,10 @@ static enum MHD_Result send_405(struct MHD_Connection *c, const char *method, co
     return send_text_allow(c, 405, "application/json; charset=utf-8", srv_error_json(405, msg), allow);
 }
 
-/* A CORS preflight (OPTIONS): any origin may call with any method the server has and the
- * headers it asks for (echoed when they are a plain list of header names), so a browser page
- * on another origin can POST JSON with an Authorization header. */
+/* A CORS preflight (OPTIONS): an origin --cors-origins allows (every one by default) may call
+ * with any method the server has and the headers it asks for (echoed when they are a plain
+ * list of header names), so a browser page on another origin can POST JSON with an
+ * Authorization header. */
 static enum MHD_Result send_preflight(struct MHD_Connection *c) {
     const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Access-Control-Request-Headers");
     bool plain = asked && asked[0] && strlen(asked) <= 512;
@@ -152,7 +154,7 @@ static enum MHD_Result send_preflight(struct MHD_Connection *c) {
         free(empty);
         return MHD_NO;
     }
-    MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+    srv_cors_add(r, c);   /* an origin --cors-origins does not list gets no Allow-Origin */
     MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
     MHD_add_response_header(r, "Access-Control-Allow-Headers", plain ? asked : "Authorization, Content-Type, X-Api-Key");
     MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
@@ -849,7 +851,7 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
         }
         MHD_add_response_header(r, "Content-Type", "text/event-stream");
         MHD_add_response_header(r, "Cache-Control", "no-cache");
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", "*");
+        srv_cors_add(r, c);
         MHD_add_response_header(r, "Connection", "close");
         enum MHD_Result ret = MHD_queue_response(c, 200, r);
         MHD_destroy_response(r);
@@ -1224,7 +1226,13 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     const char *model_id = NULL;   /* GET /v1/models/{id} (and /models/{id}): one model */
     if (k < 0 && !strncmp(url, "/v1/models/", 11)) model_id = url + 11, k = 0;
     else if (k < 0 && !strncmp(url, "/models/", 8)) model_id = url + 8, k = 0;
-    if (k < 0) return send_error(c, 404, "File Not Found: %s", url);
+    if (k < 0) {   /* the web page (`/`) or --path's files (webui.c); no API key, as llama-server */
+        enum MHD_Result ret = MHD_NO;
+        int w = srv_webui_serve(c, S->cfg->no_webui, S->cfg->static_path, url, method, &ret);
+        if (w == SRV_WEB_QUEUED) return ret;
+        if (w == SRV_WEB_METHOD) return send_405(c, method, url, "GET, HEAD, OPTIONS");
+        return send_error(c, 404, "File Not Found: %s", url);
+    }
     if (!authorized(S, c)) return send_error(c, 401, "Invalid API Key");
     bool allowed = k == 10 ? get || post : known[k].post ? post : get;   /* /props: GET and POST */
     if (!allowed)
@@ -1545,6 +1553,7 @@ int srv_main(const srv_config *cfg) {
     S.cfg = cfg;
     S.created = (long)time(NULL);
     S.model_id = cfg->alias ? cfg->alias : cfg->model;
+    srv_cors_init(cfg->cors_origins);   /* before any request thread */
 
     /* Signals are taken synchronously by this thread (sigwait); every other thread, created
      * below, inherits the blocked mask. */

@@ -468,6 +468,9 @@ typedef struct srv_config {
     spex_ngram_params ngram_params;
     int port;
     const char *api_keys;     /* comma list or NULL                                    */
+    const char *cors_origins; /* --cors-origins (checked by srv_cors_valid); NULL: `*`   */
+    bool no_webui;            /* --no-webui: no page at `/` (404)                       */
+    const char *static_path;  /* --path: serve this folder's files at `/` instead       */
     int32_t n_ctx;            /* total over all slots (0: 4096 per slot)               */
     int32_t n_slots;
     int32_t n_batch;
