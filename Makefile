@@ -151,9 +151,14 @@ $(FUZZ_OUT)/%: fuzz/%.c $(FUZZ_LIB_SRC)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
 # fuzz_server_req parses request bodies: the server's api.c and embd.c and what they depend on (cJSON, src/tok).
-$(FUZZ_OUT)/fuzz_server_req: fuzz/fuzz_server_req.c src/server/api.c src/server/embd.c $(FUZZ_LIB_SRC)
+$(FUZZ_OUT)/fuzz_server_req: fuzz/fuzz_server_req.c src/server/api.c src/server/embd.c src/server/infill.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(FUZZ_OUT)
-	clang $(FUZZ_FLAGS) -o $@ $< src/server/api.c src/server/embd.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
+	clang $(FUZZ_FLAGS) -o $@ $< src/server/api.c src/server/embd.c src/server/infill.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
+
+# fuzz_slot_file: the saved-slot file validator (src/server/slot_file.c; api.c for its UTF-8 check).
+$(FUZZ_OUT)/fuzz_slot_file: fuzz/fuzz_slot_file.c src/server/slot_file.c src/server/api.c src/server/infill.c $(FUZZ_LIB_SRC)
+	@mkdir -p $(FUZZ_OUT)
+	clang $(FUZZ_FLAGS) -o $@ $< src/server/slot_file.c src/server/api.c src/server/infill.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
 # fuzz_toolcall: the streaming <tool_call> splitter (src/server/toolcall.c) and cJSON.
 $(FUZZ_OUT)/fuzz_toolcall: fuzz/fuzz_toolcall.c src/server/toolcall.c $(FUZZ_LIB_SRC)

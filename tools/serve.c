@@ -61,6 +61,8 @@ static void usage(FILE *f) {
             "                              --spec-ngram-min-hits\n"
             "  --jinja, --no-jinja         render chat prompts with the GGUF's own Jinja template (off: built-in)\n"
             "  --chat-template-file FILE   render chat prompts with this Jinja template\n"
+            "  --spm-infill                POST /infill lays the suffix before the prefix (SPM order)\n"
+            "  --slot-save-path DIR        POST /slots/{id}?action=save|restore files live in DIR\n"
             "  --embedding, --embeddings   serve POST /v1/embeddings, /embeddings, /embedding (inputs up to -b tokens)\n"
             "  --pooling none|mean|cls|last   pooling of the embeddings (default: the model's pooling_type, else none)\n"
             "  -h, --help, --usage         this text\n");
@@ -206,6 +208,11 @@ static int flag_server(const char *a, const char *v, srv_config *c, serve_args *
     } else if (is(a, "--chat-template-file", NULL)) {
         if (!need(a, v)) return -1;
         c->chat_template_file = v;
+    } else if (is(a, "--spm-infill", NULL)) {
+        c->spm_infill = true, *takes = false;
+    } else if (is(a, "--slot-save-path", NULL)) {
+        if (!need(a, v)) return -1;
+        c->slot_save_path = v;
     } else if (is(a, "--embedding", "--embeddings")) {
         c->embedding = true, *takes = false;
     } else if (is(a, "--pooling", NULL)) {
