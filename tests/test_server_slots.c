@@ -9,7 +9,8 @@
  * short, a flipped magic, another model's shape hash, a token outside the vocabulary, more
  * tokens than the context, a flipped payload byte) are 400s naming the fault and leave the slot
  * empty and serving; bad filenames, ids and actions are 400s; without --slot-save-path save and
- * restore are 501 and erase works; a slot with a running request is busy (400). /infill on a
+ * restore are 501 and erase works; a save of a slot with a running request waits for its end
+ * and saves all of it. /infill on a
  * copy of tiny-qwen3 given FIM token ids (fim_pre/suf/mid/rep/sep keys): the prompt length
  * equals the layout the test builds from /tokenize pieces, and the greedy text equals
  * /completion's on that layout's ids; the model without FIM tokens and malformed input_extra
@@ -268,25 +269,36 @@ TEST(without_save_path) {
     cJSON_Delete(o);
 }
 
-TEST(busy_slot) {
+TEST(busy_slot_waits) {
     if (!test_spex_bin()) SKIP("no spex binary");
     server s;
     const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "-t", "1", "--slot-save-path", test_tmp_dir(), NULL};
     CHECK_MSG(server_start_slowed(&s, 40, a), "the server did not start");
+    /* 30 tokens at >= 40 ms a step: over a second in the slot, unless an end of text comes first */
     int fd = open_request(s.port, "POST", "/completion", NULL,
-                          "{\"prompt\": \"hello\", \"n_predict\": 200, \"temperature\": 0, \"stream\": true}");
+                          "{\"prompt\": \"hello there\", \"n_predict\": 30, \"temperature\": 0, \"return_tokens\": true}");
     CHECK(fd >= 0);
     bool busy = false;
-    for (int i = 0; i < 100 && !busy; i++) {   /* until the request is in its slot */
+    for (int i = 0; i < 200 && !busy; i++) {   /* until the request is in its slot */
         resp r;
         if (http(s.port, "GET", "/slots", NULL, NULL, &r) && strstr(r.body, "\"is_processing\":true")) busy = true;
         resp_free(&r);
-        if (!busy) usleep(20000);
+        if (!busy) usleep(10000);
     }
     CHECK(busy);
-    CHECK(slot_err(s.port, "/slots/0?action=save", "{\"filename\": \"busy.bin\"}", 400, "busy"));
-    CHECK(slot_err(s.port, "/slots/0?action=erase", "{}", 400, "busy"));
-    if (fd >= 0) close(fd);
+    int st = 0;
+    cJSON *o = slot_act(s.port, 0, "save", "busy.bin", &st);   /* waits for the request */
+    CHECK_EQ_INT(st, 200);
+    int saved = (int)num(o, "n_saved");
+    cJSON_Delete(o);
+    resp r;
+    CHECK(fd >= 0 && read_response(fd, &r) && r.status == 200);
+    cJSON *c = cJSON_Parse(r.body);
+    int n_prompt = (int)num(c, "tokens_evaluated"), n_gen = (int)num(c, "tokens_predicted");
+    CHECK_MSG(n_prompt > 0 && n_gen > 0 && saved >= n_prompt + n_gen - 1,
+              "saved %d tokens of a request of %d + %d: the save did not wait for its end", saved, n_prompt, n_gen);
+    cJSON_Delete(c);
+    resp_free(&r);
     bool clean = false;
     CHECK_EQ_INT(server_stop(&s, &clean), 0);
     CHECK(clean);

@@ -826,14 +826,6 @@ static void slot_action_one(srv_engine *e, srv_slot_job *j) {
     double t0 = spex_now_s();
     int s = j->slot;
     spex_error err = {0};
-    pthread_mutex_lock(&e->mu);
-    bool busy = e->slots[s] != NULL;
-    pthread_mutex_unlock(&e->mu);
-    if (busy) {
-        j->err_code = 400;
-        snprintf(j->err_msg, sizeof j->err_msg, "slot %d is busy: a request is running in it", s);
-        return;
-    }
     int32_t len = spex_spec_seq_len(e->spec, s);
     if (len > e->hist_len[s]) len = 0;   /* tokens unknown: nothing reusable (task_finish) */
     if (j->action == SRV_SLOT_ERASE) {
@@ -876,23 +868,29 @@ static void slot_action_one(srv_engine *e, srv_slot_job *j) {
     j->ms = (spex_now_s() - t0) * 1e3;
 }
 
+/* Runs the waiting actions whose slot is idle; an action on a busy slot waits until its
+ * request ends (llama-server defers it the same way). This runs before admission, so a slot
+ * freed by the last step gets its action before a new request can take it. */
 static void slot_actions_run(srv_engine *e) {
-    for (;;) {
-        pthread_mutex_lock(&e->mu);
-        srv_slot_job *j = e->sq_head;
-        if (j) {
-            e->sq_head = j->q_next;
-            if (!e->sq_head) e->sq_tail = NULL;
+    pthread_mutex_lock(&e->mu);
+    srv_slot_job **pp = &e->sq_head, *prev = NULL;
+    while (*pp) {
+        srv_slot_job *j = *pp;
+        if (e->slots[j->slot]) {   /* busy: stays queued */
+            prev = j;
+            pp = &j->q_next;
+            continue;
         }
+        *pp = j->q_next;
+        if (e->sq_tail == j) e->sq_tail = prev;
         pthread_mutex_unlock(&e->mu);
-        if (!j) return;
-        slot_action_one(e, j);
+        slot_action_one(e, j);   /* the slots array changes only on this thread */
         pthread_mutex_lock(&e->mu);
-        if (!e->slots[j->slot]) e->pub_cached[j->slot] = e->hist_len[j->slot];
+        e->pub_cached[j->slot] = e->hist_len[j->slot];
         j->done = true;
         pthread_cond_broadcast(&e->cv);
-        pthread_mutex_unlock(&e->mu);
     }
+    pthread_mutex_unlock(&e->mu);
 }
 
 bool srv_engine_slot_action(srv_engine *e, srv_slot_job *job) {

@@ -307,7 +307,7 @@ typedef struct srv_embd_job {
 } srv_embd_job;
 
 /* A slot action (POST /slots/{id}?action=..., slots_io.c) run by the engine thread between
- * steps on an idle slot; a slot with a request in it answers 400 "slot is busy". */
+ * steps on an idle slot; on a slot with a request in it, it waits until the request ends. */
 typedef enum srv_slot_action { SRV_SLOT_SAVE = 1, SRV_SLOT_RESTORE = 2, SRV_SLOT_ERASE = 3 } srv_slot_action;
 
 typedef struct srv_slot_job {

@@ -104,7 +104,7 @@ static int do_save(srv_engine *e, const srv_slots_io *io, int id, const char *na
     return 0;
 }
 
-/* Empties slot id (erase); 0, or the engine's error (busy) with msg. */
+/* Empties slot id (erase); 0, or 503 when the engine stopped. */
 static int erase(srv_engine *e, int id, int32_t *n_erased, char *msg, size_t cap) {
     srv_slot_job j;
     memset(&j, 0, sizeof j);
@@ -119,7 +119,7 @@ static int read_file_checked(srv_engine *e, const srv_slots_io *io, const char *
                              srv_slot_hdr *h, char *msg, size_t cap);
 
 /* A restore that fails for its file leaves the slot empty, as llama-server's does (its cache
- * may be half written there); a busy slot stays as it is and answers busy. */
+ * may be half written there): the erase, like every action, waits for a running request. */
 static int do_restore(srv_engine *e, const srv_slots_io *io, int id, const char *name, cJSON *res, char *msg,
                       size_t cap) {
     double t0 = spex_now_s();
@@ -128,10 +128,10 @@ static int do_restore(srv_engine *e, const srv_slots_io *io, int id, const char 
     srv_slot_hdr h;
     int rc = read_file_checked(e, io, name, &buf, &got, &h, msg, cap);
     if (rc) {
-        char busy[256];
+        char m2[256];
         int32_t n = 0;
-        int rc2 = erase(e, id, &n, busy, sizeof busy);
-        if (rc2) snprintf(msg, cap, "%s", busy);
+        int rc2 = erase(e, id, &n, m2, sizeof m2);
+        if (rc2) snprintf(msg, cap, "%s", m2);
         return rc2 ? rc2 : rc;
     }
     srv_slot_job j;
