@@ -410,6 +410,7 @@ TEST(infill_errors) {
     CHECK(slot_err(port, "/infill", "{\"input_extra\": [1]}", 400, "input_extra[0]"));
     CHECK(slot_err(port, "/infill", "{\"input_extra\": [{\"filename\": 3}]}", 400, "filename"));
     CHECK(slot_err(port, "/infill", "{\"input_extra\": [{\"text\": []}]}", 400, "text"));
+    CHECK(slot_err(port, "/infill", "{\"input_extra\": [{\"filename\": \"a.c\"}]}", 400, "text"));
     CHECK(slot_err(port, "/infill", "{\"input_prefix\": 5}", 400, "input_prefix"));
     CHECK(slot_err(port, "/infill", "{\"input_suffix\": {}}", 400, "input_suffix"));
     CHECK(slot_err(port, "/infill", "{\"prompt\": [1, 2]}", 400, "prompt"));

@@ -74,9 +74,10 @@ int srv_infill_parse(srv_request *r, const cJSON *o, char *msg, size_t cap) {
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "filename");
         const cJSON *tx = cJSON_GetObjectItemCaseSensitive(c, "text");
         if (fn && !cJSON_IsString(fn)) return snprintf(msg, cap, "'input_extra[%d].filename' must be a string", i), 400;
-        if (tx && !cJSON_IsString(tx)) return snprintf(msg, cap, "'input_extra[%d].text' must be a string", i), 400;
+        if (!cJSON_IsString(tx))   /* required, as llama-server */
+            return snprintf(msg, cap, "'input_extra[%d]' must have a string 'text'", i), 400;
         f->files[i] = dup_s(fn ? fn->valuestring : "tmp");
-        f->texts[i] = dup_s(tx ? tx->valuestring : "");
+        f->texts[i] = dup_s(tx->valuestring);
         f->n_extra = i + 1;
         if (!f->files[i] || !f->texts[i]) return snprintf(msg, cap, "out of memory"), 500;
     }

@@ -119,7 +119,7 @@ int srv_parse_detokenize(srv_request *r, const char *body, size_t len, char *msg
 /* /infill's own fields (everything else is /completion's); strings owned. */
 typedef struct srv_infill {
     char *prefix, *suffix;    /* input_prefix, input_suffix ("" when absent)             */
-    char **files, **texts;    /* input_extra chunks: filename ("tmp" when absent), text  */
+    char **files, **texts;    /* input_extra chunks: filename ("tmp" when absent), text (required) */
     int n_extra;
 } srv_infill;
 
