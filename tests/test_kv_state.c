@@ -65,10 +65,12 @@ static void round_trip(const char *path, spex_type kv, int n_ck) {
     CHECK(run(c, 0, toks + 8, 4, a, V));
     const int32_t n = spex_kv_seq_len(c, 0);
     CHECK_EQ_INT(n, 12);
-    uint64_t sz = spex_kv_seq_state_size(c, n);
-    CHECK(sz > 0 && spex_kv_seq_state_size(c, 0) == 0 && spex_kv_seq_state_size(c, 65) == 0);
-    CHECK(spex_kv_seq_state_size(c, 13) - spex_kv_seq_state_size(c, 12) ==
-          spex_kv_seq_state_size(c, 12) - spex_kv_seq_state_size(c, 11));   /* linear past n = 1 */
+    uint64_t sz = spex_kv_seq_state_size(c, 0);
+    CHECK(sz > 0 && sz <= spex_kv_seq_state_max(c, n) && spex_kv_seq_state_size(c, 2) == 0);
+    CHECK(spex_kv_seq_state_max(c, 0) == 0 && spex_kv_seq_state_max(c, 65) == 0);
+    CHECK(spex_kv_seq_state_max(c, 13) - spex_kv_seq_state_max(c, 12) ==
+          spex_kv_seq_state_max(c, 12) - spex_kv_seq_state_max(c, 11));   /* linear past n = 1 */
+    CHECK_EQ_INT((int)(spex_kv_seq_state_max(c, n) - sz) == 0, n_ck <= 1);   /* one checkpoint held */
     uint8_t *img = malloc(sz);
     CHECK(spex_kv_seq_state_save(c, 0, img, sz - 1, &e) == SPEX_ERR_INVALID_ARG);
     CHECK_OK(spex_kv_seq_state_save(c, 0, img, sz, &e));
@@ -125,21 +127,30 @@ TEST(qwen35_bad_checkpoint_position) {
     spex_error e = {0};
     CHECK(run(c, 0, toks, 6, a, V));
     CHECK_OK(spex_kv_seq_checkpoint(c, 0, &e));
-    uint64_t sz = spex_kv_seq_state_size(c, 6), one = spex_kv_seq_state_size(c, 6) - spex_kv_seq_state_size(c, 5);
+    uint64_t sz = spex_kv_seq_state_size(c, 0), one = spex_kv_seq_state_max(c, 6) - spex_kv_seq_state_max(c, 5);
     uint8_t *img = malloc(sz);
     CHECK_OK(spex_kv_seq_state_save(c, 0, img, sz, &e));
-    /* the layout: 6 positions of KV, the end state, then [pos][states] per checkpoint slot */
-    uint64_t rs = (sz - 6 * one - sizeof(int32_t)) / 2;   /* end state and one slot's states */
+    /* the layout: 6 positions of KV, the end state, the count, then [pos][states] per checkpoint */
+    uint64_t rs = (sz - 6 * one - 2 * sizeof(int32_t)) / 2;   /* end state and one checkpoint's states */
     uint64_t at = 6 * one + rs;
-    int32_t pos;
-    memcpy(&pos, img + at, sizeof pos);
+    int32_t cnt, pos;
+    memcpy(&cnt, img + at, sizeof cnt);
+    memcpy(&pos, img + at + 4, sizeof pos);
+    CHECK_EQ_INT(cnt, 1);
     CHECK_EQ_INT(pos, 5);
-    pos = 6;   /* past the end */
-    memcpy(img + at, &pos, sizeof pos);
     CHECK(run(c, 1, next, 2, a, V));
+    pos = 6;   /* past the end */
+    memcpy(img + at + 4, &pos, sizeof pos);
     CHECK(spex_kv_seq_state_load(c, 1, toks, 6, img, sz, &e) == SPEX_ERR_INVALID_ARG);
     CHECK(strstr(e.msg, "checkpoint") != NULL);
+    pos = 5, cnt = 2;   /* more checkpoints than the context keeps (and than the bytes hold) */
+    memcpy(img + at, &cnt, sizeof cnt);
+    memcpy(img + at + 4, &pos, sizeof pos);
+    CHECK(spex_kv_seq_state_load(c, 1, toks, 6, img, sz, &e) == SPEX_ERR_INVALID_ARG);
     CHECK_EQ_INT(spex_kv_seq_len(c, 1), 2);
+    cnt = 1;   /* the image as saved loads */
+    memcpy(img + at, &cnt, sizeof cnt);
+    CHECK_OK(spex_kv_seq_state_load(c, 1, toks, 6, img, sz, &e));
     free(img);
     free(a);
     spex_context_free(c);

@@ -7,7 +7,7 @@
  * (tokens_cached); on tiny-qwen3 with its DFlash2 drafter (the restored slot steps without
  * drafts) and on the recurrent tiny-qwen35; the file's size is n_written; corrupt files (cut
  * short, a flipped magic, another model's shape hash, a token outside the vocabulary, more
- * tokens than the context, a flipped payload byte) are 400s naming the fault and leave the slot
+ * tokens than the context, a flipped payload byte, a cache image 4 bytes short) are 400s naming the fault and leave the slot
  * empty and serving; bad filenames, ids and actions are 400s; without --slot-save-path save and
  * restore are 501 and erase works; a save of a slot with a running request waits for its end
  * and saves all of it. /infill on a
@@ -194,6 +194,13 @@ static void bad_token(uint8_t *b, size_t len) {
 static void too_many(uint8_t *b, size_t len) { b[52] = 0xff, b[53] = 0xff, rehash(b, len); }
 static void flip_payload(uint8_t *b, size_t len) { b[len - 1] ^= 0x55; }
 static void other_version(uint8_t *b, size_t len) { (void)len, b[8] = 9; }
+static void short_image(uint8_t *b, size_t len) {   /* 4 bytes cut: a header that agrees, a bad image */
+    uint64_t img = 0;
+    for (int i = 0; i < 8; i++) img |= (uint64_t)b[64 + i] << (8 * i);
+    img -= 4;
+    for (int i = 0; i < 8; i++) b[64 + i] = (uint8_t)(img >> (8 * i));
+    rehash(b, len);
+}
 
 TEST(restore_rejects_corrupt_files) {
     REQUIRE_SERVER_FROM(port, pair_port);
@@ -220,6 +227,7 @@ TEST(restore_rejects_corrupt_files) {
         {"token.bin", 0, bad_token, "outside the vocabulary"},
         {"many.bin", 0, too_many, "do not fit"},
         {"payload.bin", 0, flip_payload, "checksum"},
+        {"image.bin", (size_t)sb.st_size - 4, short_image, "no image of"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         CHECK(write_variant("good.bin", cases[i].name, cases[i].keep, cases[i].f));

@@ -108,7 +108,8 @@ TEST(restored_sequence_is_lossless_and_detached) {
     int32_t toks[N_CTX];
     memcpy(toks, PROMPT, sizeof PROMPT);
     memcpy(toks + 9, a, sizeof(int32_t) * 40);   /* toks[0 .. n] : cache + the anchor */
-    uint64_t sz = spex_spec_seq_image_size(p.s, n);
+    uint64_t sz = spex_spec_seq_image_size(p.s, 0);
+    CHECK(sz > 0 && sz <= spex_spec_seq_image_max(p.s, n));
     uint8_t *img = malloc(sz);
     CHECK_OK(spex_spec_seq_image_save(p.s, 0, img, sz, &e));
 

@@ -837,7 +837,7 @@ static void slot_action_one(srv_engine *e, srv_slot_job *j) {
             spex_spec_seq_end(e->spec, s);
             e->hist_len[s] = 0;
         }
-        uint64_t img = spex_spec_seq_image_size(e->spec, len);
+        uint64_t img = spex_spec_seq_image_size(e->spec, s);
         j->len = j->hdr_room + 4u * (size_t)len + (size_t)img;
         j->buf = malloc(j->len);
         if (!j->buf) {
@@ -859,7 +859,7 @@ static void slot_action_one(srv_engine *e, srv_slot_job *j) {
         if (j->n < 0 || j->n > e->hist_cap ||
             spex_spec_seq_restore(e->spec, s, j->tokens, j->n, j->image, j->image_bytes, &err) != SPEX_OK) {
             j->err_code = 400;
-            snprintf(j->err_msg, sizeof j->err_msg, "restore: %.240s", err.msg[0] ? err.msg : "bad size");
+            snprintf(j->err_msg, sizeof j->err_msg, "invalid slot file: %.230s", err.msg[0] ? err.msg : "bad size");
             return;
         }
         if (j->n > 0) memcpy(e->hist[s], j->tokens, sizeof(int32_t) * (size_t)j->n);
@@ -911,7 +911,7 @@ bool srv_engine_slot_action(srv_engine *e, srv_slot_job *job) {
     return true;
 }
 
-uint64_t srv_engine_image_size(srv_engine *e, int32_t n) { return spex_spec_seq_image_size(e->spec, n); }
+uint64_t srv_engine_image_max(srv_engine *e, int32_t n) { return spex_spec_seq_image_max(e->spec, n); }
 
 static void *engine_main(void *arg) {
     srv_engine *e = arg;

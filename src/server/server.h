@@ -333,8 +333,8 @@ typedef struct srv_slot_job {
 typedef struct srv_engine srv_engine;   /* (below) */
 /* Runs job on the engine thread and waits; false: the engine has stopped (job untouched). */
 bool srv_engine_slot_action(srv_engine *e, srv_slot_job *job);
-/* Bytes of a slot's cache image of n tokens (0: n outside the slot's context). */
-uint64_t srv_engine_image_size(srv_engine *e, int32_t n);
+/* The most bytes a slot's cache image of n tokens takes (0: n outside the slot's context). */
+uint64_t srv_engine_image_max(srv_engine *e, int32_t n);
 
 /* Creates a task holding one reference (the caller's); srv_task_release drops one. */
 srv_task *srv_task_new(void);

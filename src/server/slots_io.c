@@ -160,7 +160,7 @@ static int read_file_checked(srv_engine *e, const srv_slots_io *io, const char *
     if (fd < 0) return bad(msg, cap, 400, "cannot open the slot file: %s", strerror(errno));
     struct stat stt;
     /* the largest file this server could have written: a full slot (n_ctx - 1 tokens) */
-    uint64_t max = SRV_SLOT_HDR + 4u * (uint64_t)io->n_ctx_slot + srv_engine_image_size(e, io->n_ctx_slot - 1);
+    uint64_t max = SRV_SLOT_HDR + 4u * (uint64_t)io->n_ctx_slot + srv_engine_image_max(e, io->n_ctx_slot - 1);
     if (fstat(fd, &stt) != 0 || !S_ISREG(stt.st_mode) || (uint64_t)stt.st_size > max) {
         close(fd);
         return bad(msg, cap, 400, "%s", "invalid slot file: not a regular file, or larger than a full slot's file");
@@ -183,10 +183,11 @@ static int read_file_checked(srv_engine *e, const srv_slots_io *io, const char *
     srv_slots_ident(io, &want);
     srv_slot_hdr h;
     int rc = srv_slot_check(buf, got, &want, &h, msg, cap);
-    if (!rc && h.image_bytes != srv_engine_image_size(e, (int32_t)h.n_tokens)) {
-        snprintf(msg, cap, "invalid slot file: a cache image of %llu bytes, %u tokens need %llu",
+    /* the exact layout is the engine's check (spex_kv_seq_state_load); this bounds it */
+    if (!rc && h.image_bytes > srv_engine_image_max(e, (int32_t)h.n_tokens)) {
+        snprintf(msg, cap, "invalid slot file: a cache image of %llu bytes, %u tokens take at most %llu",
                  (unsigned long long)h.image_bytes, h.n_tokens,
-                 (unsigned long long)srv_engine_image_size(e, (int32_t)h.n_tokens));
+                 (unsigned long long)srv_engine_image_max(e, (int32_t)h.n_tokens));
         rc = 400;
     }
     if (rc) {

@@ -642,7 +642,11 @@ spex_status spex_spec_seq_begin(spex_spec *s, int32_t seq, const int32_t *prompt
  * spex_kv_seq_state_*. A drafter with a cache of its own (DFlash, MTP) has no part in the
  * image; a restored sequence is detached from it (see spec_seq), which keeps every step
  * lossless: it verifies [anchor] alone, as a target-only run would. */
-uint64_t spex_spec_seq_image_size(const spex_spec *s, int32_t n) { return s ? spex_kv_seq_state_size(s->t, n) : 0; }
+uint64_t spex_spec_seq_image_size(const spex_spec *s, int32_t seq) {
+    return seq_ok(s, seq) ? spex_kv_seq_state_size(s->t, seq) : 0;
+}
+
+uint64_t spex_spec_seq_image_max(const spex_spec *s, int32_t n) { return s ? spex_kv_seq_state_max(s->t, n) : 0; }
 
 spex_status spex_spec_seq_image_save(const spex_spec *s, int32_t seq, void *buf, uint64_t size, spex_error *err) {
     if (!seq_ok(s, seq)) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: image save: bad sequence %d", seq);
