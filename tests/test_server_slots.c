@@ -13,7 +13,7 @@
  * and saves all of it. /infill on a
  * copy of tiny-qwen3 given FIM token ids (fim_pre/suf/mid/rep/sep keys): the prompt length
  * equals the layout the test builds from /tokenize pieces, and the greedy text equals
- * /completion's on that layout's ids; the model without FIM tokens and malformed input_extra
+ * /completion's on that layout's ids (PSM, and SPM on a server with --spm-infill); the model without FIM tokens and malformed input_extra
  * are 400s. The slot-file validator itself is also fuzzed (fuzz/fuzz_slot_file.c).
  */
 #include "gguf_fixtures.h"
@@ -316,8 +316,13 @@ TEST(busy_slot_waits) {
 
 enum { FIM_PRE = 11, FIM_SUF = 12, FIM_MID = 13, FIM_REP = 14, FIM_SEP = 15 };
 
-static int fim_port(void) {
-    static char model[256];
+static shared_server g_fim_spm;
+static char g_fim_model[256];
+
+/* A copy of tiny-qwen3 with FIM token ids (in the test's temporary folder); false on error. */
+static bool fim_model(void) {
+    char *model = g_fim_model;
+    const size_t cap = sizeof g_fim_model;
     if (!model[0]) {
         const char *keys[] = {"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.fim_suf_token_id",
                               "tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.fim_rep_token_id",
@@ -328,13 +333,24 @@ static int fim_port(void) {
         for (int i = 0; i < 5; i++) {
             char name[32];
             snprintf(name, sizeof name, "fim%d.gguf", i);
-            snprintf(model, sizeof model, "%s", test_tmp_path(name));
-            if (!test_write_with_u32(prev, model, keys[i], ids[i])) return -1;
+            snprintf(model, cap, "%s", test_tmp_path(name));
+            if (!test_write_with_u32(prev, model, keys[i], ids[i])) return model[0] = 0, false;
             snprintf(prev, sizeof prev, "%s", model);
         }
     }
-    const char *a[] = {"-m", model, "-np", "1", "-c", "2048", "-b", "256", "-t", "1", NULL};
+    return true;
+}
+
+static int fim_port(void) {
+    if (!fim_model()) return -1;
+    const char *a[] = {"-m", g_fim_model, "-np", "1", "-c", "2048", "-b", "256", "-t", "1", NULL};
     return shared_server_port(&g_fim, a);
+}
+
+static int fim_spm_port(void) {
+    if (!fim_model()) return -1;
+    const char *a[] = {"-m", g_fim_model, "-np", "1", "-c", "2048", "-b", "256", "-t", "1", "--spm-infill", NULL};
+    return shared_server_port(&g_fim_spm, a);
 }
 
 /* /tokenize of text without special tokens, appended to ids. */
@@ -353,8 +369,8 @@ static bool tok_add(int port, const char *text, int *ids, int *n) {
     return st == 200;
 }
 
-TEST(infill_layout) {
-    REQUIRE_SERVER_FROM(port, fim_port);
+/* /infill against the layout built here (PSM, or SPM with --spm-infill). */
+static void infill_case(int port, bool spm) {
     const char *prefix = "def add(a, b):\n    ", *suffix = "\n    return c\n", *prompt = "c =";
     /* the layout, built here from /tokenize pieces (docs/server.md "Fill-in-the-middle") */
     int ids[4096], n = 0;
@@ -374,11 +390,16 @@ TEST(infill_layout) {
     cJSON_Delete(o);
     CHECK(tok_add(port, "a", without, &nw));
     if (nb > nw) ids[n++] = with_bos[0];
-    ids[n++] = FIM_PRE;
-    CHECK(tok_add(port, prefix, ids, &n));
-    CHECK(tok_add(port, prompt, ids, &n));
-    ids[n++] = FIM_SUF;
-    CHECK(tok_add(port, suffix, ids, &n));
+    for (int part = 0; part < 2; part++) {
+        if ((part == 0) != spm) {   /* PSM: prefix part first */
+            ids[n++] = FIM_PRE;
+            CHECK(tok_add(port, prefix, ids, &n));
+            CHECK(tok_add(port, prompt, ids, &n));
+        } else {
+            ids[n++] = FIM_SUF;
+            CHECK(tok_add(port, suffix, ids, &n));
+        }
+    }
     ids[n++] = FIM_MID;
 
     cJSON *req = cJSON_CreateObject();
@@ -412,6 +433,16 @@ TEST(infill_layout) {
     cJSON_Delete(o);
 }
 
+TEST(infill_layout) {
+    REQUIRE_SERVER_FROM(port, fim_port);
+    infill_case(port, false);
+}
+
+TEST(infill_layout_spm) {
+    REQUIRE_SERVER_FROM(port, fim_spm_port);
+    infill_case(port, true);
+}
+
 TEST(infill_errors) {
     REQUIRE_SERVER_FROM(port, fim_port);
     CHECK(slot_err(port, "/infill", "{\"input_extra\": \"x\"}", 400, "input_extra"));
@@ -433,8 +464,8 @@ TEST(infill_without_fim_tokens) {
 /* ---- last: the shared servers stop cleanly ------------------------------------------------ */
 
 TEST(servers_stop_clean) {
-    shared_server *all[] = {&g_pair, &g_q35, &g_plain, &g_fim};
-    for (int i = 0; i < 4; i++) {
+    shared_server *all[] = {&g_pair, &g_q35, &g_plain, &g_fim, &g_fim_spm};
+    for (int i = 0; i < 5; i++) {
         if (!all[i]->started) continue;
         bool clean = false;
         CHECK_EQ_INT(shared_server_stop(all[i], &clean), 0);
