@@ -159,12 +159,18 @@ $(FUZZ_OUT)/%: fuzz/%.c $(FUZZ_LIB_SRC)
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
-# fuzz_server_req parses request bodies: the server's api.c, embd.c, responses.c and anthropic.c (with
-# toolcall.c's byte buffer) and what they depend on (cJSON, src/tok).
-FUZZ_REQ_SRC := src/server/api.c src/server/embd.c src/server/responses.c src/server/anthropic.c src/server/toolcall.c
+# fuzz_server_req parses request bodies: the server's api.c, embd.c, infill.c, responses.c and
+# anthropic.c (with toolcall.c's byte buffer) and what they depend on (cJSON, src/tok).
+FUZZ_REQ_SRC := src/server/api.c src/server/embd.c src/server/infill.c src/server/responses.c src/server/anthropic.c \
+                src/server/toolcall.c
 $(FUZZ_OUT)/fuzz_server_req: fuzz/fuzz_server_req.c $(FUZZ_REQ_SRC) $(FUZZ_LIB_SRC)
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< $(FUZZ_REQ_SRC) $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
+
+# fuzz_slot_file: the saved-slot file validator (src/server/slot_file.c; api.c for its UTF-8 check).
+$(FUZZ_OUT)/fuzz_slot_file: fuzz/fuzz_slot_file.c src/server/slot_file.c src/server/api.c src/server/infill.c $(FUZZ_LIB_SRC)
+	@mkdir -p $(FUZZ_OUT)
+	clang $(FUZZ_FLAGS) -o $@ $< src/server/slot_file.c src/server/api.c src/server/infill.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
 # fuzz_toolcall: the streaming <tool_call> splitter (src/server/toolcall.c) and cJSON.
 $(FUZZ_OUT)/fuzz_toolcall: fuzz/fuzz_toolcall.c src/server/toolcall.c $(FUZZ_LIB_SRC)

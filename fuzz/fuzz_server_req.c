@@ -2,12 +2,13 @@
  * fuzz_server_req.c — libFuzzer target for `spex serve`'s request parsing (src/server/api.c):
  * arbitrary bytes as the JSON body of every endpoint, and through the reasoning split.
  *
- * Input byte 0 picks the endpoint (chat, completions, /completion, /tokenize, /detokenize; with
- * bit 6 set (bit 7 clear) the embeddings endpoints instead, bit 0 choosing /v1/embeddings or
- * /embedding; bit 7 set (bit 6 clear) /v1/responses, src/server/responses.c; bits 6 and 7 set
- * Anthropic's /v1/messages, anthropic.c, bit 0 choosing count_tokens) and the reasoning-split
- * flags; the rest is the body. Needs no model: api.c, embd.c, responses.c and anthropic.c depend
- * on cJSON and src/tok only (the Makefile links just those, with toolcall.c for its byte buffer).
+ * Input byte 0 picks the endpoint (chat, completions, /completion — as /infill with bit 5 set —,
+ * /tokenize, /detokenize; with bit 6 set (bit 7 clear) the embeddings endpoints instead, bit 0
+ * choosing /v1/embeddings or /embedding; bit 7 set (bit 6 clear) /v1/responses,
+ * src/server/responses.c; bits 6 and 7 set Anthropic's /v1/messages, anthropic.c, bit 0 choosing
+ * count_tokens) and the reasoning-split flags; the rest is the body. Needs no model: api.c,
+ * embd.c, infill.c, responses.c and anthropic.c depend on cJSON and src/tok only (the Makefile
+ * links just those, with toolcall.c for its byte buffer).
  *
  * Checked: no crash, leak or sanitizer report; a parse returns 0 or an HTTP status 400/500/501
  * with a NUL-terminated message; a successful chat or Anthropic parse (anthropic.c) has >= 1 message with non-NULL
@@ -176,7 +177,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         switch (sel % 5) {
         case 0: srv_request_init(&r, SRV_EP_CHAT); rc = srv_request_parse(&r, body, len, msg, sizeof msg); break;
         case 1: srv_request_init(&r, SRV_EP_COMPLETIONS); rc = srv_request_parse(&r, body, len, msg, sizeof msg); break;
-        case 2: srv_request_init(&r, SRV_EP_COMPLETION); rc = srv_request_parse(&r, body, len, msg, sizeof msg); break;
+        case 2:   /* bit 5: as /infill (infill.c's fields) */
+            srv_request_init(&r, SRV_EP_COMPLETION);
+            r.want_infill = sel & 0x20;
+            rc = srv_request_parse(&r, body, len, msg, sizeof msg);
+            break;
         case 3: srv_request_init(&r, SRV_EP_COMPLETION); rc = srv_parse_tokenize(&r, body, len, msg, sizeof msg); break;
         default: srv_request_init(&r, SRV_EP_COMPLETION); rc = srv_parse_detokenize(&r, body, len, msg, sizeof msg); break;
         }
@@ -194,6 +199,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             if (!r.tools[i] || r.tools[i][0] != '{') __builtin_trap();
         render(&r, SPEX_CHAT_CHATML_QWEN3, (sel >> 5) & 1);
         render(&r, SPEX_CHAT_CHATML_QWEN35, (sel >> 5) & 1);
+    }
+    if (rc == 0 && r.want_infill) {
+        if (!r.infill || !r.infill->prefix || !r.infill->suffix || r.infill->n_extra < 0) __builtin_trap();
+        for (int i = 0; i < r.infill->n_extra; i++)
+            if (!r.infill->files[i] || !r.infill->texts[i]) __builtin_trap();
     }
     if (r.n_stop > SRV_MAX_STOP) __builtin_trap();
     for (int i = 0; i < r.n_stop; i++)

@@ -68,6 +68,8 @@ static void usage(FILE *f) {
             "  --no-webui, --webui         the chat page at / off (404) / on (default)   --path DIR  serve DIR's files at / instead\n"
             "  --cors-origins LIST         origins whose pages may call the API: * (default), localhost, or\n"
             "                              http[s]://host[:port],... (others get no Access-Control-Allow-Origin)\n"
+            "  --spm-infill                POST /infill lays the suffix before the prefix (SPM order)\n"
+            "  --slot-save-path DIR        POST /slots/{id}?action=save|restore files live in DIR\n"
             "  --embedding, --embeddings   serve POST /v1/embeddings, /embeddings, /embedding (inputs up to -b tokens)\n"
             "  --pooling none|mean|cls|last   pooling of the embeddings (default: the model's pooling_type, else none)\n"
             "  -h, --help, --usage         this text\n");
@@ -242,6 +244,11 @@ static int flag_server(const char *a, const char *v, srv_config *c, serve_args *
     } else if (is(a, "--chat-template-file", NULL)) {
         if (!need(a, v)) return -1;
         c->chat_template_file = v;
+    } else if (is(a, "--spm-infill", NULL)) {
+        c->spm_infill = true, *takes = false;
+    } else if (is(a, "--slot-save-path", NULL)) {
+        if (!need(a, v)) return -1;
+        c->slot_save_path = v;
     } else if (is(a, "--embedding", "--embeddings")) {
         c->embedding = true, *takes = false;
     } else if (is(a, "--pooling", NULL)) {

@@ -301,6 +301,19 @@ int32_t spex_kv_seq_n_checkpoints(const spex_context *ctx, int32_t seq, int32_t 
 spex_status spex_kv_seq_copy(spex_context *ctx, int32_t src, int32_t dst, int32_t len, spex_error *err);
 /* Empties sequence seq (seq < 0: every sequence). */
 spex_status spex_kv_seq_clear(spex_context *ctx, int32_t seq, spex_error *err);
+/* One sequence's cache as a byte image (kv_state.c; the server's slot save / restore): the KV
+ * rows of its n positions, then (recurrent models) the state after position n - 1 and the
+ * checkpoints the sequence holds. size: seq's image now; max: the largest image of n
+ * positions (every checkpoint slot used), 0 for a bad n. save: seq's image into buf[0 .. size)
+ * exactly. load: replaces seq by the image of tokens[0 .. n) (token ids, the size and the
+ * checkpoint positions are checked first: nothing changes on error); a later rewind below n
+ * replays from the image's checkpoints, or from 0. The image carries no identity: the caller
+ * checks it was made by the same model and context. */
+uint64_t spex_kv_seq_state_size(const spex_context *ctx, int32_t seq);
+uint64_t spex_kv_seq_state_max(const spex_context *ctx, int32_t n);
+spex_status spex_kv_seq_state_save(const spex_context *ctx, int32_t seq, void *buf, uint64_t size, spex_error *err);
+spex_status spex_kv_seq_state_load(spex_context *ctx, int32_t seq, const int32_t *tokens, int32_t n, const void *buf,
+                                   uint64_t size, spex_error *err);
 
 
 /* ======================================================================== */

@@ -92,6 +92,12 @@ void spex_ck_copy(spex_context *c, int32_t src, int32_t dst, int32_t len) {
     }
 }
 
+void spex_ck_slot(const spex_context *c, int32_t seq, int32_t slot, int32_t ri, float **S, float **conv, int32_t **pos) {
+    *S = ck_S(c, seq, slot, ri);
+    *conv = ck_conv(c, seq, slot, ri);
+    *pos = ck_pos(c, seq) + slot;
+}
+
 spex_status spex_kv_seq_checkpoint(spex_context *ctx, int32_t seq, spex_error *err) {
     if (!ctx || seq < 0 || seq >= ctx->params.n_seq_max)
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "kv checkpoint: sequence %d, expected 0 .. %d", seq,

@@ -273,6 +273,8 @@ bool spex_rs_holds(const spex_context *ctx, int32_t seq, int32_t new_len);
 void spex_ck_after_forward(spex_context *ctx, int32_t seq);
 void spex_ck_drop_from(spex_context *ctx, int32_t seq, int32_t new_len);
 void spex_ck_copy(spex_context *ctx, int32_t src, int32_t dst, int32_t len);
+/* Checkpoint slot `slot` of seq: its states of GDN layer ri and its position (-1: empty). */
+void spex_ck_slot(const spex_context *c, int32_t seq, int32_t slot, int32_t ri, float **S, float **conv, int32_t **pos);
 
 /* qwen35: a sequence's rows in one batch go through the GDN recurrence token by token (the
  * recurrent form, with ring snapshots) when there are at most this many, else through the

@@ -44,6 +44,7 @@ void srv_request_free(srv_request *r) {
     }
     for (int i = 0; i < r->n_tools; i++) free(r->tools[i]);
     free(r->tools);
+    srv_infill_free(r->infill);
     free(r->msgs);
     free(r->prompt);
     free(r->prompt_ids);
@@ -479,6 +480,7 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
     }
     if ((rc = reject_unsupported(o, msg, cap))) goto done;
     if (r->ep == SRV_EP_CHAT) rc = read_messages(r, cJSON_GetObjectItemCaseSensitive(o, "messages"), msg, cap);
+    else if (r->want_infill) rc = srv_infill_parse(r, o, msg, cap);
     else rc = read_prompt(r, cJSON_GetObjectItemCaseSensitive(o, "prompt"), msg, cap);
     if (rc) goto done;
     if (r->ep == SRV_EP_CHAT && (rc = read_tools(r, o, msg, cap))) goto done;

@@ -164,10 +164,12 @@ struct srv_engine {
     double len_s, len_w;       /* decayed sum / weight of finished requests' generated tokens */
     int32_t pend[64];          /* this step's slots' pending features (choose_drafts)        */
     srv_embd_job *eq_head, *eq_tail;   /* embeddings jobs waiting (under mu)                  */
+    srv_slot_job *sq_head, *sq_tail;   /* slot actions waiting (under mu; slot_action_one)      */
     spex_batch_token *embd_scratch;    /* [the embeddings context's n_batch_max]              */
     int32_t **hist;           /* [n_slots][hist_cap] tokens in each slot's cache, in order  */
     int32_t *hist_len;        /* [n_slots] (valid up to spex_spec_seq_len of the slot)      */
     int32_t hist_cap;
+    int32_t pub_cached[64];   /* under mu: each idle slot's cached tokens (GET /slots n_cached) */
     srv_metrics m;
 };
 
@@ -275,6 +277,7 @@ static void task_finish(srv_engine *e, srv_task *t, const char *finish, int err_
     if (t->slot >= 0) {
         e->slots[t->slot] = NULL;
         e->n_busy--;
+        e->pub_cached[t->slot] = e->hist_len[t->slot];
     }
     if (t->t_prefilled > 0) {
         e->m.predicted_tokens += (double)t->n_gen;
@@ -831,13 +834,108 @@ static void embd_run(srv_engine *e) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* Slot actions (POST /slots/{id}?action=...): each waiting one runs now, between steps, on an
+ * idle slot. The file I/O stays on the connection's thread (slots_io.c): here only the
+ * cache image is copied out or in. */
+static void slot_action_one(srv_engine *e, srv_slot_job *j) {
+    double t0 = spex_now_s();
+    int s = j->slot;
+    spex_error err = {0};
+    int32_t len = spex_spec_seq_len(e->spec, s);
+    if (len > e->hist_len[s]) len = 0;   /* tokens unknown: nothing reusable (task_finish) */
+    if (j->action == SRV_SLOT_ERASE) {
+        spex_spec_seq_end(e->spec, s);
+        e->hist_len[s] = 0;
+        j->n = len;
+    } else if (j->action == SRV_SLOT_SAVE) {
+        if (len != spex_spec_seq_len(e->spec, s)) {   /* out of step: save it empty */
+            spex_spec_seq_end(e->spec, s);
+            e->hist_len[s] = 0;
+        }
+        uint64_t img = spex_spec_seq_image_size(e->spec, s);
+        j->len = j->hdr_room + 4u * (size_t)len + (size_t)img;
+        j->buf = malloc(j->len);
+        if (!j->buf) {
+            j->err_code = 500;
+            snprintf(j->err_msg, sizeof j->err_msg, "out of memory (%zu bytes for slot %d's image)", j->len, s);
+            return;
+        }
+        memcpy(j->buf + j->hdr_room, e->hist[s], 4u * (size_t)len);   /* u32 LE: see slots_io.c */
+        if (spex_spec_seq_image_save(e->spec, s, j->buf + j->hdr_room + 4u * (size_t)len, img, &err) != SPEX_OK) {
+            free(j->buf);
+            j->buf = NULL;
+            j->err_code = 500;
+            snprintf(j->err_msg, sizeof j->err_msg, "%.250s", err.msg);
+            return;
+        }
+        j->n = len;
+    } else {
+        e->hist_len[s] = 0;
+        if (j->n < 0 || j->n > e->hist_cap ||
+            spex_spec_seq_restore(e->spec, s, j->tokens, j->n, j->image, j->image_bytes, &err) != SPEX_OK) {
+            j->err_code = 400;
+            snprintf(j->err_msg, sizeof j->err_msg, "invalid slot file: %.230s", err.msg[0] ? err.msg : "bad size");
+            return;
+        }
+        if (j->n > 0) memcpy(e->hist[s], j->tokens, sizeof(int32_t) * (size_t)j->n);
+        e->hist_len[s] = j->n;
+    }
+    j->ms = (spex_now_s() - t0) * 1e3;
+}
+
+/* Runs the waiting actions whose slot is idle; an action on a busy slot waits until its
+ * request ends (llama-server defers it the same way). This runs before admission, so a slot
+ * freed by the last step gets its action before a new request can take it. */
+static void slot_actions_run(srv_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    srv_slot_job **pp = &e->sq_head, *prev = NULL;
+    while (*pp) {
+        srv_slot_job *j = *pp;
+        if (e->slots[j->slot]) {   /* busy: stays queued */
+            prev = j;
+            pp = &j->q_next;
+            continue;
+        }
+        *pp = j->q_next;
+        if (e->sq_tail == j) e->sq_tail = prev;
+        pthread_mutex_unlock(&e->mu);
+        slot_action_one(e, j);   /* the slots array changes only on this thread */
+        pthread_mutex_lock(&e->mu);
+        e->pub_cached[j->slot] = e->hist_len[j->slot];
+        j->done = true;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+}
+
+bool srv_engine_slot_action(srv_engine *e, srv_slot_job *job) {
+    pthread_mutex_lock(&e->mu);
+    if (e->stop || job->slot < 0 || job->slot >= e->p.n_slots) {
+        pthread_mutex_unlock(&e->mu);
+        return false;
+    }
+    job->q_next = NULL;
+    job->done = false;
+    job->err_code = 0;
+    if (e->sq_tail) e->sq_tail->q_next = job;
+    else e->sq_head = job;
+    e->sq_tail = job;
+    pthread_cond_broadcast(&e->cv);
+    while (!job->done) pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+    return true;
+}
+
+uint64_t srv_engine_image_max(srv_engine *e, int32_t n) { return spex_spec_seq_image_max(e->spec, n); }
+
 static void *engine_main(void *arg) {
     srv_engine *e = arg;
     srv_task **admitted = e->admitted;
     for (;;) {
         int n_adm = 0;
         pthread_mutex_lock(&e->mu);
-        while (!e->stop && e->n_busy == 0 && e->q_len == 0 && !e->eq_head) pthread_cond_wait(&e->cv, &e->mu);
+        while (!e->stop && e->n_busy == 0 && e->q_len == 0 && !e->eq_head && !e->sq_head)
+            pthread_cond_wait(&e->cv, &e->mu);
         if (e->stop) {
             pthread_mutex_unlock(&e->mu);
             break;
@@ -860,6 +958,7 @@ static void *engine_main(void *arg) {
             e->n_busy++;
         }
         pthread_mutex_unlock(&e->mu);
+        slot_actions_run(e);   /* before admission: a restored slot is matched below next time */
         embd_run(e);
         /* Prompts advance by at most SRV_PREFILL_CHUNK tokens per iteration in all. */
         int32_t budget = SRV_PREFILL_CHUNK;
@@ -892,6 +991,12 @@ static void *engine_main(void *arg) {
         j->done = true;
     }
     e->eq_head = e->eq_tail = NULL;
+    for (srv_slot_job *j = e->sq_head; j; j = j->q_next) {
+        j->err_code = 503;
+        snprintf(j->err_msg, sizeof j->err_msg, "the server is shutting down");
+        j->done = true;
+    }
+    e->sq_head = e->sq_tail = NULL;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     return NULL;
@@ -1168,6 +1273,8 @@ char *srv_engine_slots_json(srv_engine *e, const srv_gen_defaults *d) {
         cJSON_AddNumberToObject(o, "n_ctx", e->p.n_ctx_slot);
         cJSON_AddBoolToObject(o, "speculative", e->has_draft);
         cJSON_AddBoolToObject(o, "is_processing", t != NULL);
+        /* spex: tokens an idle slot holds for prefix reuse (0 after erase; a restore's count) */
+        cJSON_AddNumberToObject(o, "n_cached", t ? 0 : e->pub_cached[s]);
         cJSON_AddItemToObject(o, "params", srv_params_json(d, t));
         long n_gen = t ? t->pub_n_gen : 0;
         long n_predict = t ? t->n_predict : d->n_predict;

@@ -16,6 +16,7 @@
  * (llama.cpp native) streams {"content", "stop"} events without [DONE], as llama-server does.
  */
 #include "gguf/api.h"
+#include "server/slot_file.h"
 #include "model/api.h"
 #include "server/server.h"
 #include "server/responses.h"
@@ -334,7 +335,14 @@ static int prepare(srv_server *S, srv_job *job, char *msg, size_t cap, int *n_pr
     job->task = t;
     t->ep = r->ep;
     int rc = 0;
-    if (r->ep == SRV_EP_CHAT) {
+    if (r->infill) {   /* /infill: FIM layout (infill.c); n_predict bounds the extra context */
+        srv_fim fim;
+        srv_fim_tokens(spex_model_gguf(S->model), S->tok, &fim);
+        rc = srv_infill_tokens(S->tok, &fim, r, cfg->spm_infill, cfg->n_batch, S->n_ctx_slot,
+                               r->n_predict == -2 ? cfg->n_predict : r->n_predict, &t->ids, &t->n_ids, msg, cap);
+        if (rc) return rc;
+        job->reasoning = SRV_REASONING_NONE;
+    } else if (r->ep == SRV_EP_CHAT) {
         job->tools = r->tool_choice != SRV_TOOL_CHOICE_NONE && r->n_tools > 0 && S->tmpl != SPEX_CHAT_NONE;
         char *text = NULL;
         size_t need = 0;
@@ -787,7 +795,10 @@ static enum MHD_Result do_generate(srv_server *S, struct MHD_Connection *c, srv_
     memset(&job, 0, sizeof job);
     job.defaults = gen_defaults(S);
     const bool anth = ep == SRV_EP_MESSAGES;   /* parsed into a chat request (anthropic.c) */
+    const bool infill = ep == SRV_EP_INFILL;   /* parsed and answered as /completion */
+    if (infill) ep = SRV_EP_COMPLETION;
     srv_request_init(&job.req, anth ? SRV_EP_CHAT : ep);
+    job.req.want_infill = infill;
     char msg[512] = "";
     int code = anth ? srv_anthropic_parse(&job.req, cc->body ? cc->body : "", cc->len, false, msg, sizeof msg)
                : ep == SRV_EP_RESPONSES ? srv_parse_responses(&job.req, cc->body ? cc->body : "", cc->len, msg, sizeof msg)
@@ -1199,6 +1210,23 @@ static enum MHD_Result do_slots(srv_server *S, struct MHD_Connection *c) {
     return send_text(c, 200, "application/json; charset=utf-8", srv_engine_slots_json(S->engine, &d));
 }
 
+/* POST /slots/{id}?action=save|restore|erase (slots_io.c). */
+static enum MHD_Result do_slot_action(srv_server *S, struct MHD_Connection *c, const char *id, const char *method,
+                                      const srv_conn *cc) {
+    if (strcmp(method, "POST")) return send_405(c, method, "/slots/{id}", "POST, OPTIONS");
+    if (!authorized(S, c)) return send_error(c, 401, "Invalid API Key");
+    if (cc->too_big) return send_error(c, 413, "the request body exceeds the limit of %zu bytes", S->cfg->body_max);
+    if (cc->alloc_failed) return send_error(c, 500, "out of memory");
+    if (S->ready != 1) return send_error(c, 503, S->ready == 0 ? "Loading model" : "the server is shutting down");
+    srv_slots_io io = {.dir = S->cfg->slot_save_path, .model = S->model, .tok = S->tok, .kv_type = S->cfg->kv_type,
+                       .n_ctx_slot = S->n_ctx_slot, .n_slots = S->cfg->n_slots};
+    char msg[512] = "", *out = NULL;
+    int rc = srv_slots_action(S->engine, &io, id, MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "action"),
+                              cc->body, cc->len, &out, msg, sizeof msg);
+    if (rc) return send_error(c, (unsigned)rc, "%s", msg);
+    return send_text(c, 200, "application/json; charset=utf-8", out);
+}
+
 static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char *url, const char *method,
                              const srv_conn *cc) {
     /* HEAD is GET without the body, which libmicrohttpd leaves out (RFC 9110 §9.3.2) */
@@ -1211,6 +1239,7 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
         cJSON_AddStringToObject(o, "status", "ok");
         return send_json(c, 200, o);
     }
+    if (!strncmp(url, "/slots/", 7)) return do_slot_action(S, c, url + 7, method, cc);
     static const struct {
         const char *path;
         bool post;
@@ -1219,7 +1248,7 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
                  {"/completion", true}, {"/tokenize", true}, {"/detokenize", true}, {"/props", false},
                  {"/slots", false}, {"/apply-template", true}, {"/v1/embeddings", true}, {"/embeddings", true},
                  {"/embedding", true}, {"/v1/responses", true}, {"/responses", true},
-                 {"/v1/messages", true}, {"/v1/messages/count_tokens", true}};
+                 {"/v1/messages", true}, {"/v1/messages/count_tokens", true}, {"/infill", true}};
     int k = -1;
     for (int i = 0; i < (int)(sizeof known / sizeof *known); i++)
         if (!strcmp(url, known[i].path)) k = i;
@@ -1255,6 +1284,7 @@ static enum MHD_Result route(srv_server *S, struct MHD_Connection *c, const char
     if (!strcmp(url, "/v1/responses") || !strcmp(url, "/responses")) return do_generate(S, c, SRV_EP_RESPONSES, cc);
     if (!strcmp(url, "/v1/messages")) return do_generate(S, c, SRV_EP_MESSAGES, cc);
     if (!strcmp(url, "/v1/messages/count_tokens")) return do_count_tokens(S, c, cc);
+    if (!strcmp(url, "/infill")) return do_generate(S, c, SRV_EP_INFILL, cc);
     if (k >= 13) return do_embeddings(S, c, cc, k == 13);   /* /embeddings: the native shape, as llama-server */
     return do_slots(S, c);
 }

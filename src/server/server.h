@@ -40,6 +40,7 @@ typedef enum srv_endpoint {
     SRV_EP_RESPONSES = 4,     /* POST /v1/responses: routing only (responses.h), runs as CHAT */
     SRV_EP_MESSAGES = 5,      /* POST /v1/messages (Anthropic): routing only; its request is
                                * a chat one with srv_request.anthropic set (anthropic.c)    */
+    SRV_EP_INFILL = 6,        /* POST /infill: parsed and answered as /completion (infill.c) */
 } srv_endpoint;
 
 typedef enum srv_reasoning {
@@ -101,6 +102,8 @@ typedef struct srv_request {
     /* /tokenize, /detokenize */
     bool add_special, with_pieces;
     bool anthropic;           /* parsed from a /v1/messages body: Anthropic response shapes */
+    struct srv_infill *infill;   /* /infill (ep SRV_EP_COMPLETION, want_infill): owned     */
+    bool want_infill;
 } srv_request;
 
 void srv_request_init(srv_request *r, srv_endpoint ep);
@@ -124,6 +127,35 @@ int srv_anthropic_parse(srv_request *r, const char *body, size_t len, bool count
 /* Anthropic's error body {"type":"error","error":{type, message, code}}, malloc'd. */
 char *srv_anthropic_error_json(int code, const char *msg);
 const char *srv_anthropic_error_type(int code);
+
+/* ======================================================================== */
+/* Fill-in-the-middle (infill.c)                                             */
+/* ======================================================================== */
+
+/* /infill's own fields (everything else is /completion's); strings owned. */
+typedef struct srv_infill {
+    char *prefix, *suffix;    /* input_prefix, input_suffix ("" when absent)             */
+    char **files, **texts;    /* input_extra chunks: filename ("tmp" when absent), text (required) */
+    int n_extra;
+} srv_infill;
+
+/* The model's FIM tokens (-1: none). */
+typedef struct srv_fim {
+    int32_t pre, suf, mid, pad, rep, sep;
+} srv_fim;
+
+/* Reads /infill's fields of body object o into r->infill (prompt: r->prompt, may stay NULL).
+ * 0 or 400 with msg. Needs no model. */
+struct cJSON;
+int srv_infill_parse(srv_request *r, const struct cJSON *o, char *msg, size_t cap);
+void srv_infill_free(srv_infill *f);
+/* The FIM tokens from the GGUF's tokenizer.ggml.fim_*_token_id (or the older prefix/suffix/
+ * middle_token_id) keys, else from the known token texts (<|fim_prefix|>, ...). */
+void srv_fim_tokens(const spex_gguf *g, const spex_tokenizer *tok, srv_fim *out);
+/* The prompt of an /infill request (layout in infill.c); n_batch, n_ctx, n_predict bound its
+ * parts as llama-server does. 0 with *ids (malloc'd), or 400 / 500 with msg. */
+int srv_infill_tokens(const spex_tokenizer *tok, const srv_fim *fim, const srv_request *r, bool spm, int32_t n_batch,
+                      int32_t n_ctx, long n_predict, int32_t **ids, int *n_ids, char *msg, size_t cap);
 
 /* ======================================================================== */
 /* Embeddings requests (embd.c)                                              */
@@ -292,6 +324,36 @@ typedef struct srv_embd_job {
     int err_code;             /* != 0: failed with this HTTP status                       */
     char err_msg[256];
 } srv_embd_job;
+
+/* A slot action (POST /slots/{id}?action=..., slots_io.c) run by the engine thread between
+ * steps on an idle slot; on a slot with a request in it, it waits until the request ends. */
+typedef enum srv_slot_action { SRV_SLOT_SAVE = 1, SRV_SLOT_RESTORE = 2, SRV_SLOT_ERASE = 3 } srv_slot_action;
+
+typedef struct srv_slot_job {
+    srv_slot_action action;
+    int slot;
+    size_t hdr_room;          /* save: bytes left free before the payload                  */
+    uint8_t *buf;             /* save: malloc'd by the engine (the caller frees): hdr_room,
+                               * then n u32 tokens, then the cache image; len in all        */
+    size_t len;
+    const int32_t *tokens;    /* restore (borrowed): n tokens and the cache image            */
+    const void *image;
+    uint64_t image_bytes;
+    int32_t n;                /* restore: tokens given; results: tokens saved/restored/erased */
+    double ms;                /* the engine's part, in milliseconds                         */
+    /* engine-only */
+    struct srv_slot_job *q_next;
+    /* set by the engine under its mutex */
+    bool done;
+    int err_code;
+    char err_msg[256];
+} srv_slot_job;
+
+typedef struct srv_engine srv_engine;   /* (below) */
+/* Runs job on the engine thread and waits; false: the engine has stopped (job untouched). */
+bool srv_engine_slot_action(srv_engine *e, srv_slot_job *job);
+/* The most bytes a slot's cache image of n tokens takes (0: n outside the slot's context). */
+uint64_t srv_engine_image_max(srv_engine *e, int32_t n);
 
 /* Creates a task holding one reference (the caller's); srv_task_release drops one. */
 srv_task *srv_task_new(void);
@@ -485,6 +547,8 @@ typedef struct srv_config {
     const char *chat_template;   /* NULL: detected                                     */
     bool jinja;                  /* --jinja: render with the GGUF's own template       */
     const char *chat_template_file;   /* --chat-template-file: a Jinja template (implies --jinja) */
+    bool spm_infill;             /* --spm-infill: /infill in suffix-prefix-middle order          */
+    const char *slot_save_path;  /* --slot-save-path: saved slots' folder (NULL: no save/restore) */
     int enable_thinking;         /* default for requests (1/0)                         */
     srv_reasoning reasoning_format;
     bool metrics;

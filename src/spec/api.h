@@ -137,6 +137,19 @@ spex_status spex_spec_seq_start(spex_spec *s, int32_t seq, int32_t last, spex_sa
  * prefix reuse, and tests that repeat a step from one state. */
 spex_status spex_spec_seq_rewind(spex_spec *s, int32_t seq, int32_t n_keep, int32_t anchor, spex_sampler *sampler,
                                  spex_error *err);
+/* Saved slots (the server's /slots save and restore): image_size is the bytes of seq's target
+ * cache image now, image_max the most an image of n positions takes (model/api.h
+ * spex_kv_seq_state_*); image_save writes seq's image into buf[0 .. size) exactly. restore
+ * ends seq and loads the image of tokens[0 .. n) (n + 1 <= the context) into the target; the
+ * loop's token history becomes tokens. A drafter that keeps a cache (DFlash, MTP) has nothing
+ * of it: the sequence is detached from the drafter (its steps verify the anchor alone,
+ * losslessly) until it is fed from position 0 again. Drafters that catch up from the tokens
+ * (n-gram, draft-simple) draft as usual. On error seq is left empty. */
+uint64_t spex_spec_seq_image_size(const spex_spec *s, int32_t seq);
+uint64_t spex_spec_seq_image_max(const spex_spec *s, int32_t n);
+spex_status spex_spec_seq_image_save(const spex_spec *s, int32_t seq, void *buf, uint64_t size, spex_error *err);
+spex_status spex_spec_seq_restore(spex_spec *s, int32_t seq, const int32_t *tokens, int32_t n, const void *img,
+                                  uint64_t size, spex_error *err);
 /* Forgets sequence seq (caches cleared, stats kept until the next begin). */
 void spex_spec_seq_end(spex_spec *s, int32_t seq);
 /* A begun sequence's own n_min and p_min (spex_spec_params' meaning; llama-server's per-request

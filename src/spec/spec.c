@@ -59,6 +59,9 @@ typedef struct spec_seq {
     int32_t n_hist;             /* == the target cache's length; -1 when not known     */
     int32_t n_min;              /* spex_spec_params.n_min / p_min, or the sequence's own */
     float p_min;
+    bool detached;              /* restored from an image the drafter's cache has no part of
+                                 * (spex_spec_seq_restore): plain steps, the drafter told
+                                 * nothing, until the sequence is fed from position 0 again */
 } spec_seq;
 
 struct spex_spec {
@@ -442,6 +445,7 @@ void spex_spec_seq_end(spex_spec *s, int32_t seq) {
     s->seq[seq].active = false;
     s->seq[seq].smp = NULL;
     s->seq[seq].n_hist = 0;
+    s->seq[seq].detached = false;
     spex_kv_seq_clear(s->t, seq, NULL);
     if (s->d) s->d->ops->seq_end(s->d, seq);
 }
@@ -453,6 +457,10 @@ void spex_spec_seq_end(spex_spec *s, int32_t seq) {
 /* Target and drafter of seq back to n_keep positions (n_keep <= the target length). */
 static spex_status settle(spex_spec *s, int32_t seq, int32_t n_keep, spex_error *err) {
     const int32_t len = spex_kv_seq_len(s->t, seq);
+    if (s->seq[seq].detached) {   /* the drafter holds nothing of seq: it joins again at 0 */
+        if (n_keep > 0) return spex_kv_seq_rewind(s->t, seq, n_keep, NULL, err);
+        s->seq[seq].detached = false;
+    }
     if (s->d && !s->d->ops->can_keep(s->d, seq, n_keep, len))
         return spex_error_set(err, SPEX_ERR_UNSUPPORTED,
                               "spec: sequence %d: the %s drafter cannot keep %d of %d positions (the target hidden "
@@ -518,8 +526,9 @@ static spex_status run_tokens(spex_spec *s, int32_t seq, int32_t pos0, const int
                                              .logits = logits_last && done + i == n - 1};
         spex_batch b = {.tokens = s->batch, .n_tokens = k};
         spex_status st = spex_forward(s->t, &b, err);
-        if (st == SPEX_OK && s->d) st = s->d->ops->wrote(s->d, seq, tokens + done, 0, k, pos0 + done, true, err);
-        if (st == SPEX_OK && s->d) st = s->d->ops->commit(s->d, err);
+        bool tell = s->d && !s->seq[seq].detached;
+        if (st == SPEX_OK && tell) st = s->d->ops->wrote(s->d, seq, tokens + done, 0, k, pos0 + done, true, err);
+        if (st == SPEX_OK && tell) st = s->d->ops->commit(s->d, err);
         if (st != SPEX_OK) return st;
         hist_push(s, &s->seq[seq], tokens + done, k);
         done += k;
@@ -530,7 +539,7 @@ static spex_status run_tokens(spex_spec *s, int32_t seq, int32_t pos0, const int
 bool spex_spec_seq_can_keep(const spex_spec *s, int32_t seq, int32_t n_keep) {
     if (!seq_ok(s, seq)) return false;
     const int32_t len = spex_kv_seq_len(s->t, seq);
-    if (s->d && !s->d->ops->can_keep(s->d, seq, n_keep, len)) return false;
+    if (s->d && !s->seq[seq].detached && !s->d->ops->can_keep(s->d, seq, n_keep, len)) return false;
     return n_keep >= 0 && n_keep <= len;   /* recurrent targets: by rewind (checkpoint + replay) */
 }
 
@@ -540,7 +549,7 @@ static int32_t ctx_limit(const spex_spec *s) {
 
 /* Invariant A: a drafter that keeps a cache in step accounts for the target's positions. */
 static spex_status check_in_step(const spex_spec *s, int32_t seq, int32_t len, spex_error *err) {
-    int32_t have = s->d ? s->d->ops->have(s->d, seq) : -1;
+    int32_t have = s->d && !s->seq[seq].detached ? s->d->ops->have(s->d, seq) : -1;
     if (have >= 0 && have != len)
         return spex_error_set(err, SPEX_ERR_INTERNAL,
                               "spec: sequence %d: the %s drafter holds %d positions (%d pending), target %d "
@@ -555,7 +564,7 @@ spex_status spex_spec_seq_feed(spex_spec *s, int32_t seq, int32_t n_keep, const 
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: sequence %d outside 0 .. %d", seq,
                               s ? s->n_seq - 1 : -1);
     int32_t have = spex_kv_seq_len(s->t, seq);
-    int32_t dhave = s->d ? s->d->ops->have(s->d, seq) : -1;
+    int32_t dhave = s->d && !s->seq[seq].detached ? s->d->ops->have(s->d, seq) : -1;
     if (dhave >= 0 && dhave < have) have = dhave;
     if (n_keep < 0 || n_keep > have || n < 0 || (n > 0 && !tokens))
         return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: feed: keep %d of %d cached positions, %d tokens",
@@ -627,6 +636,39 @@ spex_status spex_spec_seq_begin(spex_spec *s, int32_t seq, const int32_t *prompt
     spex_status st = spex_spec_seq_feed(s, seq, 0, prompt, n_prompt - 1, err);
     if (st == SPEX_OK) st = spex_spec_seq_start(s, seq, prompt[n_prompt - 1], sampler, first, err);
     return st;
+}
+
+/* Slot images (the server's save / restore): the target's cache of seq through model/api.h's
+ * spex_kv_seq_state_*. A drafter with a cache of its own (DFlash, MTP) has no part in the
+ * image; a restored sequence is detached from it (see spec_seq), which keeps every step
+ * lossless: it verifies [anchor] alone, as a target-only run would. */
+uint64_t spex_spec_seq_image_size(const spex_spec *s, int32_t seq) {
+    return seq_ok(s, seq) ? spex_kv_seq_state_size(s->t, seq) : 0;
+}
+
+uint64_t spex_spec_seq_image_max(const spex_spec *s, int32_t n) { return s ? spex_kv_seq_state_max(s->t, n) : 0; }
+
+spex_status spex_spec_seq_image_save(const spex_spec *s, int32_t seq, void *buf, uint64_t size, spex_error *err) {
+    if (!seq_ok(s, seq)) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: image save: bad sequence %d", seq);
+    return spex_kv_seq_state_save(s->t, seq, buf, size, err);
+}
+
+spex_status spex_spec_seq_restore(spex_spec *s, int32_t seq, const int32_t *tokens, int32_t n, const void *img,
+                                  uint64_t size, spex_error *err) {
+    if (!seq_ok(s, seq)) return spex_error_set(err, SPEX_ERR_INVALID_ARG, "spec: restore: bad sequence %d", seq);
+    if (n < 0 || n + 1 > ctx_limit(s))
+        return spex_error_set(err, SPEX_ERR_RANGE, "spec: restore: %d tokens do not fit a context of %d (one "
+                              "position stays free)", n, ctx_limit(s));
+    spex_spec_seq_end(s, seq);
+    spex_status st = spex_kv_seq_state_load(s->t, seq, tokens, n, img, size, err);
+    if (st != SPEX_OK) {
+        spex_spec_seq_end(s, seq);
+        return st;
+    }
+    spec_seq *q = &s->seq[seq];
+    hist_push(s, q, tokens, n);
+    q->detached = n > 0 && s->d && s->d->ops->have(s->d, seq) >= 0;
+    return SPEX_OK;
 }
 
 /* ======================================================================== */
@@ -719,7 +761,7 @@ static int32_t step_requests(spex_spec *s, const int32_t *seqs, int32_t n_seqs, 
         int32_t sq = seqs[i];
         spec_seq *q = &s->seq[sq];
         int32_t P = spex_kv_seq_len(s->t, sq);
-        int32_t n = s->d && !plain ? s->p.n_max : 0;
+        int32_t n = s->d && !plain && !q->detached ? s->p.n_max : 0;
         if (max_emit && max_emit[i] - 1 < n) n = max_emit[i] - 1;
         if (lim - P - 1 < n) n = lim - P - 1;
         int32_t share = rows_left - (n_seqs - i - 1) - 1;
@@ -820,7 +862,8 @@ static spex_status step_accept(spex_spec *s, const int32_t *seqs, int32_t n_seqs
         toks[0] = q->anchor;
         for (int32_t r = 0; r < m; r++) toks[1 + r] = s->drafts[i].ids[r];
         hist_push(s, q, toks, m + 1);
-        if (s->d && (st = s->d->ops->wrote(s->d, sq, toks, s->row0[i], m + 1, P, n == 0, err))) return st;
+        if (s->d && !q->detached && (st = s->d->ops->wrote(s->d, sq, toks, s->row0[i], m + 1, P, n == 0, err)))
+            return st;
         q->anchor = out[i].tokens[out[i].n - 1];
         stats_add(&s->seq_st[sq], n, m, out[i].n);
         stats_add(&s->total, n, m, out[i].n);
