@@ -268,3 +268,40 @@ bool metric_value(const char *text, const char *name, double *v) {
     *v = strtod(p + strlen(key), NULL);
     return true;
 }
+
+cJSON *post_json(int port, const char *path, const char *body, int want) {
+    resp r;
+    if (!http(port, "POST", path, NULL, body, &r)) return NULL;
+    cJSON *o = r.status == want ? cJSON_Parse(r.body) : NULL;
+    if (!o) printf("  POST %s: %d %s\n", path, r.status, r.body);
+    resp_free(&r);
+    return o;
+}
+
+cJSON *get_json(int port, const char *path, const char *extra) {
+    resp r;
+    if (!http(port, "GET", path, extra, NULL, &r)) return NULL;
+    cJSON *o = r.status == 200 ? cJSON_Parse(r.body) : NULL;
+    if (!o) printf("  GET %s: %d %s\n", path, r.status, r.body);
+    resp_free(&r);
+    return o;
+}
+
+void jprint(const char *what, cJSON *o) {
+    char *t = cJSON_PrintUnformatted(o);
+    printf("  %s: %s\n", what, t ? t : "(null)");
+    free(t);
+}
+
+int tokenize_count(int port, const char *text) {
+    cJSON *b = cJSON_CreateObject();
+    cJSON_AddStringToObject(b, "content", text);
+    cJSON_AddBoolToObject(b, "add_special", true);
+    char *body = cJSON_PrintUnformatted(b);
+    cJSON_Delete(b);
+    cJSON *o = post_json(port, "/tokenize", body, 200);
+    free(body);
+    int n = o ? cJSON_GetArraySize(cJSON_GetObjectItem(o, "tokens")) : -1;
+    cJSON_Delete(o);
+    return n;
+}

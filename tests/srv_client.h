@@ -65,6 +65,14 @@ bool read_response(int fd, resp *r);
 bool http(int port, const char *method, const char *path, const char *extra, const char *body, resp *r);
 /* error.code and error.type of an error body match (type NULL: any). */
 bool is_error(const resp *r, int code, const char *type);
+/* JSON helpers (cJSON): a POST / GET whose parsed answer is returned only when the status is
+ * want (GET: 200), else NULL with the answer printed; o printed on one line; the tokens of text
+ * through POST /tokenize with add_special (the chat prompt's tokenization), -1 on failure. */
+struct cJSON;
+struct cJSON *post_json(int port, const char *path, const char *body, int want);
+struct cJSON *get_json(int port, const char *path, const char *extra);
+void jprint(const char *what, struct cJSON *o);
+int tokenize_count(int port, const char *text);
 /* The value of the /metrics sample `name` in text; false when it is absent. */
 bool metric_value(const char *text, const char *name, double *v);
 

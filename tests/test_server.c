@@ -729,22 +729,6 @@ static const char *jstr(cJSON *o, const char *path) {
     return v ? v : "";
 }
 
-static void jprint(const char *what, cJSON *o) {
-    char *t = cJSON_PrintUnformatted(o);
-    printf("  %s: %s\n", what, t ? t : "(null)");
-    free(t);
-}
-
-/* GET path with extra headers, parsed; NULL unless the status is 200. */
-static cJSON *get_json(int port, const char *path, const char *extra) {
-    resp r;
-    if (!http(port, "GET", path, extra, NULL, &r)) return NULL;
-    cJSON *o = r.status == 200 ? cJSON_Parse(r.body) : NULL;
-    if (!o) printf("  GET %s: %d %s\n", path, r.status, r.body);
-    resp_free(&r);
-    return o;
-}
-
 /* The shared server (-np 2, -c 512, drafter, no --props): /props matches the flags, /slots
  * lists two idle slots with the defaults, POST /props is 403 permission_error. */
 TEST(props_and_slots_idle) {
@@ -921,30 +905,6 @@ TEST(no_slots) {
 /* Last: SIGTERM stops the shared server cleanly. */
 /* ---- tools (§6.1, §6.2) --------------------------------------------------- */
 
-/* POST a JSON body, parsed; NULL unless the status is want. */
-static cJSON *post_json(int port, const char *path, const char *body, int want) {
-    resp r;
-    if (!http(port, "POST", path, NULL, body, &r)) return NULL;
-    cJSON *o = r.status == want ? cJSON_Parse(r.body) : NULL;
-    if (!o) printf("  POST %s: %d %s\n", path, r.status, r.body);
-    resp_free(&r);
-    return o;
-}
-
-/* Token count of text with the chat prompt's tokenization (add_special), via /tokenize. */
-static int count_tokens(int port, const char *text) {
-    cJSON *b = cJSON_CreateObject();
-    cJSON_AddStringToObject(b, "content", text);
-    cJSON_AddBoolToObject(b, "add_special", true);
-    char *body = cJSON_PrintUnformatted(b);
-    cJSON_Delete(b);
-    cJSON *o = post_json(port, "/tokenize", body, 200);
-    free(body);
-    int n = o ? cJSON_GetArraySize(cJSON_GetObjectItem(o, "tokens")) : -1;
-    cJSON_Delete(o);
-    return n;
-}
-
 /* The default model is not trained to call tools, so this checks the request side: a chat
  * request with tools (and tool-call history) is accepted and its prompt is exactly the
  * template's render with the tools block — the prompt's token count (usage.prompt_tokens)
@@ -986,7 +946,7 @@ TEST(chat_tools_rendered_in_prompt) {
         spex_error e = {0};
         CHECK_OK(spex_chat_apply_tools(tmpl, msgs, 4, &tool, with ? 1 : 0, true, true, text, sizeof text, &len, &e));
         if (with) CHECK(strstr(text, "<tools>\n{\"type\": \"function\""));
-        int want = count_tokens(port, text);
+        int want = tokenize_count(port, text);
         CHECK(want > 0);
         char body[4096];
         snprintf(body, sizeof body,
@@ -1198,7 +1158,7 @@ TEST(long_prompt_in_chunks_keeps_streams_flowing) {
     CHECK_MSG(server_start_slowed(&s, 10, a), "the server did not start");
     char longp[2048] = "";
     for (int i = 0; i < 84; i++) strcat(longp, "the cat sat on the mat. ");
-    int n_long = count_tokens(s.port, longp);
+    int n_long = tokenize_count(s.port, longp);
     sse_reader ra, rb;
     bool sa = sse_start(&ra, open_request(s.port, "POST", "/v1/completions", NULL,
                                           "{\"prompt\":\"Hello\",\"max_tokens\":1000,\"temperature\":0,\"stream\":true}"));

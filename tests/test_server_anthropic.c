@@ -65,16 +65,6 @@ static double jnum(const cJSON *o, const char *path) {
 }
 static const char *jstr(const cJSON *o, const char *path) { return cJSON_GetStringValue(jget(o, path)); }
 
-/* POST a JSON body, parsed; NULL unless the status is want. */
-static cJSON *post_json(int port, const char *path, const char *body, int want) {
-    resp r;
-    if (!http(port, "POST", path, NULL, body, &r)) return NULL;
-    cJSON *o = r.status == want ? cJSON_Parse(r.body) : NULL;
-    if (!o) printf("  POST %s: %d %s\n", path, r.status, r.body);
-    resp_free(&r);
-    return o;
-}
-
 /* The concatenated "text" (or "thinking") of a message's content blocks of that type
  * (malloc'd; "" when none). */
 static char *blocks_text(const cJSON *msg, const char *type) {

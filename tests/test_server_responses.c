@@ -74,36 +74,6 @@ static const char *jstr(cJSON *o, const char *path) {
     return v ? v : "";
 }
 
-static void jprint(const char *what, cJSON *o) {
-    char *t = cJSON_PrintUnformatted(o);
-    printf("  %s: %s\n", what, t ? t : "(null)");
-    free(t);
-}
-
-/* POST a JSON body, parsed; NULL (and the answer printed) unless the status is want. */
-static cJSON *post_json(int port, const char *path, const char *body, int want) {
-    resp r;
-    if (!http(port, "POST", path, NULL, body, &r)) return NULL;
-    cJSON *o = r.status == want ? cJSON_Parse(r.body) : NULL;
-    if (!o) printf("  POST %s: %d %s\n", path, r.status, r.body);
-    resp_free(&r);
-    return o;
-}
-
-/* Token count of text with the chat prompt's tokenization (add_special), via /tokenize. */
-static int count_tokens(int port, const char *text) {
-    cJSON *b = cJSON_CreateObject();
-    cJSON_AddStringToObject(b, "content", text);
-    cJSON_AddBoolToObject(b, "add_special", true);
-    char *body = cJSON_PrintUnformatted(b);
-    cJSON_Delete(b);
-    cJSON *o = post_json(port, "/tokenize", body, 200);
-    free(body);
-    int n = o ? cJSON_GetArraySize(cJSON_GetObjectItem(o, "tokens")) : -1;
-    cJSON_Delete(o);
-    return n;
-}
-
 /* The output item of type `type` (first one), or NULL. */
 static cJSON *item_of(cJSON *resp_obj, const char *type) {
     cJSON *it;
@@ -280,7 +250,7 @@ TEST(instructions_are_the_system_message) {
     cJSON *bare = post_json(port, "/v1/responses", "{\"input\":\"Hi\",\"max_output_tokens\":1}", 200);
     cJSON *at = post_json(port, "/apply-template", chat_body, 200);
     CHECK(chat && rs && bare && at);
-    int want_in = count_tokens(port, jstr(at, "prompt"));
+    int want_in = tokenize_count(port, jstr(at, "prompt"));
     const bool same = !strcmp(jstr(chat, "choices/0/message/content"), resp_text(rs));
     const long in = (long)jnum(rs, "usage/input_tokens"), c_in = (long)jnum(chat, "usage/prompt_tokens");
     const long in_bare = (long)jnum(bare, "usage/input_tokens");
@@ -400,7 +370,7 @@ TEST(function_call_items_render_as_tool_calls) {
     CHECK(chat && rs && none && at);
     const char *prompt = jstr(at, "prompt");
     const bool rendered = strstr(prompt, "<tool_call>") && strstr(prompt, "<tool_response>") && strstr(prompt, "<tools>");
-    const int want = count_tokens(port, prompt);
+    const int want = tokenize_count(port, prompt);
     const long in = (long)jnum(rs, "usage/input_tokens"), c_in = (long)jnum(chat, "usage/prompt_tokens");
     const long in_none = (long)jnum(none, "usage/input_tokens");
     const bool same = !strcmp(jstr(chat, "choices/0/message/content"), resp_text(rs));

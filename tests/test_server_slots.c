@@ -50,7 +50,7 @@ static int plain_port(void) {
 
 /* ---- helpers ---------------------------------------------------------------------------- */
 
-static cJSON *post_json(int port, const char *path, const char *body, int *status) {
+static cJSON *post_status(int port, const char *path, const char *body, int *status) {
     resp r;
     if (!http(port, "POST", path, NULL, body, &r)) return *status = -1, NULL;
     *status = r.status;
@@ -69,7 +69,7 @@ static char *complete(int port, const char *prompt_json, int n_predict, int *slo
     char body[8192];
     snprintf(body, sizeof body, "{\"prompt\": %s, \"n_predict\": %d, \"temperature\": 0}", prompt_json, n_predict);
     int st = 0;
-    cJSON *o = post_json(port, "/completion", body, &st);
+    cJSON *o = post_status(port, "/completion", body, &st);
     char *c = NULL;
     if (st == 200 && cJSON_IsString(cJSON_GetObjectItem(o, "content"))) {
         c = strdup(cJSON_GetObjectItem(o, "content")->valuestring);
@@ -87,7 +87,7 @@ static cJSON *slot_act(int port, int id, const char *act, const char *name, int 
     char path[128], body[512];
     snprintf(path, sizeof path, "/slots/%d?action=%s", id, act);
     snprintf(body, sizeof body, "{\"filename\": \"%s\"}", name ? name : "");
-    return post_json(port, path, name ? body : "{}", status);
+    return post_status(port, path, name ? body : "{}", status);
 }
 
 /* An error answer of status code whose message contains needle. */
@@ -361,7 +361,7 @@ static bool tok_add(int port, const char *text, int *ids, int *n) {
     char *body = cJSON_PrintUnformatted(req);
     cJSON_Delete(req);
     int st = 0;
-    cJSON *o = post_json(port, "/tokenize", body, &st);
+    cJSON *o = post_status(port, "/tokenize", body, &st);
     free(body);
     const cJSON *t, *arr = cJSON_GetObjectItem(o, "tokens");
     cJSON_ArrayForEach(t, arr) ids[(*n)++] = t->valueint;
@@ -384,7 +384,7 @@ static void infill_case(int port, bool spm) {
     int with_bos[8], nb = 0, without[8], nw = 0;   /* does the tokenizer add a BOS? */
     cJSON *o;
     int st = 0;
-    o = post_json(port, "/tokenize", "{\"content\": \"a\", \"add_special\": true}", &st);
+    o = post_status(port, "/tokenize", "{\"content\": \"a\", \"add_special\": true}", &st);
     const cJSON *t;
     cJSON_ArrayForEach(t, cJSON_GetObjectItem(o, "tokens")) if (nb < 8) with_bos[nb++] = t->valueint;
     cJSON_Delete(o);
@@ -414,7 +414,7 @@ static void infill_case(int port, bool spm) {
     cJSON_AddNumberToObject(req, "temperature", 0);
     char *body = cJSON_PrintUnformatted(req);
     cJSON_Delete(req);
-    o = post_json(port, "/infill", body, &st);
+    o = post_status(port, "/infill", body, &st);
     free(body);
     CHECK_EQ_INT(st, 200);
     CHECK_EQ_INT((int)num(o, "tokens_evaluated"), n);

@@ -407,15 +407,6 @@ static char *read_file(const char *path, size_t *len) {
 }
 
 /* The chat rendering of [system,] user: malloc'd, NUL-terminated; NULL after printing an error. */
-/* The token's text with specials (the template's bos_token / eos_token); malloc'd. */
-static char *special_text(const spex_tokenizer *tok, int32_t id) {
-    spex_str p = {0};
-    if (id >= 0 && spex_token_to_piece(tok, id, true, &p, NULL) != SPEX_OK) p.len = 0;
-    char *t = malloc(p.len + 1);
-    if (t) memcpy(t, p.ptr ? p.ptr : "", p.len), t[p.len] = 0;
-    return t;
-}
-
 /* --jinja / --chat-template-file: the prompt rendered by that Jinja template, as llama-cli
  * renders it; NULL after an error line, or with *fallback set when the model has no template
  * of its own (the built-in one renders, as without --jinja). */
@@ -433,7 +424,8 @@ static char *render_jinja(const run_opts *o, const spex_model *m, const spex_tok
         fprintf(stderr, "error: %s%s\n", o->chat_template_file ? "--chat-template-file " : "", err.msg);
         return NULL;
     }
-    char *bos = special_text(tok, spex_token_bos(tok)), *eos = special_text(tok, spex_token_eos(tok)), *out = NULL;
+    char *bos = spex_token_text_dup(tok, spex_token_bos(tok)), *eos = spex_token_text_dup(tok, spex_token_eos(tok));
+    char *out = NULL;
     spex_jinja_chat opts = {.add_generation_prompt = true, .enable_thinking = !o->no_think, .bos_token = bos,
                             .eos_token = eos, .extra_json = o->chat_template_kwargs};
     if (!bos || !eos) fprintf(stderr, "error: out of memory\n");

@@ -32,14 +32,6 @@
 /* llama-server's max_tokens when the body has none (Anthropic itself requires the field). */
 #define SRV_ANTHROPIC_DEFAULT_MAX_TOKENS 4096
 
-static int fail(char *msg, size_t cap, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 static bool present(const cJSON *v) { return v && !cJSON_IsNull(v); }
 
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
@@ -48,19 +40,19 @@ static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectI
  * (concatenated, as llama-server joins system and tool_result blocks). what: the field's name
  * for messages. Returns 0 or 400 / 500. */
 static int text_of(const cJSON *v, const char *what, srv_strbuf *buf, char *msg, size_t cap) {
-    if (cJSON_IsString(v)) return srv_strbuf_add(buf, v->valuestring, strlen(v->valuestring)) ? 0 : fail(msg, cap, 500, "out of memory");
-    if (!cJSON_IsArray(v)) return fail(msg, cap, 400, "'%s' must be a string or an array of text blocks", what);
+    if (cJSON_IsString(v)) return srv_strbuf_add(buf, v->valuestring, strlen(v->valuestring)) ? 0 : srv_fail(msg, cap, 500, "out of memory");
+    if (!cJSON_IsArray(v)) return srv_fail(msg, cap, 400, "'%s' must be a string or an array of text blocks", what);
     const cJSON *b;
     cJSON_ArrayForEach(b, v) {
         const cJSON *ty = get(b, "type"), *tx = get(b, "text");
         if (!cJSON_IsObject(b) || !cJSON_IsString(ty))
-            return fail(msg, cap, 400, "'%s' blocks must be objects with a string 'type'", what);
+            return srv_fail(msg, cap, 400, "'%s' blocks must be objects with a string 'type'", what);
         if (!strcmp(ty->valuestring, "image") || !strcmp(ty->valuestring, "document"))
-            return fail(msg, cap, 400, "multimodal input is not supported (%s block type '%s')", what, ty->valuestring);
+            return srv_fail(msg, cap, 400, "multimodal input is not supported (%s block type '%s')", what, ty->valuestring);
         if (strcmp(ty->valuestring, "text"))
-            return fail(msg, cap, 400, "'%s' blocks must be text blocks (got '%.40s')", what, ty->valuestring);
-        if (!cJSON_IsString(tx)) return fail(msg, cap, 400, "a text block in '%s' needs a string 'text'", what);
-        if (!srv_strbuf_add(buf, tx->valuestring, strlen(tx->valuestring))) return fail(msg, cap, 500, "out of memory");
+            return srv_fail(msg, cap, 400, "'%s' blocks must be text blocks (got '%.40s')", what, ty->valuestring);
+        if (!cJSON_IsString(tx)) return srv_fail(msg, cap, 400, "a text block in '%s' needs a string 'text'", what);
+        if (!srv_strbuf_add(buf, tx->valuestring, strlen(tx->valuestring))) return srv_fail(msg, cap, 500, "out of memory");
     }
     return 0;
 }
@@ -80,9 +72,9 @@ typedef struct msg_parts {
 /* A tool_result block into a tool message appended to out (before the message's own text). */
 static int tool_result(const cJSON *b, int i, cJSON *out, char *msg, size_t cap) {
     const cJSON *id = get(b, "tool_use_id"), *c = get(b, "content"), *ie = get(b, "is_error");
-    if (!cJSON_IsString(id)) return fail(msg, cap, 400, "messages[%d]: a tool_result block needs a string 'tool_use_id'", i);
+    if (!cJSON_IsString(id)) return srv_fail(msg, cap, 400, "messages[%d]: a tool_result block needs a string 'tool_use_id'", i);
     if (present(ie) && !cJSON_IsBool(ie))
-        return fail(msg, cap, 400, "messages[%d]: a tool_result's 'is_error' must be a boolean", i);
+        return srv_fail(msg, cap, 400, "messages[%d]: a tool_result's 'is_error' must be a boolean", i);
     srv_strbuf txt = {0};
     int rc = present(c) ? text_of(c, "tool_result.content", &txt, msg, cap) : 0;
     if (!rc) {
@@ -90,7 +82,7 @@ static int tool_result(const cJSON *b, int i, cJSON *out, char *msg, size_t cap)
         cJSON_AddItemToArray(out, tm);
         cJSON_AddStringToObject(tm, "role", "tool");
         cJSON_AddStringToObject(tm, "tool_call_id", id->valuestring);
-        if (!add_buf(tm, "content", &txt)) rc = fail(msg, cap, 500, "out of memory");
+        if (!add_buf(tm, "content", &txt)) rc = srv_fail(msg, cap, 500, "out of memory");
     }
     srv_strbuf_free(&txt);
     return rc;
@@ -101,7 +93,7 @@ static int tool_use(const cJSON *b, int i, msg_parts *mp, char *msg, size_t cap)
     const cJSON *id = get(b, "id"), *nm = get(b, "name"), *in = get(b, "input");
     if (!cJSON_IsString(nm) || !nm->valuestring[0] || (present(id) && !cJSON_IsString(id)) ||
         (present(in) && !cJSON_IsObject(in)))
-        return fail(msg, cap, 400,
+        return srv_fail(msg, cap, 400,
                     "messages[%d]: a tool_use block needs a string 'id', a non-empty 'name' and an object 'input'", i);
     char *args = present(in) ? cJSON_PrintUnformatted(in) : NULL;
     cJSON *c = cJSON_CreateObject(), *f = cJSON_CreateObject();
@@ -119,11 +111,11 @@ static int tool_use(const cJSON *b, int i, msg_parts *mp, char *msg, size_t cap)
 static int convert_block(const cJSON *b, int i, bool assistant, msg_parts *mp, cJSON *out, char *msg, size_t cap) {
     const cJSON *ty = get(b, "type");
     if (!cJSON_IsObject(b) || !cJSON_IsString(ty))
-        return fail(msg, cap, 400, "messages[%d]: content blocks must be objects with a string 'type'", i);
+        return srv_fail(msg, cap, 400, "messages[%d]: content blocks must be objects with a string 'type'", i);
     const char *t = ty->valuestring;
     if (!strcmp(t, "text")) {
         const cJSON *tx = get(b, "text");
-        if (!cJSON_IsString(tx)) return fail(msg, cap, 400, "messages[%d]: a text block needs a string 'text'", i);
+        if (!cJSON_IsString(tx)) return srv_fail(msg, cap, 400, "messages[%d]: a text block needs a string 'text'", i);
         cJSON *p = cJSON_CreateObject();
         cJSON_AddItemToArray(mp->parts, p);
         cJSON_AddStringToObject(p, "type", "text");
@@ -132,42 +124,42 @@ static int convert_block(const cJSON *b, int i, bool assistant, msg_parts *mp, c
     }
     if (!strcmp(t, "thinking")) {
         const cJSON *th = get(b, "thinking");
-        if (!cJSON_IsString(th)) return fail(msg, cap, 400, "messages[%d]: a thinking block needs a string 'thinking'", i);
+        if (!cJSON_IsString(th)) return srv_fail(msg, cap, 400, "messages[%d]: a thinking block needs a string 'thinking'", i);
         mp->has_thinking = true;
-        return srv_strbuf_add(&mp->thinking, th->valuestring, strlen(th->valuestring)) ? 0 : fail(msg, cap, 500, "out of memory");
+        return srv_strbuf_add(&mp->thinking, th->valuestring, strlen(th->valuestring)) ? 0 : srv_fail(msg, cap, 500, "out of memory");
     }
     if (!strcmp(t, "redacted_thinking")) return 0;   /* encrypted by Anthropic's service: unreadable here */
     if (!strcmp(t, "tool_use")) {
-        if (!assistant) return fail(msg, cap, 400, "messages[%d]: only assistant messages may hold tool_use blocks", i);
+        if (!assistant) return srv_fail(msg, cap, 400, "messages[%d]: only assistant messages may hold tool_use blocks", i);
         return tool_use(b, i, mp, msg, cap);
     }
     if (!strcmp(t, "tool_result")) {
-        if (assistant) return fail(msg, cap, 400, "messages[%d]: only user messages may hold tool_result blocks", i);
+        if (assistant) return srv_fail(msg, cap, 400, "messages[%d]: only user messages may hold tool_result blocks", i);
         return tool_result(b, i, out, msg, cap);
     }
     if (!strcmp(t, "image") || !strcmp(t, "document"))
-        return fail(msg, cap, 400, "multimodal input is not supported (content block type '%s')", t);
-    return fail(msg, cap, 400, "messages[%d]: content block type '%.40s' is not supported", i, t);
+        return srv_fail(msg, cap, 400, "multimodal input is not supported (content block type '%s')", t);
+    return srv_fail(msg, cap, 400, "messages[%d]: content block type '%.40s' is not supported", i, t);
 }
 
 /* One Anthropic message into chat messages appended to out (tool results first, then the
  * message's own text / reasoning / tool calls). Returns 0 or an HTTP status with msg. */
 static int convert_message(const cJSON *m, int i, cJSON *out, char *msg, size_t cap) {
-    if (!cJSON_IsObject(m)) return fail(msg, cap, 400, "messages[%d] must be an object", i);
+    if (!cJSON_IsObject(m)) return srv_fail(msg, cap, 400, "messages[%d] must be an object", i);
     const cJSON *role = get(m, "role"), *content = get(m, "content");
     if (!cJSON_IsString(role) || (strcmp(role->valuestring, "user") && strcmp(role->valuestring, "assistant")))
-        return fail(msg, cap, 400, "messages[%d].role must be \"user\" or \"assistant\"", i);
-    if (!present(content)) return fail(msg, cap, 400, "messages[%d] needs 'content'", i);
+        return srv_fail(msg, cap, 400, "messages[%d].role must be \"user\" or \"assistant\"", i);
+    if (!present(content)) return srv_fail(msg, cap, 400, "messages[%d] needs 'content'", i);
     if (cJSON_IsString(content)) {
         cJSON *c = cJSON_CreateObject();
         cJSON_AddItemToArray(out, c);
         cJSON_AddStringToObject(c, "role", role->valuestring);
-        return cJSON_AddStringToObject(c, "content", content->valuestring) ? 0 : fail(msg, cap, 500, "out of memory");
+        return cJSON_AddStringToObject(c, "content", content->valuestring) ? 0 : srv_fail(msg, cap, 500, "out of memory");
     }
     if (!cJSON_IsArray(content))
-        return fail(msg, cap, 400, "messages[%d].content must be a string or an array of content blocks", i);
+        return srv_fail(msg, cap, 400, "messages[%d].content must be a string or an array of content blocks", i);
     msg_parts mp = {.parts = cJSON_CreateArray(), .calls = cJSON_CreateArray()};
-    int rc = mp.parts && mp.calls ? 0 : fail(msg, cap, 500, "out of memory");
+    int rc = mp.parts && mp.calls ? 0 : srv_fail(msg, cap, 500, "out of memory");
     const cJSON *b;
     cJSON_ArrayForEach(b, content) if (!rc) rc = convert_block(b, i, role->valuestring[0] == 'a', &mp, out, msg, cap);
     if (!rc && (cJSON_GetArraySize(mp.parts) > 0 || cJSON_GetArraySize(mp.calls) > 0 || mp.has_thinking)) {
@@ -177,7 +169,7 @@ static int convert_message(const cJSON *m, int i, cJSON *out, char *msg, size_t 
         if (cJSON_GetArraySize(mp.parts) > 0) cJSON_AddItemToObject(c, "content", mp.parts), mp.parts = NULL;
         else cJSON_AddStringToObject(c, "content", "");
         if (cJSON_GetArraySize(mp.calls) > 0) cJSON_AddItemToObject(c, "tool_calls", mp.calls), mp.calls = NULL;
-        if (mp.has_thinking && !add_buf(c, "reasoning_content", &mp.thinking)) rc = fail(msg, cap, 500, "out of memory");
+        if (mp.has_thinking && !add_buf(c, "reasoning_content", &mp.thinking)) rc = srv_fail(msg, cap, 500, "out of memory");
     }
     cJSON_Delete(mp.parts);
     cJSON_Delete(mp.calls);
@@ -189,20 +181,20 @@ static int convert_message(const cJSON *m, int i, cJSON *out, char *msg, size_t 
  * the description "" when absent, the parameters {} when there is no input_schema). */
 static int convert_tools(const cJSON *ts, cJSON *oai, char *msg, size_t cap) {
     if (!present(ts)) return 0;
-    if (!cJSON_IsArray(ts)) return fail(msg, cap, 400, "'tools' must be an array");
+    if (!cJSON_IsArray(ts)) return srv_fail(msg, cap, 400, "'tools' must be an array");
     cJSON *arr = cJSON_AddArrayToObject(oai, "tools");
     const cJSON *t;
     int i = 0;
     cJSON_ArrayForEach(t, ts) {
         const cJSON *nm = get(t, "name"), *ds = get(t, "description"), *sc = get(t, "input_schema"), *ty = get(t, "type");
-        if (!cJSON_IsObject(t)) return fail(msg, cap, 400, "tools[%d] must be an object", i);
+        if (!cJSON_IsObject(t)) return srv_fail(msg, cap, 400, "tools[%d] must be an object", i);
         if (present(ty) && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "custom")))
-            return fail(msg, cap, 400, "tools[%d]: only custom tools are supported (type '%.40s')", i,
+            return srv_fail(msg, cap, 400, "tools[%d]: only custom tools are supported (type '%.40s')", i,
                         cJSON_IsString(ty) ? ty->valuestring : "?");
         if (!cJSON_IsString(nm) || !nm->valuestring[0])
-            return fail(msg, cap, 400, "tools[%d] needs a non-empty string 'name'", i);
-        if (present(ds) && !cJSON_IsString(ds)) return fail(msg, cap, 400, "tools[%d].description must be a string", i);
-        if (present(sc) && !cJSON_IsObject(sc)) return fail(msg, cap, 400, "tools[%d].input_schema must be an object", i);
+            return srv_fail(msg, cap, 400, "tools[%d] needs a non-empty string 'name'", i);
+        if (present(ds) && !cJSON_IsString(ds)) return srv_fail(msg, cap, 400, "tools[%d].description must be a string", i);
+        if (present(sc) && !cJSON_IsObject(sc)) return srv_fail(msg, cap, 400, "tools[%d].input_schema must be an object", i);
         cJSON *o = cJSON_CreateObject(), *f = cJSON_CreateObject();
         cJSON_AddItemToArray(arr, o);
         cJSON_AddStringToObject(o, "type", "function");
@@ -220,7 +212,7 @@ static int convert_tool_choice(const cJSON *tc, cJSON *oai, char *msg, size_t ca
     if (!present(tc)) return 0;
     const cJSON *ty = get(tc, "type"), *nm = get(tc, "name"), *dp = get(tc, "disable_parallel_tool_use");
     static const char err[] = "'tool_choice' must be an object with type auto, any, tool (with a 'name') or none";
-    if (!cJSON_IsObject(tc) || !cJSON_IsString(ty)) return fail(msg, cap, 400, err);
+    if (!cJSON_IsObject(tc) || !cJSON_IsString(ty)) return srv_fail(msg, cap, 400, err);
     const char *t = ty->valuestring;
     if (!strcmp(t, "auto") || !strcmp(t, "none")) cJSON_AddStringToObject(oai, "tool_choice", t);
     else if (!strcmp(t, "any")) cJSON_AddStringToObject(oai, "tool_choice", "required");
@@ -229,9 +221,9 @@ static int convert_tool_choice(const cJSON *tc, cJSON *oai, char *msg, size_t ca
         cJSON_AddStringToObject(o, "type", "function");
         cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "function"), "name", nm->valuestring);
     } else
-        return fail(msg, cap, 400, err);
+        return srv_fail(msg, cap, 400, err);
     if (present(dp) && !cJSON_IsBool(dp))
-        return fail(msg, cap, 400, "'tool_choice.disable_parallel_tool_use' must be a boolean");
+        return srv_fail(msg, cap, 400, "'tool_choice.disable_parallel_tool_use' must be a boolean");
     if (cJSON_IsTrue(dp)) cJSON_AddFalseToObject(oai, "parallel_tool_calls");
     return 0;
 }
@@ -247,14 +239,14 @@ static int convert(const cJSON *o, bool count_tokens, cJSON *oai, char *msg, siz
         if (m) {
             cJSON_AddItemToArray(msgs, m);
             cJSON_AddStringToObject(m, "role", "system");
-            if (!add_buf(m, "content", &s)) rc = fail(msg, cap, 500, "out of memory");
+            if (!add_buf(m, "content", &s)) rc = srv_fail(msg, cap, 500, "out of memory");
         }
         srv_strbuf_free(&s);
         if (rc) return rc;
     }
     const cJSON *ms = get(o, "messages");
-    if (!present(ms)) return fail(msg, cap, 400, "'messages' is required");
-    if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) == 0) return fail(msg, cap, 400, "'messages' must be a non-empty array");
+    if (!present(ms)) return srv_fail(msg, cap, 400, "'messages' is required");
+    if (!cJSON_IsArray(ms) || cJSON_GetArraySize(ms) == 0) return srv_fail(msg, cap, 400, "'messages' must be a non-empty array");
     const cJSON *m;
     int i = 0, rc;
     cJSON_ArrayForEach(m, ms) if ((rc = convert_message(m, i++, msgs, msg, cap))) return rc;
@@ -265,12 +257,12 @@ static int convert(const cJSON *o, bool count_tokens, cJSON *oai, char *msg, siz
     if (!count_tokens) {
         if (present(mt) && (!cJSON_IsNumber(mt) || !isfinite(mt->valuedouble) || mt->valuedouble != floor(mt->valuedouble) ||
                             mt->valuedouble < 1 || mt->valuedouble > 1e9))
-            return fail(msg, cap, 400, "'max_tokens' must be an integer >= 1");
+            return srv_fail(msg, cap, 400, "'max_tokens' must be an integer >= 1");
         cJSON_AddNumberToObject(oai, "max_tokens", present(mt) ? mt->valuedouble : SRV_ANTHROPIC_DEFAULT_MAX_TOKENS);
     }
     const cJSON *ss = get(o, "stop_sequences");
     if (present(ss)) {
-        if (!cJSON_IsArray(ss)) return fail(msg, cap, 400, "'stop_sequences' must be an array of strings");
+        if (!cJSON_IsArray(ss)) return srv_fail(msg, cap, 400, "'stop_sequences' must be an array of strings");
         cJSON_AddItemToObject(oai, "stop", cJSON_Duplicate(ss, true));   /* api.c checks the strings */
     }
     /* copied as they are (api.c checks their types): Anthropic's sampling fields and stream,
@@ -288,7 +280,7 @@ static int convert(const cJSON *o, bool count_tokens, cJSON *oai, char *msg, siz
         const cJSON *ty = get(th, "type");
         if (!cJSON_IsObject(th) || !cJSON_IsString(ty) ||
             (strcmp(ty->valuestring, "enabled") && strcmp(ty->valuestring, "disabled")))
-            return fail(msg, cap, 400, "'thinking' must be an object with type \"enabled\" or \"disabled\"");
+            return srv_fail(msg, cap, 400, "'thinking' must be an object with type \"enabled\" or \"disabled\"");
         cJSON *kw = cJSON_GetObjectItemCaseSensitive(oai, "chat_template_kwargs");
         if (!cJSON_IsObject(kw)) {
             cJSON_DeleteItemFromObjectCaseSensitive(oai, "chat_template_kwargs");
@@ -301,16 +293,16 @@ static int convert(const cJSON *o, bool count_tokens, cJSON *oai, char *msg, siz
 }
 
 int srv_anthropic_parse(srv_request *r, const char *body, size_t len, bool count_tokens, char *msg, size_t cap) {
-    if (!srv_utf8_valid(body, len)) return fail(msg, cap, 400, "the request body is not valid UTF-8");
+    if (!srv_utf8_valid(body, len)) return srv_fail(msg, cap, 400, "the request body is not valid UTF-8");
     cJSON *o = cJSON_ParseWithLength(body, len);
-    if (!o) return fail(msg, cap, 400, "malformed JSON in the request body");
+    if (!o) return srv_fail(msg, cap, 400, "malformed JSON in the request body");
     int rc;
     cJSON *oai = cJSON_CreateObject();
-    if (!cJSON_IsObject(o)) rc = fail(msg, cap, 400, "the request body must be a JSON object");
-    else if (!oai) rc = fail(msg, cap, 500, "out of memory");
+    if (!cJSON_IsObject(o)) rc = srv_fail(msg, cap, 400, "the request body must be a JSON object");
+    else if (!oai) rc = srv_fail(msg, cap, 500, "out of memory");
     else rc = convert(o, count_tokens, oai, msg, cap);
     char *text = rc ? NULL : cJSON_PrintUnformatted(oai);
-    if (!rc && !text) rc = fail(msg, cap, 500, "out of memory");
+    if (!rc && !text) rc = srv_fail(msg, cap, 500, "out of memory");
     cJSON_Delete(o);
     cJSON_Delete(oai);
     if (!rc) {

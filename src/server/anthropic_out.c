@@ -32,17 +32,6 @@ void srv_anthropic_stream_init(srv_anth_stream *s) {
 
 void srv_anthropic_stream_free(srv_anth_stream *s) { srv_toolparse_free(&s->tp); }
 
-/* JSON string from bytes (cJSON needs NUL-terminated text). */
-static cJSON *str_n(const char *s, size_t n) {
-    char *tmp = malloc(n + 1);
-    if (!tmp) return cJSON_CreateString("");
-    memcpy(tmp, s, n);
-    tmp[n] = 0;
-    cJSON *j = cJSON_CreateString(tmp);
-    free(tmp);
-    return j;
-}
-
 static const char *stop_reason(const srv_task *t, int n_calls, const char **seq) {
     *seq = NULL;
     if (t->finish && !strcmp(t->finish, "length")) return "max_tokens";
@@ -91,7 +80,7 @@ cJSON *srv_anthropic_message(const srv_anth_ctx *x, const srv_task *t) {
         cJSON *b = cJSON_CreateObject();
         cJSON_AddItemToArray(content, b);
         cJSON_AddStringToObject(b, "type", "thinking");
-        cJSON_AddItemToObject(b, "thinking", str_n(t->text + r0, r1 - r0));
+        cJSON_AddItemToObject(b, "thinking", srv_json_str_n(t->text + r0, r1 - r0));
         cJSON_AddStringToObject(b, "signature", "");
     }
     srv_toolparse tp;
@@ -109,7 +98,7 @@ cJSON *srv_anthropic_message(const srv_anth_ctx *x, const srv_task *t) {
         cJSON *b = cJSON_CreateObject();
         cJSON_AddItemToArray(content, b);
         cJSON_AddStringToObject(b, "type", "text");
-        cJSON_AddItemToObject(b, "text", str_n(body.p, body.len));
+        cJSON_AddItemToObject(b, "text", srv_json_str_n(body.p, body.len));
     }
     for (int k = 0; k < tp.n_calls; k++) {
         char id[96];
@@ -192,7 +181,7 @@ static void block_delta(srv_anth_stream *s, int kind, const char *text, size_t n
     cJSON_AddNumberToObject(o, "index", s->n_blocks - 1);
     cJSON_AddItemToObject(o, "delta", d);
     cJSON_AddStringToObject(d, "type", kind == BLOCK_THINKING ? "thinking_delta" : "text_delta");
-    cJSON_AddItemToObject(d, name, str_n(text, n));
+    cJSON_AddItemToObject(d, name, srv_json_str_n(text, n));
     emit(out, o);
 }
 

@@ -55,7 +55,7 @@ void srv_request_free(srv_request *r) {
     memset(r, 0, sizeof *r);
 }
 
-static int bad(char *msg, size_t cap, int code, const char *fmt, ...) {
+int srv_fail(char *msg, size_t cap, int code, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, cap, fmt, ap);
@@ -84,7 +84,7 @@ static int opt_num(const cJSON *o, const char *key, double *out, char *msg, size
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
-        bad(msg, cap, 400, "'%s' must be a number", key);
+        srv_fail(msg, cap, 400, "'%s' must be a number", key);
         return -1;
     }
     *out = v->valuedouble;
@@ -95,7 +95,7 @@ static int opt_int(const cJSON *o, const char *key, double lo, double hi, long l
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!get_int(v, lo, hi, out)) {
-        bad(msg, cap, 400, "'%s' must be an integer in [%.0f, %.0f]", key, lo, hi);
+        srv_fail(msg, cap, 400, "'%s' must be an integer in [%.0f, %.0f]", key, lo, hi);
         return -1;
     }
     return 1;
@@ -111,7 +111,7 @@ static int parse_spec_fields(const cJSON *o, srv_request *r, char *msg, size_t c
     if (k > 0) r->spec_n_min = ll > SPEX_DRAFT_MAX_N ? SPEX_DRAFT_MAX_N : (int32_t)ll;
     double p;
     if ((k = opt_num(o, "speculative.p_min", &p, msg, cap)) < 0) return 400;
-    if (k > 0 && !(p >= 0 && p <= 1)) return bad(msg, cap, 400, "'speculative.p_min' must be in [0, 1]");
+    if (k > 0 && !(p >= 0 && p <= 1)) return srv_fail(msg, cap, 400, "'speculative.p_min' must be in [0, 1]");
     if (k > 0) r->spec_p_min = (float)p;
     return 0;
 }
@@ -120,7 +120,7 @@ static int opt_bool(const cJSON *o, const char *key, bool *out, char *msg, size_
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
     if (!cJSON_IsBool(v)) {
-        bad(msg, cap, 400, "'%s' must be a boolean", key);
+        srv_fail(msg, cap, 400, "'%s' must be a boolean", key);
         return -1;
     }
     *out = cJSON_IsTrue(v);
@@ -132,28 +132,28 @@ static int opt_bool(const cJSON *o, const char *key, bool *out, char *msg, size_
 static int read_content(const cJSON *c, char **out, char *msg, size_t cap) {
     if (!c || cJSON_IsNull(c)) {
         *out = dup_str("");
-        return *out ? 0 : bad(msg, cap, 500, "out of memory");
+        return *out ? 0 : srv_fail(msg, cap, 500, "out of memory");
     }
     if (cJSON_IsString(c)) {
         *out = dup_str(c->valuestring);
-        return *out ? 0 : bad(msg, cap, 500, "out of memory");
+        return *out ? 0 : srv_fail(msg, cap, 500, "out of memory");
     }
-    if (!cJSON_IsArray(c)) return bad(msg, cap, 400, "message 'content' must be a string or an array of parts");
+    if (!cJSON_IsArray(c)) return srv_fail(msg, cap, 400, "message 'content' must be a string or an array of parts");
     size_t total = 0;
     const cJSON *p;
     cJSON_ArrayForEach(p, c) {
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(p, "type");
         if (!cJSON_IsObject(p) || !cJSON_IsString(ty))
-            return bad(msg, cap, 400, "content parts must be objects with a string 'type'");
+            return srv_fail(msg, cap, 400, "content parts must be objects with a string 'type'");
         if (strcmp(ty->valuestring, "text") != 0)
-            return bad(msg, cap, 400, "multimodal input is not supported (content part type '%.40s')",
+            return srv_fail(msg, cap, 400, "multimodal input is not supported (content part type '%.40s')",
                        ty->valuestring);
         const cJSON *tx = cJSON_GetObjectItemCaseSensitive(p, "text");
-        if (!cJSON_IsString(tx)) return bad(msg, cap, 400, "a text part needs a string 'text'");
+        if (!cJSON_IsString(tx)) return srv_fail(msg, cap, 400, "a text part needs a string 'text'");
         total += strlen(tx->valuestring) + 1;
     }
     char *s = malloc(total + 1);
-    if (!s) return bad(msg, cap, 500, "out of memory");
+    if (!s) return srv_fail(msg, cap, 500, "out of memory");
     size_t n = 0;
     cJSON_ArrayForEach(p, c) {
         const char *tx = cJSON_GetObjectItemCaseSensitive(p, "text")->valuestring;
@@ -171,35 +171,35 @@ static int read_content(const cJSON *c, char **out, char *msg, size_t cap) {
  * arguments is the OpenAI string (an object is accepted and printed compactly). */
 static int read_tool_calls(srv_msg *o, const cJSON *tc, char *msg, size_t cap) {
     if (!tc || cJSON_IsNull(tc)) return 0;
-    if (!cJSON_IsArray(tc)) return bad(msg, cap, 400, "'tool_calls' must be an array");
+    if (!cJSON_IsArray(tc)) return srv_fail(msg, cap, 400, "'tool_calls' must be an array");
     int n = cJSON_GetArraySize(tc);
     if (n == 0) return 0;
-    if (o->role != SPEX_CHAT_ASSISTANT) return bad(msg, cap, 400, "only assistant messages may have 'tool_calls'");
+    if (o->role != SPEX_CHAT_ASSISTANT) return srv_fail(msg, cap, 400, "only assistant messages may have 'tool_calls'");
     o->tool_calls = calloc((size_t)n, sizeof *o->tool_calls);
-    if (!o->tool_calls) return bad(msg, cap, 500, "out of memory");
+    if (!o->tool_calls) return srv_fail(msg, cap, 500, "out of memory");
     const cJSON *c;
     cJSON_ArrayForEach(c, tc) {
-        if (!cJSON_IsObject(c)) return bad(msg, cap, 400, "each tool call must be an object");
+        if (!cJSON_IsObject(c)) return srv_fail(msg, cap, 400, "each tool call must be an object");
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(c, "id");
         const cJSON *ty = cJSON_GetObjectItemCaseSensitive(c, "type");
         const cJSON *fn = cJSON_GetObjectItemCaseSensitive(c, "function");
-        if (id && !cJSON_IsNull(id) && !cJSON_IsString(id)) return bad(msg, cap, 400, "tool call 'id' must be a string");
+        if (id && !cJSON_IsNull(id) && !cJSON_IsString(id)) return srv_fail(msg, cap, 400, "tool call 'id' must be a string");
         if (ty && !cJSON_IsNull(ty) && (!cJSON_IsString(ty) || strcmp(ty->valuestring, "function")))
-            return bad(msg, cap, 400, "tool call 'type' must be \"function\"");
-        if (!cJSON_IsObject(fn)) return bad(msg, cap, 400, "a tool call needs a 'function' object");
+            return srv_fail(msg, cap, 400, "tool call 'type' must be \"function\"");
+        if (!cJSON_IsObject(fn)) return srv_fail(msg, cap, 400, "a tool call needs a 'function' object");
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
         const cJSON *ar = cJSON_GetObjectItemCaseSensitive(fn, "arguments");
-        if (!cJSON_IsString(nm)) return bad(msg, cap, 400, "a tool call's function needs a string 'name'");
+        if (!cJSON_IsString(nm)) return srv_fail(msg, cap, 400, "a tool call's function needs a string 'name'");
         spex_chat_tool_call *d = &o->tool_calls[o->n_tool_calls];
         char *args;
         if (!ar || cJSON_IsNull(ar)) args = dup_str("{}");
         else if (cJSON_IsString(ar)) args = dup_str(ar->valuestring);
         else if (cJSON_IsObject(ar)) args = cJSON_PrintUnformatted(ar);
-        else return bad(msg, cap, 400, "a tool call's 'arguments' must be a string");
+        else return srv_fail(msg, cap, 400, "a tool call's 'arguments' must be a string");
         char *name = dup_str(nm->valuestring);
         o->n_tool_calls++;
         d->name = name, d->arguments = args;
-        if (!name || !args) return bad(msg, cap, 500, "out of memory");
+        if (!name || !args) return srv_fail(msg, cap, 500, "out of memory");
     }
     return 0;
 }
@@ -209,27 +209,27 @@ static int read_tool_calls(srv_msg *o, const cJSON *tc, char *msg, size_t cap) {
 static int read_tools(srv_request *r, const cJSON *o, char *msg, size_t cap) {
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(o, "tools");
     if (ts && !cJSON_IsNull(ts)) {
-        if (!cJSON_IsArray(ts)) return bad(msg, cap, 400, "'tools' must be an array");
+        if (!cJSON_IsArray(ts)) return srv_fail(msg, cap, 400, "'tools' must be an array");
         int n = cJSON_GetArraySize(ts);
         r->tools = calloc((size_t)(n > 0 ? n : 1), sizeof *r->tools);
-        if (!r->tools) return bad(msg, cap, 500, "out of memory");
+        if (!r->tools) return srv_fail(msg, cap, 500, "out of memory");
         const cJSON *t;
         cJSON_ArrayForEach(t, ts) {
             const cJSON *ty = cJSON_GetObjectItemCaseSensitive(t, "type");
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(t, "function");
             if (!cJSON_IsObject(t) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "function"))
-                return bad(msg, cap, 400, "each tool must be an object with \"type\": \"function\"");
-            if (!cJSON_IsObject(fn)) return bad(msg, cap, 400, "a tool needs a 'function' object");
+                return srv_fail(msg, cap, 400, "each tool must be an object with \"type\": \"function\"");
+            if (!cJSON_IsObject(fn)) return srv_fail(msg, cap, 400, "a tool needs a 'function' object");
             const cJSON *nm = cJSON_GetObjectItemCaseSensitive(fn, "name");
             const cJSON *ds = cJSON_GetObjectItemCaseSensitive(fn, "description");
             const cJSON *pa = cJSON_GetObjectItemCaseSensitive(fn, "parameters");
             if (!cJSON_IsString(nm) || !nm->valuestring[0])
-                return bad(msg, cap, 400, "a tool's function needs a non-empty string 'name'");
+                return srv_fail(msg, cap, 400, "a tool's function needs a non-empty string 'name'");
             if (ds && !cJSON_IsNull(ds) && !cJSON_IsString(ds))
-                return bad(msg, cap, 400, "a tool's 'description' must be a string");
+                return srv_fail(msg, cap, 400, "a tool's 'description' must be a string");
             if (pa && !cJSON_IsNull(pa) && !cJSON_IsObject(pa))
-                return bad(msg, cap, 400, "a tool's 'parameters' must be an object");
-            if (!(r->tools[r->n_tools] = cJSON_PrintUnformatted(t))) return bad(msg, cap, 500, "out of memory");
+                return srv_fail(msg, cap, 400, "a tool's 'parameters' must be an object");
+            if (!(r->tools[r->n_tools] = cJSON_PrintUnformatted(t))) return srv_fail(msg, cap, 500, "out of memory");
             r->n_tools++;
         }
     }
@@ -239,13 +239,13 @@ static int read_tools(srv_request *r, const cJSON *o, char *msg, size_t cap) {
             if (!strcmp(tc->valuestring, "auto")) r->tool_choice = SRV_TOOL_CHOICE_AUTO;
             else if (!strcmp(tc->valuestring, "none")) r->tool_choice = SRV_TOOL_CHOICE_NONE;
             else if (!strcmp(tc->valuestring, "required")) r->tool_choice = SRV_TOOL_CHOICE_REQUIRED;
-            else return bad(msg, cap, 400, "'tool_choice' must be auto, none, required or a function object");
+            else return srv_fail(msg, cap, 400, "'tool_choice' must be auto, none, required or a function object");
         } else {
             const cJSON *ty = cJSON_GetObjectItemCaseSensitive(tc, "type");
             const cJSON *fn = cJSON_GetObjectItemCaseSensitive(tc, "function");
             if (!cJSON_IsObject(tc) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "function") ||
                 !cJSON_IsObject(fn) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(fn, "name")))
-                return bad(msg, cap, 400, "'tool_choice' must be auto, none, required or a function object");
+                return srv_fail(msg, cap, 400, "'tool_choice' must be auto, none, required or a function object");
             r->tool_choice = SRV_TOOL_CHOICE_FUNCTION;
         }
     }
@@ -254,58 +254,58 @@ static int read_tools(srv_request *r, const cJSON *o, char *msg, size_t cap) {
 }
 
 static int read_messages(srv_request *r, const cJSON *ms, char *msg, size_t cap) {
-    if (!ms) return bad(msg, cap, 400, "'messages' is required");
-    if (!cJSON_IsArray(ms)) return bad(msg, cap, 400, "'messages' must be an array");
+    if (!ms) return srv_fail(msg, cap, 400, "'messages' is required");
+    if (!cJSON_IsArray(ms)) return srv_fail(msg, cap, 400, "'messages' must be an array");
     int n = cJSON_GetArraySize(ms);
-    if (n <= 0) return bad(msg, cap, 400, "'messages' must not be empty");
+    if (n <= 0) return srv_fail(msg, cap, 400, "'messages' must not be empty");
     r->msgs = calloc((size_t)n, sizeof *r->msgs);
-    if (!r->msgs) return bad(msg, cap, 500, "out of memory");
+    if (!r->msgs) return srv_fail(msg, cap, 500, "out of memory");
     const cJSON *m;
     cJSON_ArrayForEach(m, ms) {
-        if (!cJSON_IsObject(m)) return bad(msg, cap, 400, "each message must be an object");
+        if (!cJSON_IsObject(m)) return srv_fail(msg, cap, 400, "each message must be an object");
         const cJSON *role = cJSON_GetObjectItemCaseSensitive(m, "role");
-        if (!cJSON_IsString(role)) return bad(msg, cap, 400, "each message needs a string 'role'");
+        if (!cJSON_IsString(role)) return srv_fail(msg, cap, 400, "each message needs a string 'role'");
         srv_msg *o = &r->msgs[r->n_msgs];
         if (!spex_chat_role_from_name(role->valuestring, &o->role)) {
             if (!strcmp(role->valuestring, "developer")) o->role = SPEX_CHAT_SYSTEM;
-            else return bad(msg, cap, 400, "unknown message role '%.40s'", role->valuestring);
+            else return srv_fail(msg, cap, 400, "unknown message role '%.40s'", role->valuestring);
         }
         r->n_msgs++;
         int rc = read_content(cJSON_GetObjectItemCaseSensitive(m, "content"), &o->content, msg, cap);
         if (rc) return rc;
         const cJSON *rc_ = cJSON_GetObjectItemCaseSensitive(m, "reasoning_content");
         if (rc_ && !cJSON_IsNull(rc_)) {
-            if (!cJSON_IsString(rc_)) return bad(msg, cap, 400, "'reasoning_content' must be a string");
+            if (!cJSON_IsString(rc_)) return srv_fail(msg, cap, 400, "'reasoning_content' must be a string");
             o->reasoning = dup_str(rc_->valuestring);
-            if (!o->reasoning) return bad(msg, cap, 500, "out of memory");
+            if (!o->reasoning) return srv_fail(msg, cap, 500, "out of memory");
         }
         if ((rc = read_tool_calls(o, cJSON_GetObjectItemCaseSensitive(m, "tool_calls"), msg, cap))) return rc;
         const cJSON *tid = cJSON_GetObjectItemCaseSensitive(m, "tool_call_id");
         if (tid && !cJSON_IsNull(tid) && !cJSON_IsString(tid))
-            return bad(msg, cap, 400, "'tool_call_id' must be a string");
+            return srv_fail(msg, cap, 400, "'tool_call_id' must be a string");
     }
     return 0;
 }
 
 static int read_prompt(srv_request *r, const cJSON *p, char *msg, size_t cap) {
-    if (!p) return bad(msg, cap, 400, "'prompt' is required");
+    if (!p) return srv_fail(msg, cap, 400, "'prompt' is required");
     if (cJSON_IsString(p)) {
         r->prompt = dup_str(p->valuestring);
-        return r->prompt ? 0 : bad(msg, cap, 500, "out of memory");
+        return r->prompt ? 0 : srv_fail(msg, cap, 500, "out of memory");
     }
-    if (!cJSON_IsArray(p)) return bad(msg, cap, 400, "'prompt' must be a string or an array of token ids");
+    if (!cJSON_IsArray(p)) return srv_fail(msg, cap, 400, "'prompt' must be a string or an array of token ids");
     int n = cJSON_GetArraySize(p);
     if (n == 1 && cJSON_IsString(cJSON_GetArrayItem(p, 0))) {   /* ["text"]: one prompt */
         r->prompt = dup_str(cJSON_GetArrayItem(p, 0)->valuestring);
-        return r->prompt ? 0 : bad(msg, cap, 500, "out of memory");
+        return r->prompt ? 0 : srv_fail(msg, cap, 500, "out of memory");
     }
     r->prompt_ids = malloc(sizeof *r->prompt_ids * (size_t)(n > 0 ? n : 1));
-    if (!r->prompt_ids) return bad(msg, cap, 500, "out of memory");
+    if (!r->prompt_ids) return srv_fail(msg, cap, 500, "out of memory");
     const cJSON *t;
     cJSON_ArrayForEach(t, p) {
         long long id;
-        if (cJSON_IsString(t) || cJSON_IsArray(t)) return bad(msg, cap, 501, "only one prompt per request is supported");
-        if (!get_int(t, 0, 2147483647.0, &id)) return bad(msg, cap, 400, "'prompt' token ids must be integers >= 0");
+        if (cJSON_IsString(t) || cJSON_IsArray(t)) return srv_fail(msg, cap, 501, "only one prompt per request is supported");
+        if (!get_int(t, 0, 2147483647.0, &id)) return srv_fail(msg, cap, 400, "'prompt' token ids must be integers >= 0");
         r->prompt_ids[r->n_prompt_ids++] = (int32_t)id;
     }
     return 0;
@@ -314,16 +314,16 @@ static int read_prompt(srv_request *r, const cJSON *p, char *msg, size_t cap) {
 static int read_stop(srv_request *r, const cJSON *s, char *msg, size_t cap) {
     if (!s || cJSON_IsNull(s)) return 0;
     const cJSON *one = cJSON_IsString(s) ? s : NULL;
-    if (!one && !cJSON_IsArray(s)) return bad(msg, cap, 400, "'stop' must be a string or an array of strings");
-    if (!one && cJSON_GetArraySize(s) > SRV_MAX_STOP) return bad(msg, cap, 400, "at most %d stop strings", SRV_MAX_STOP);
+    if (!one && !cJSON_IsArray(s)) return srv_fail(msg, cap, 400, "'stop' must be a string or an array of strings");
+    if (!one && cJSON_GetArraySize(s) > SRV_MAX_STOP) return srv_fail(msg, cap, 400, "at most %d stop strings", SRV_MAX_STOP);
     const cJSON *it = one ? one : s->child;
     for (; it; it = one ? NULL : it->next) {
-        if (!cJSON_IsString(it)) return bad(msg, cap, 400, "'stop' must be a string or an array of strings");
+        if (!cJSON_IsString(it)) return srv_fail(msg, cap, 400, "'stop' must be a string or an array of strings");
         size_t n = strlen(it->valuestring);
         if (n == 0) continue;   /* an empty stop string would stop before the first token */
-        if (n >= SRV_MAX_STOP_LEN) return bad(msg, cap, 400, "stop strings are limited to %d bytes", SRV_MAX_STOP_LEN - 1);
+        if (n >= SRV_MAX_STOP_LEN) return srv_fail(msg, cap, 400, "stop strings are limited to %d bytes", SRV_MAX_STOP_LEN - 1);
         r->stop[r->n_stop] = dup_str(it->valuestring);
-        if (!r->stop[r->n_stop]) return bad(msg, cap, 500, "out of memory");
+        if (!r->stop[r->n_stop]) return srv_fail(msg, cap, 500, "out of memory");
         r->n_stop++;
     }
     return 0;
@@ -334,14 +334,14 @@ static int read_stop(srv_request *r, const cJSON *s, char *msg, size_t cap) {
 static int read_response_fields(srv_request *r, const cJSON *f, char *msg, size_t cap) {
     if (!f || cJSON_IsNull(f)) return 0;
     if (!cJSON_IsArray(f) || cJSON_GetArraySize(f) > SRV_MAX_FIELDS)
-        return bad(msg, cap, 400, "'response_fields' must be an array of at most %d strings", SRV_MAX_FIELDS);
+        return srv_fail(msg, cap, 400, "'response_fields' must be an array of at most %d strings", SRV_MAX_FIELDS);
     r->response_fields = calloc((size_t)cJSON_GetArraySize(f) + 1, sizeof *r->response_fields);
-    if (!r->response_fields) return bad(msg, cap, 500, "out of memory");
+    if (!r->response_fields) return srv_fail(msg, cap, 500, "out of memory");
     const cJSON *it;
     cJSON_ArrayForEach(it, f) {
         if (!cJSON_IsString(it) || !it->valuestring[0] || strlen(it->valuestring) > 256)
-            return bad(msg, cap, 400, "'response_fields' entries must be field names of 1 to 256 bytes");
-        if (!(r->response_fields[r->n_response_fields] = dup_str(it->valuestring))) return bad(msg, cap, 500, "out of memory");
+            return srv_fail(msg, cap, 400, "'response_fields' entries must be field names of 1 to 256 bytes");
+        if (!(r->response_fields[r->n_response_fields] = dup_str(it->valuestring))) return srv_fail(msg, cap, 500, "out of memory");
         r->n_response_fields++;
     }
     return 0;
@@ -363,13 +363,13 @@ static int reject_unsupported(const cJSON *o, char *msg, size_t cap) {
         if (!strcmp(keys[i], "response_format") && cJSON_IsObject(v) && cJSON_IsString(ty) &&
             !strcmp(ty->valuestring, "text") && cJSON_GetArraySize(v) == 1)
             continue;   /* {"type": "text"}: plain text, what spex writes anyway */
-        return bad(msg, cap, 400, "'%s' is not supported by spex", keys[i]);
+        return srv_fail(msg, cap, 400, "'%s' is not supported by spex", keys[i]);
     }
     long long n = 1;
     if (opt_int(o, "n", 1, 1e9, &n, msg, cap) < 0) return 400;
-    if (n != 1) return bad(msg, cap, 501, "only n = 1 is supported");
+    if (n != 1) return srv_fail(msg, cap, 501, "only n = 1 is supported");
     const cJSON *echo = cJSON_GetObjectItemCaseSensitive(o, "echo");
-    if (cJSON_IsTrue(echo)) return bad(msg, cap, 501, "'echo' is not supported");
+    if (cJSON_IsTrue(echo)) return srv_fail(msg, cap, 501, "'echo' is not supported");
     return 0;
 }
 
@@ -460,22 +460,22 @@ static int read_sampling(srv_request *r, const cJSON *o, char *msg, size_t cap) 
     if (k < 0) return 400;
     if (k > 0) r->seed = ll, r->has_seed = true;
     if (r->has_top_p && (r->top_p < 0 || r->top_p > 1))
-        return bad(msg, cap, 400, "'top_p' must be in [0, 1]");
+        return srv_fail(msg, cap, 400, "'top_p' must be in [0, 1]");
     if (r->has_min_p && (r->min_p < 0 || r->min_p > 1))
-        return bad(msg, cap, 400, "'min_p' must be in [0, 1]");
+        return srv_fail(msg, cap, 400, "'min_p' must be in [0, 1]");
     if (r->has_rep && r->repeat_penalty <= 0)
-        return bad(msg, cap, 400, "'repeat_penalty' must be > 0");
+        return srv_fail(msg, cap, 400, "'repeat_penalty' must be > 0");
     return 0;
 }
 
 int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, size_t cap) {
-    if (!srv_utf8_valid(body, len)) return bad(msg, cap, 400, "the request body is not valid UTF-8");
+    if (!srv_utf8_valid(body, len)) return srv_fail(msg, cap, 400, "the request body is not valid UTF-8");
     cJSON *o = cJSON_ParseWithLength(body, len);
-    if (!o) return bad(msg, cap, 400, "malformed JSON in the request body");
+    if (!o) return srv_fail(msg, cap, 400, "malformed JSON in the request body");
     int rc = 0;
     bool b;
     if (!cJSON_IsObject(o)) {
-        rc = bad(msg, cap, 400, "the request body must be a JSON object");
+        rc = srv_fail(msg, cap, 400, "the request body must be a JSON object");
         goto done;
     }
     if ((rc = reject_unsupported(o, msg, cap))) goto done;
@@ -488,11 +488,11 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (model && !cJSON_IsNull(model)) {
         if (!cJSON_IsString(model)) {
-            rc = bad(msg, cap, 400, "'model' must be a string");
+            rc = srv_fail(msg, cap, 400, "'model' must be a string");
             goto done;
         }
         if (!(r->model = dup_str(model->valuestring))) {
-            rc = bad(msg, cap, 500, "out of memory");
+            rc = srv_fail(msg, cap, 500, "out of memory");
             goto done;
         }
     }
@@ -512,7 +512,7 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(o, "stream_options");
     if (so && !cJSON_IsNull(so)) {
         if (!cJSON_IsObject(so) || opt_bool(so, "include_usage", &r->include_usage, msg, cap) < 0) {
-            if (!cJSON_IsObject(so)) bad(msg, cap, 400, "'stream_options' must be an object");
+            if (!cJSON_IsObject(so)) srv_fail(msg, cap, 400, "'stream_options' must be an object");
             rc = 400;
             goto done;
         }
@@ -520,7 +520,7 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(o, "chat_template_kwargs");
     if (kw && !cJSON_IsNull(kw)) {
         if (!cJSON_IsObject(kw)) {
-            rc = bad(msg, cap, 400, "'chat_template_kwargs' must be an object");
+            rc = srv_fail(msg, cap, 400, "'chat_template_kwargs' must be an object");
             goto done;
         }
         if (opt_bool(kw, "enable_thinking", &b, msg, cap) < 0) {
@@ -532,7 +532,7 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
     const cJSON *rf = cJSON_GetObjectItemCaseSensitive(o, "reasoning_format");
     if (rf && !cJSON_IsNull(rf)) {
         if (!cJSON_IsString(rf)) {
-            rc = bad(msg, cap, 400, "'reasoning_format' must be a string");
+            rc = srv_fail(msg, cap, 400, "'reasoning_format' must be a string");
             goto done;
         }
         if (!strcmp(rf->valuestring, "none")) r->reasoning_format = SRV_REASONING_NONE;
@@ -540,7 +540,7 @@ int srv_request_parse(srv_request *r, const char *body, size_t len, char *msg, s
             r->reasoning_format = SRV_REASONING_DEEPSEEK;
         else if (!strcmp(rf->valuestring, "deepseek-legacy")) r->reasoning_format = SRV_REASONING_LEGACY;
         else {
-            rc = bad(msg, cap, 400, "'reasoning_format' must be none, auto, deepseek or deepseek-legacy");
+            rc = srv_fail(msg, cap, 400, "'reasoning_format' must be none, auto, deepseek or deepseek-legacy");
             goto done;
         }
     }
@@ -551,37 +551,37 @@ done:
 }
 
 int srv_parse_tokenize(srv_request *r, const char *body, size_t len, char *msg, size_t cap) {
-    if (!srv_utf8_valid(body, len)) return bad(msg, cap, 400, "the request body is not valid UTF-8");
+    if (!srv_utf8_valid(body, len)) return srv_fail(msg, cap, 400, "the request body is not valid UTF-8");
     cJSON *o = cJSON_ParseWithLength(body, len);
-    if (!o) return bad(msg, cap, 400, "malformed JSON in the request body");
+    if (!o) return srv_fail(msg, cap, 400, "malformed JSON in the request body");
     int rc = 0;
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(o, "content");
-    if (!cJSON_IsObject(o)) rc = bad(msg, cap, 400, "the request body must be a JSON object");
-    else if (!cJSON_IsString(c)) rc = bad(msg, cap, 400, "'content' must be a string");
+    if (!cJSON_IsObject(o)) rc = srv_fail(msg, cap, 400, "the request body must be a JSON object");
+    else if (!cJSON_IsString(c)) rc = srv_fail(msg, cap, 400, "'content' must be a string");
     else if (opt_bool(o, "add_special", &r->add_special, msg, cap) < 0 ||
              opt_bool(o, "with_pieces", &r->with_pieces, msg, cap) < 0)
         rc = 400;
-    else if (!(r->prompt = dup_str(c->valuestring))) rc = bad(msg, cap, 500, "out of memory");
+    else if (!(r->prompt = dup_str(c->valuestring))) rc = srv_fail(msg, cap, 500, "out of memory");
     cJSON_Delete(o);
     return rc;
 }
 
 int srv_parse_detokenize(srv_request *r, const char *body, size_t len, char *msg, size_t cap) {
     cJSON *o = cJSON_ParseWithLength(body, len);
-    if (!o) return bad(msg, cap, 400, "malformed JSON in the request body");
+    if (!o) return srv_fail(msg, cap, 400, "malformed JSON in the request body");
     int rc = 0;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "tokens");
-    if (!cJSON_IsObject(o)) rc = bad(msg, cap, 400, "the request body must be a JSON object");
-    else if (!cJSON_IsArray(t)) rc = bad(msg, cap, 400, "'tokens' must be an array of integers");
+    if (!cJSON_IsObject(o)) rc = srv_fail(msg, cap, 400, "the request body must be a JSON object");
+    else if (!cJSON_IsArray(t)) rc = srv_fail(msg, cap, 400, "'tokens' must be an array of integers");
     else {
         int n = cJSON_GetArraySize(t);
         r->prompt_ids = malloc(sizeof *r->prompt_ids * (size_t)(n > 0 ? n : 1));
-        if (!r->prompt_ids) rc = bad(msg, cap, 500, "out of memory");
+        if (!r->prompt_ids) rc = srv_fail(msg, cap, 500, "out of memory");
         const cJSON *it;
         cJSON_ArrayForEach(it, t) {
             long long id;
             if (rc) break;
-            if (!get_int(it, 0, 2147483647.0, &id)) rc = bad(msg, cap, 400, "'tokens' must be an array of integers >= 0");
+            if (!get_int(it, 0, 2147483647.0, &id)) rc = srv_fail(msg, cap, 400, "'tokens' must be an array of integers >= 0");
             else r->prompt_ids[r->n_prompt_ids++] = (int32_t)id;
         }
     }
@@ -665,4 +665,14 @@ int srv_split_reasoning(const char *text, size_t len, bool think_open, bool fina
     *r1 = e;
     *c0 = len;
     return SRV_SPLIT_YES;
+}
+
+cJSON *srv_json_str_n(const char *s, size_t n) {
+    char *tmp = malloc(n + 1);
+    if (!tmp) return cJSON_CreateString("");
+    if (n) memcpy(tmp, s, n);
+    tmp[n] = 0;
+    cJSON *j = cJSON_CreateString(tmp);
+    free(tmp);
+    return j;
 }

@@ -24,15 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fail(char *msg, size_t cap, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
-static int fail(char *msg, size_t cap, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 void srv_embd_req_free(srv_embd_req *r) {
     for (int i = 0; r->in && i < r->n_in; i++) {
         free(r->in[i].text);
@@ -52,11 +43,11 @@ static bool is_id(const cJSON *v) {
 static int read_ids(const cJSON *a, srv_embd_input *in, int index, char *msg, size_t cap) {
     int n = cJSON_GetArraySize(a);
     in->ids = malloc(sizeof *in->ids * (size_t)(n > 0 ? n : 1));
-    if (!in->ids) return fail(msg, cap, 500, "out of memory");
+    if (!in->ids) return srv_fail(msg, cap, 500, "out of memory");
     const cJSON *v;
     cJSON_ArrayForEach(v, a) {
         if (!is_id(v))
-            return fail(msg, cap, 400, "input %d: a token id must be an integer in 0 .. 2147483647", index);
+            return srv_fail(msg, cap, 400, "input %d: a token id must be an integer in 0 .. 2147483647", index);
         in->ids[in->n_ids++] = (int32_t)v->valuedouble;
     }
     return 0;
@@ -65,7 +56,7 @@ static int read_ids(const cJSON *a, srv_embd_input *in, int index, char *msg, si
 static int read_text(const cJSON *s, srv_embd_input *in, char *msg, size_t cap) {
     size_t n = strlen(s->valuestring);
     in->text = malloc(n + 1);
-    if (!in->text) return fail(msg, cap, 500, "out of memory");
+    if (!in->text) return srv_fail(msg, cap, 500, "out of memory");
     memcpy(in->text, s->valuestring, n + 1);
     return 0;
 }
@@ -75,18 +66,18 @@ static int read_inputs(srv_embd_req *r, const cJSON *p, char *msg, size_t cap) {
     const char *shape = "a string, an array of token ids, or an array of strings and arrays of token ids";
     if (cJSON_IsString(p) || (cJSON_IsArray(p) && is_id(p->child))) {   /* one input */
         r->in = calloc(1, sizeof *r->in);
-        if (!r->in) return fail(msg, cap, 500, "out of memory");
+        if (!r->in) return srv_fail(msg, cap, 500, "out of memory");
         r->n_in = 1;
         return cJSON_IsString(p) ? read_text(p, r->in, msg, cap) : read_ids(p, r->in, 0, msg, cap);
     }
-    if (!cJSON_IsArray(p)) return fail(msg, cap, 400, "'input' must be %s", shape);
+    if (!cJSON_IsArray(p)) return srv_fail(msg, cap, 400, "'input' must be %s", shape);
     int n = cJSON_GetArraySize(p);
-    if (n == 0) return fail(msg, cap, 400, "'input' is an empty array");
+    if (n == 0) return srv_fail(msg, cap, 400, "'input' is an empty array");
     if (n > SRV_EMBD_MAX_INPUTS)
-        return fail(msg, cap, 400, "'input' holds %d inputs, at most %d are allowed in one request", n,
+        return srv_fail(msg, cap, 400, "'input' holds %d inputs, at most %d are allowed in one request", n,
                     SRV_EMBD_MAX_INPUTS);
     r->in = calloc((size_t)n, sizeof *r->in);
-    if (!r->in) return fail(msg, cap, 500, "out of memory");
+    if (!r->in) return srv_fail(msg, cap, 500, "out of memory");
     const cJSON *v;
     cJSON_ArrayForEach(v, p) {
         srv_embd_input *in = &r->in[r->n_in];
@@ -94,9 +85,9 @@ static int read_inputs(srv_embd_req *r, const cJSON *p, char *msg, size_t cap) {
         if (cJSON_IsString(v)) rc = read_text(v, in, msg, cap);
         else if (cJSON_IsArray(v)) rc = read_ids(v, in, r->n_in, msg, cap);
         else if (cJSON_IsNumber(v))
-            rc = fail(msg, cap, 400, "'input' mixes strings and token ids at the top level: give one array of token "
+            rc = srv_fail(msg, cap, 400, "'input' mixes strings and token ids at the top level: give one array of token "
                                      "ids, or an array of strings and arrays of token ids");
-        else rc = fail(msg, cap, 400, "input %d must be a string or an array of token ids", r->n_in);
+        else rc = srv_fail(msg, cap, 400, "input %d must be a string or an array of token ids", r->n_in);
         r->n_in++;
         if (rc) return rc;
     }
@@ -108,32 +99,32 @@ int srv_parse_embd(srv_embd_req *r, const char *body, size_t len, bool oai, char
     r->oai = oai;
     r->normalize = 2;
     cJSON *o = cJSON_ParseWithLength(body, len);
-    if (!o) return fail(msg, cap, 400, "malformed JSON in the request body");
+    if (!o) return srv_fail(msg, cap, 400, "malformed JSON in the request body");
     int rc = 0;
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(o, "input");
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "encoding_format");
     const cJSON *nrm = cJSON_GetObjectItemCaseSensitive(o, "embd_normalize");
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(o, "model");
     if (!cJSON_IsObject(o)) {
-        rc = fail(msg, cap, 400, "the request body must be a JSON object");
+        rc = srv_fail(msg, cap, 400, "the request body must be a JSON object");
     } else if (!in && !(in = cJSON_GetObjectItemCaseSensitive(o, "content"))) {
-        rc = fail(msg, cap, 400, "\"input\" or \"content\" must be provided");
+        rc = srv_fail(msg, cap, 400, "\"input\" or \"content\" must be provided");
     } else {
         if (!cJSON_GetObjectItemCaseSensitive(o, "input")) r->oai = false;   /* "content" is llama-server's */
         if (fmt && !(cJSON_IsString(fmt) && (!strcmp(fmt->valuestring, "float") || !strcmp(fmt->valuestring, "base64"))))
-            rc = fail(msg, cap, 400, "'encoding_format' must be \"float\" or \"base64\"");
+            rc = srv_fail(msg, cap, 400, "'encoding_format' must be \"float\" or \"base64\"");
         else if (nrm && !(cJSON_IsNumber(nrm) && nrm->valuedouble == floor(nrm->valuedouble) &&
                           nrm->valuedouble >= -1e6 && nrm->valuedouble <= 1e6))
-            rc = fail(msg, cap, 400, "'embd_normalize' must be an integer (-1 none, 0 max-abs, 1 taxicab, 2 "
+            rc = srv_fail(msg, cap, 400, "'embd_normalize' must be an integer (-1 none, 0 max-abs, 1 taxicab, 2 "
                                      "euclidean, > 2 p-norm)");
         else if (model && !cJSON_IsString(model))
-            rc = fail(msg, cap, 400, "'model' must be a string");
+            rc = srv_fail(msg, cap, 400, "'model' must be a string");
         else
             rc = read_inputs(r, in, msg, cap);
         r->base64 = fmt && cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "base64");
         if (nrm && cJSON_IsNumber(nrm) && !rc) r->normalize = nrm->valuedouble < -1 ? -1 : (int32_t)nrm->valuedouble;
         if (!rc && cJSON_IsString(model) && !(r->model = malloc(strlen(model->valuestring) + 1)))
-            rc = fail(msg, cap, 500, "out of memory");
+            rc = srv_fail(msg, cap, 500, "out of memory");
         else if (!rc && r->model)
             memcpy(r->model, model->valuestring, strlen(model->valuestring) + 1);
     }

@@ -239,17 +239,6 @@ static void add_usage(cJSON *o, const srv_timings *tm) {
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(u, "prompt_tokens_details"), "cached_tokens", (double)tm->cache_n);
 }
 
-/* JSON string from bytes (cJSON needs NUL-terminated text). */
-static cJSON *str_n(const char *s, size_t n) {
-    char *tmp = malloc(n + 1);
-    if (!tmp) return cJSON_CreateString("");
-    memcpy(tmp, s, n);
-    tmp[n] = 0;
-    cJSON *j = cJSON_CreateString(tmp);
-    free(tmp);
-    return j;
-}
-
 /* ======================================================================== */
 /* Preparing a generation task                                               */
 /* ======================================================================== */
@@ -495,7 +484,7 @@ static cJSON *final_response(const srv_job *job) {
     if (job->req.ep == SRV_EP_COMPLETION) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "index", 0);
-        cJSON_AddItemToObject(o, "content", str_n(t->text, t->len));
+        cJSON_AddItemToObject(o, "content", srv_json_str_n(t->text, t->len));
         add_tokens(o, job, 0);
         cJSON_AddBoolToObject(o, "stop", true);
         cJSON_AddStringToObject(o, "model", job->model);
@@ -530,7 +519,7 @@ static cJSON *final_response(const srv_job *job) {
             srv_toolparse_feed(&tp, t->text + tc_from, t->len - tc_from, &body);
             srv_toolparse_finish(&tp, &body);
             if (tp.n_calls > 0 && body.len == 0) cJSON_AddNullToObject(m, "content");   /* as OpenAI */
-            else cJSON_AddItemToObject(m, "content", str_n(body.p ? body.p : "", body.len));
+            else cJSON_AddItemToObject(m, "content", srv_json_str_n(body.p ? body.p : "", body.len));
             if (tp.n_calls > 0) {
                 add_tool_calls(m, &tp, 0, false);
                 if (!strcmp(t->finish, "stop"))
@@ -539,11 +528,11 @@ static cJSON *final_response(const srv_job *job) {
             srv_toolparse_free(&tp);
             srv_strbuf_free(&body);
         } else {
-            cJSON_AddItemToObject(m, "content", str_n(t->text + from, t->len - from));
+            cJSON_AddItemToObject(m, "content", srv_json_str_n(t->text + from, t->len - from));
         }
-        if (split) cJSON_AddItemToObject(m, "reasoning_content", str_n(t->text + r0, r1 - r0));
+        if (split) cJSON_AddItemToObject(m, "reasoning_content", srv_json_str_n(t->text + r0, r1 - r0));
     } else {
-        cJSON_AddItemToObject(c0, "text", str_n(t->text, t->len));
+        cJSON_AddItemToObject(c0, "text", srv_json_str_n(t->text, t->len));
         cJSON_AddNullToObject(c0, "logprobs");
     }
     add_usage(o, &t->tm);
@@ -643,7 +632,7 @@ static void stream_progress(srv_stream *st) {
         if (st->r_sent < r0) st->r_sent = r0;
         if (r1 > st->r_sent) {
             cJSON *d, *o = chunk(st, &d);
-            cJSON_AddItemToObject(d, "reasoning_content", str_n(t->text + st->r_sent, r1 - st->r_sent));
+            cJSON_AddItemToObject(d, "reasoning_content", srv_json_str_n(t->text + st->r_sent, r1 - st->r_sent));
             out_event(st, o);
             st->r_sent = r1;
         }
@@ -659,7 +648,7 @@ static void stream_progress(srv_stream *st) {
         if (t->done) srv_toolparse_finish(&st->tp, &txt);
         if (txt.len > 0) {
             cJSON *d, *o = chunk(st, &d);
-            cJSON_AddItemToObject(d, "content", str_n(txt.p, txt.len));
+            cJSON_AddItemToObject(d, "content", srv_json_str_n(txt.p, txt.len));
             out_event(st, o);
         }
         srv_strbuf_free(&txt);
@@ -674,13 +663,13 @@ static void stream_progress(srv_stream *st) {
         if (ep == SRV_EP_COMPLETION) {
             cJSON_Delete(o);
             o = cJSON_CreateObject();
-            cJSON_AddItemToObject(o, "content", str_n(t->text + st->c_sent, rel - st->c_sent));
+            cJSON_AddItemToObject(o, "content", srv_json_str_n(t->text + st->c_sent, rel - st->c_sent));
             add_tokens(o, &st->job, st->job.ids_sent);
             st->job.ids_sent = t->n_gen_ids;
             cJSON_AddBoolToObject(o, "stop", false);
             cJSON_AddNumberToObject(o, "index", 0);
         } else {
-            cJSON_AddItemToObject(d, ep == SRV_EP_CHAT ? "content" : "text", str_n(t->text + st->c_sent, rel - st->c_sent));
+            cJSON_AddItemToObject(d, ep == SRV_EP_CHAT ? "content" : "text", srv_json_str_n(t->text + st->c_sent, rel - st->c_sent));
         }
         out_event(st, o);
         st->c_sent = rel;
@@ -974,7 +963,7 @@ static enum MHD_Result do_tokenize(srv_server *S, struct MHD_Connection *c, cons
         spex_str s = {0};
         (void)spex_token_to_piece(S->tok, ids[i], true, &s, NULL);
         if (srv_utf8_valid(s.ptr, s.len)) {
-            cJSON_AddItemToObject(p, "piece", str_n(s.ptr ? s.ptr : "", (size_t)s.len));
+            cJSON_AddItemToObject(p, "piece", srv_json_str_n(s.ptr ? s.ptr : "", (size_t)s.len));
         } else {   /* part of a character: its bytes, as llama-server gives them (JSON text stays UTF-8) */
             cJSON *b = cJSON_AddArrayToObject(p, "piece");
             for (size_t k = 0; k < s.len; k++) cJSON_AddItemToArray(b, cJSON_CreateNumber((unsigned char)s.ptr[k]));
@@ -999,7 +988,7 @@ static enum MHD_Result do_apply_template(srv_server *S, struct MHD_Connection *c
     srv_request_free(&r);
     if (code) return send_error(c, (unsigned)code, "%s", msg);
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "prompt", str_n(text, n));
+    cJSON_AddItemToObject(o, "prompt", srv_json_str_n(text, n));
     free(text);
     return send_json(c, 200, o);
 }
@@ -1058,7 +1047,7 @@ static enum MHD_Result do_detokenize(srv_server *S, struct MHD_Connection *c, co
     free(buf);
     if (!text) return send_error(c, 500, "out of memory");
     cJSON *o = cJSON_CreateObject();
-    cJSON_AddItemToObject(o, "content", str_n(text, len));
+    cJSON_AddItemToObject(o, "content", srv_json_str_n(text, len));
     free(text);
     return send_json(c, 200, o);
 }
@@ -1421,14 +1410,6 @@ static int load_embd(srv_server *S) {
 }
 
 /* A token's text for the template's bos_token / eos_token ("" when the vocab has none). */
-static char *special_text(const spex_tokenizer *tok, int32_t id) {
-    spex_str p = {0};
-    if (id >= 0 && spex_token_to_piece(tok, id, true, &p, NULL) != SPEX_OK) p.len = 0;
-    char *t = malloc(p.len + 1);
-    if (t) memcpy(t, p.ptr ? p.ptr : "", p.len), t[p.len] = 0;
-    return t;
-}
-
 /* --jinja / --chat-template-file: the Jinja template that renders chat prompts (the built-in
  * one still parses tool calls out of replies). 0, or 1 after an error line. */
 static int load_jinja(srv_server *S) {
@@ -1452,8 +1433,8 @@ static int load_jinja(srv_server *S) {
         S->jinja_file_text = src;   /* /props reports it (JSON strings are UTF-8 without NUL) */
     else
         free(src);
-    S->bos_text = special_text(S->tok, spex_token_bos(S->tok));
-    S->eos_text = special_text(S->tok, spex_token_eos(S->tok));
+    S->bos_text = spex_token_text_dup(S->tok, spex_token_bos(S->tok));
+    S->eos_text = spex_token_text_dup(S->tok, spex_token_eos(S->tok));
     if (!S->bos_text || !S->eos_text) return fprintf(stderr, "error: out of memory\n"), 1;
     fprintf(stderr, "chat template: Jinja, from %s (%zu bytes)\n", from, len);
     return 0;

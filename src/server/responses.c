@@ -26,14 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int bad(char *msg, size_t cap, int code, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 static cJSON *get_mut(cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 static bool absent(const cJSON *v) { return !v || cJSON_IsNull(v); }
@@ -49,13 +41,13 @@ static int conv_parts(const cJSON *c, cJSON *parts, const char *what, char *msg,
     cJSON_ArrayForEach(p, c) {
         const cJSON *ty = get(p, "type"), *tx = get(p, "text");
         if (!cJSON_IsObject(p) || !cJSON_IsString(ty))
-            return bad(msg, cap, 400, "%s parts must be objects with a string 'type'", what);
+            return srv_fail(msg, cap, 400, "%s parts must be objects with a string 'type'", what);
         const char *t = ty->valuestring;
         if (!strcmp(t, "input_image") || !strcmp(t, "input_file") || !strcmp(t, "input_audio"))
-            return bad(msg, cap, 400, "multimodal input is not supported (content part type '%.40s')", t);
+            return srv_fail(msg, cap, 400, "multimodal input is not supported (content part type '%.40s')", t);
         if (strcmp(t, "input_text") && strcmp(t, "output_text"))
-            return bad(msg, cap, 400, "%s part type '%.40s' is not supported (input_text or output_text)", what, t);
-        if (!cJSON_IsString(tx)) return bad(msg, cap, 400, "a %.40s part needs a string 'text'", t);
+            return srv_fail(msg, cap, 400, "%s part type '%.40s' is not supported (input_text or output_text)", what, t);
+        if (!cJSON_IsString(tx)) return srv_fail(msg, cap, 400, "a %.40s part needs a string 'text'", t);
         cJSON *q = cJSON_CreateObject();
         cJSON_AddItemToArray(parts, q);
         cJSON_AddStringToObject(q, "type", "text");
@@ -73,7 +65,7 @@ static int conv_content(const cJSON *c, cJSON *parts, const char *what, char *ms
         cJSON_AddStringToObject(q, "text", c->valuestring);
         return 0;
     }
-    if (!cJSON_IsArray(c)) return bad(msg, cap, 400, "%s must be a string or an array of parts", what);
+    if (!cJSON_IsArray(c)) return srv_fail(msg, cap, 400, "%s must be a string or an array of parts", what);
     return conv_parts(c, parts, what, msg, cap);
 }
 
@@ -94,36 +86,36 @@ static cJSON *assistant_turn(cJSON *msgs, bool *open) {
 static int reasoning_text(const cJSON *it, srv_strbuf *b, char *msg, size_t cap) {
     const cJSON *c = get(it, "content"), *s = get(it, "summary");
     const cJSON *src = cJSON_IsArray(c) && cJSON_GetArraySize(c) > 0 ? c : s;
-    if (!absent(c) && !cJSON_IsArray(c)) return bad(msg, cap, 400, "a reasoning item's 'content' must be an array");
-    if (!absent(s) && !cJSON_IsArray(s)) return bad(msg, cap, 400, "a reasoning item's 'summary' must be an array");
+    if (!absent(c) && !cJSON_IsArray(c)) return srv_fail(msg, cap, 400, "a reasoning item's 'content' must be an array");
+    if (!absent(s) && !cJSON_IsArray(s)) return srv_fail(msg, cap, 400, "a reasoning item's 'summary' must be an array");
     const cJSON *p;
     cJSON_ArrayForEach(p, src) {
         const cJSON *tx = get(p, "text");
         if (!cJSON_IsObject(p) || !cJSON_IsString(tx))
-            return bad(msg, cap, 400, "reasoning item parts must be objects with a string 'text'");
+            return srv_fail(msg, cap, 400, "reasoning item parts must be objects with a string 'text'");
         if ((b->len && !srv_strbuf_add(b, "\n", 1)) || !srv_strbuf_add(b, tx->valuestring, strlen(tx->valuestring)))
-            return bad(msg, cap, 500, "out of memory");
+            return srv_fail(msg, cap, 500, "out of memory");
     }
     return 0;
 }
 
 /* One input item appended to msgs; *asst: the last message is an open assistant turn. */
 static int conv_item(const cJSON *it, cJSON *msgs, bool *asst, char *msg, size_t cap) {
-    if (!cJSON_IsObject(it)) return bad(msg, cap, 400, "each 'input' item must be an object");
+    if (!cJSON_IsObject(it)) return srv_fail(msg, cap, 400, "each 'input' item must be an object");
     const cJSON *ty = get(it, "type"), *role = get(it, "role");
-    if (!absent(ty) && !cJSON_IsString(ty)) return bad(msg, cap, 400, "an input item's 'type' must be a string");
+    if (!absent(ty) && !cJSON_IsString(ty)) return srv_fail(msg, cap, 400, "an input item's 'type' must be a string");
     const char *t = cJSON_IsString(ty) ? ty->valuestring : "message";
     if (!strcmp(t, "message")) {
-        if (!cJSON_IsString(role)) return bad(msg, cap, 400, "a message item needs a string 'role'");
+        if (!cJSON_IsString(role)) return srv_fail(msg, cap, 400, "a message item needs a string 'role'");
         const char *r = role->valuestring;
         const cJSON *c = get(it, "content");
-        if (!c) return bad(msg, cap, 400, "a message item needs 'content'");
+        if (!c) return srv_fail(msg, cap, 400, "a message item needs 'content'");
         if (!strcmp(r, "assistant")) {
             cJSON *m = assistant_turn(msgs, asst);
             return conv_content(c, get_mut(m, "content"), "message 'content'", msg, cap);
         }
         if (strcmp(r, "user") && strcmp(r, "system") && strcmp(r, "developer"))
-            return bad(msg, cap, 400, "unknown message role '%.40s' (user, system, developer or assistant)", r);
+            return srv_fail(msg, cap, 400, "unknown message role '%.40s' (user, system, developer or assistant)", r);
         cJSON *m = cJSON_CreateObject();
         cJSON_AddItemToArray(msgs, m);
         cJSON_AddStringToObject(m, "role", r);
@@ -133,10 +125,10 @@ static int conv_item(const cJSON *it, cJSON *msgs, bool *asst, char *msg, size_t
     if (!strcmp(t, "function_call")) {
         const cJSON *cid = get(it, "call_id"), *nm = get(it, "name"), *ar = get(it, "arguments");
         if (!cJSON_IsString(cid) || !cid->valuestring[0])
-            return bad(msg, cap, 400, "a function_call item needs a non-empty string 'call_id'");
+            return srv_fail(msg, cap, 400, "a function_call item needs a non-empty string 'call_id'");
         if (!cJSON_IsString(nm) || !nm->valuestring[0])
-            return bad(msg, cap, 400, "a function_call item needs a non-empty string 'name'");
-        if (!cJSON_IsString(ar)) return bad(msg, cap, 400, "a function_call item needs a string 'arguments'");
+            return srv_fail(msg, cap, 400, "a function_call item needs a non-empty string 'name'");
+        if (!cJSON_IsString(ar)) return srv_fail(msg, cap, 400, "a function_call item needs a string 'arguments'");
         cJSON *m = assistant_turn(msgs, asst), *tc = get_mut(m, "tool_calls");
         if (!tc) tc = cJSON_AddArrayToObject(m, "tool_calls");
         cJSON *call = cJSON_CreateObject(), *fn;
@@ -151,8 +143,8 @@ static int conv_item(const cJSON *it, cJSON *msgs, bool *asst, char *msg, size_t
     if (!strcmp(t, "function_call_output")) {
         const cJSON *cid = get(it, "call_id"), *out = get(it, "output");
         if (!cJSON_IsString(cid) || !cid->valuestring[0])
-            return bad(msg, cap, 400, "a function_call_output item needs a non-empty string 'call_id'");
-        if (!out) return bad(msg, cap, 400, "a function_call_output item needs 'output'");
+            return srv_fail(msg, cap, 400, "a function_call_output item needs a non-empty string 'call_id'");
+        if (!out) return srv_fail(msg, cap, 400, "a function_call_output item needs 'output'");
         cJSON *m = cJSON_CreateObject();
         cJSON_AddItemToArray(msgs, m);
         cJSON_AddStringToObject(m, "role", "tool");
@@ -170,7 +162,7 @@ static int conv_item(const cJSON *it, cJSON *msgs, bool *asst, char *msg, size_t
                 srv_strbuf j = {0};
                 if (!srv_strbuf_add(&j, prev->valuestring, strlen(prev->valuestring)) || !srv_strbuf_add(&j, "\n", 1) ||
                     !srv_strbuf_add(&j, b.p, b.len))
-                    rc = bad(msg, cap, 500, "out of memory");
+                    rc = srv_fail(msg, cap, 500, "out of memory");
                 else
                     cJSON_ReplaceItemInObject(m, "reasoning_content", cJSON_CreateString(j.p));
                 srv_strbuf_free(&j);
@@ -183,8 +175,8 @@ static int conv_item(const cJSON *it, cJSON *msgs, bool *asst, char *msg, size_t
         return rc;
     }
     if (!strcmp(t, "item_reference"))
-        return bad(msg, cap, 400, "'item_reference' input items are not supported: spex stores no responses");
-    return bad(msg, cap, 400, "input item type '%.40s' is not supported (message, reasoning, function_call, "
+        return srv_fail(msg, cap, 400, "'item_reference' input items are not supported: spex stores no responses");
+    return srv_fail(msg, cap, 400, "input item type '%.40s' is not supported (message, reasoning, function_call, "
                               "function_call_output)", t);
 }
 
@@ -192,14 +184,14 @@ static int conv_item(const cJSON *it, cJSON *msgs, bool *asst, char *msg, size_t
  * {type: "function", function: {name, description?, parameters?, strict?}} (the other keys in
  * their order), which api.c checks and the template prints. */
 static int conv_tools(const cJSON *ts, cJSON *out, char *msg, size_t cap) {
-    if (!cJSON_IsArray(ts)) return bad(msg, cap, 400, "'tools' must be an array");
+    if (!cJSON_IsArray(ts)) return srv_fail(msg, cap, 400, "'tools' must be an array");
     cJSON *arr = cJSON_AddArrayToObject(out, "tools");
     const cJSON *t;
     cJSON_ArrayForEach(t, ts) {
         const cJSON *ty = get(t, "type");
-        if (!cJSON_IsObject(t) || !cJSON_IsString(ty)) return bad(msg, cap, 400, "each tool must be an object with a string 'type'");
+        if (!cJSON_IsObject(t) || !cJSON_IsString(ty)) return srv_fail(msg, cap, 400, "each tool must be an object with a string 'type'");
         if (strcmp(ty->valuestring, "function"))
-            return bad(msg, cap, 400, "only function tools are supported (tool type '%.40s')", ty->valuestring);
+            return srv_fail(msg, cap, 400, "only function tools are supported (tool type '%.40s')", ty->valuestring);
         cJSON *ct = cJSON_CreateObject(), *fn;
         cJSON_AddItemToArray(arr, ct);
         cJSON_AddStringToObject(ct, "type", "function");
@@ -221,7 +213,7 @@ static int conv_tool_choice(const cJSON *tc, cJSON *out, char *msg, size_t cap) 
     }
     const cJSON *ty = get(tc, "type"), *nm = get(tc, "name");
     if (!cJSON_IsObject(tc) || !cJSON_IsString(ty) || strcmp(ty->valuestring, "function") || !cJSON_IsString(nm))
-        return bad(msg, cap, 400, "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\": ...}");
+        return srv_fail(msg, cap, 400, "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"name\": ...}");
     cJSON *o = cJSON_AddObjectToObject(out, "tool_choice");
     cJSON_AddStringToObject(o, "type", "function");
     cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "function"), "name", nm->valuestring);
@@ -231,29 +223,29 @@ static int conv_tool_choice(const cJSON *tc, cJSON *out, char *msg, size_t cap) 
 /* Fields that need storage or features spex lacks: 400 with a reason. */
 static int refuse(const cJSON *o, char *msg, size_t cap) {
     const cJSON *v = get(o, "previous_response_id");
-    if (!absent(v) && !cJSON_IsString(v)) return bad(msg, cap, 400, "'previous_response_id' must be a string");
+    if (!absent(v) && !cJSON_IsString(v)) return srv_fail(msg, cap, 400, "'previous_response_id' must be a string");
     if (cJSON_IsString(v) && v->valuestring[0])
-        return bad(msg, cap, 400, "'previous_response_id' is not supported: spex stores no responses (send the whole "
+        return srv_fail(msg, cap, 400, "'previous_response_id' is not supported: spex stores no responses (send the whole "
                                   "conversation in 'input')");
     if (!absent(get(o, "conversation")))
-        return bad(msg, cap, 400, "'conversation' is not supported: spex stores no conversations");
+        return srv_fail(msg, cap, 400, "'conversation' is not supported: spex stores no conversations");
     v = get(o, "background");
-    if (!absent(v) && !cJSON_IsBool(v)) return bad(msg, cap, 400, "'background' must be a boolean");
-    if (cJSON_IsTrue(v)) return bad(msg, cap, 400, "'background' responses are not supported: spex stores no responses");
+    if (!absent(v) && !cJSON_IsBool(v)) return srv_fail(msg, cap, 400, "'background' must be a boolean");
+    if (cJSON_IsTrue(v)) return srv_fail(msg, cap, 400, "'background' responses are not supported: spex stores no responses");
     v = get(o, "instructions");
-    if (!absent(v) && !cJSON_IsString(v)) return bad(msg, cap, 400, "'instructions' must be a string");
+    if (!absent(v) && !cJSON_IsString(v)) return srv_fail(msg, cap, 400, "'instructions' must be a string");
     v = get(o, "reasoning");
-    if (!absent(v) && !cJSON_IsObject(v)) return bad(msg, cap, 400, "'reasoning' must be an object");
+    if (!absent(v) && !cJSON_IsObject(v)) return srv_fail(msg, cap, 400, "'reasoning' must be an object");
     v = get(o, "max_output_tokens");   /* its range is checked as max_tokens' (api.c) */
-    if (!absent(v) && !cJSON_IsNumber(v)) return bad(msg, cap, 400, "'max_output_tokens' must be an integer");
+    if (!absent(v) && !cJSON_IsNumber(v)) return srv_fail(msg, cap, 400, "'max_output_tokens' must be an integer");
     v = get(o, "text");
     if (!absent(v)) {
         const cJSON *f = get(v, "format"), *ft = get(f, "type");
-        if (!cJSON_IsObject(v)) return bad(msg, cap, 400, "'text' must be an object");
+        if (!cJSON_IsObject(v)) return srv_fail(msg, cap, 400, "'text' must be an object");
         if (!absent(f) && (!cJSON_IsObject(f) || !cJSON_IsString(ft)))
-            return bad(msg, cap, 400, "'text.format' must be an object with a string 'type'");
+            return srv_fail(msg, cap, 400, "'text.format' must be an object with a string 'type'");
         if (cJSON_IsString(ft) && strcmp(ft->valuestring, "text"))
-            return bad(msg, cap, 400, "'text.format' type '%.40s' is not supported by spex (only \"text\")", ft->valuestring);
+            return srv_fail(msg, cap, 400, "'text.format' type '%.40s' is not supported by spex (only \"text\")", ft->valuestring);
     }
     return 0;
 }
@@ -266,16 +258,16 @@ static const char *const resp_only[] = {"input", "instructions", "tools", "tool_
 
 char *srv_responses_to_chat(const char *body, size_t len, int *code, char *msg, size_t cap) {
     *code = 0;
-    if (!srv_utf8_valid(body, len)) return *code = bad(msg, cap, 400, "the request body is not valid UTF-8"), NULL;
+    if (!srv_utf8_valid(body, len)) return *code = srv_fail(msg, cap, 400, "the request body is not valid UTF-8"), NULL;
     cJSON *o = cJSON_ParseWithLength(body, len);
-    if (!o) return *code = bad(msg, cap, 400, "malformed JSON in the request body"), NULL;
+    if (!o) return *code = srv_fail(msg, cap, 400, "malformed JSON in the request body"), NULL;
     cJSON *out = NULL;
     int rc = 0;
     const cJSON *in = get(o, "input");
-    if (!cJSON_IsObject(o)) rc = bad(msg, cap, 400, "the request body must be a JSON object");
-    else if (!in) rc = bad(msg, cap, 400, "'input' is required");
-    else if (!cJSON_IsString(in) && !cJSON_IsArray(in)) rc = bad(msg, cap, 400, "'input' must be a string or an array of items");
-    else if (cJSON_IsArray(in) && cJSON_GetArraySize(in) == 0) rc = bad(msg, cap, 400, "'input' must not be empty");
+    if (!cJSON_IsObject(o)) rc = srv_fail(msg, cap, 400, "the request body must be a JSON object");
+    else if (!in) rc = srv_fail(msg, cap, 400, "'input' is required");
+    else if (!cJSON_IsString(in) && !cJSON_IsArray(in)) rc = srv_fail(msg, cap, 400, "'input' must be a string or an array of items");
+    else if (cJSON_IsArray(in) && cJSON_GetArraySize(in) == 0) rc = srv_fail(msg, cap, 400, "'input' must not be empty");
     else rc = refuse(o, msg, cap);
     if (rc) goto done;
 
@@ -311,7 +303,7 @@ char *srv_responses_to_chat(const char *body, size_t len, int *code, char *msg, 
         }
     }
     if (cJSON_GetArraySize(msgs) == 0) {   /* only empty reasoning items */
-        rc = bad(msg, cap, 400, "'input' holds no message");
+        rc = srv_fail(msg, cap, 400, "'input' holds no message");
         goto done;
     }
     const cJSON *v = get(o, "tools");
@@ -324,7 +316,7 @@ char *srv_responses_to_chat(const char *body, size_t len, int *code, char *msg, 
         cJSON_AddBoolToObject(cJSON_AddObjectToObject(out, "stream_options"), "include_usage", true);
 done:;
     char *s = NULL;
-    if (!rc && !(s = cJSON_PrintUnformatted(out))) rc = bad(msg, cap, 500, "out of memory");
+    if (!rc && !(s = cJSON_PrintUnformatted(out))) rc = srv_fail(msg, cap, 500, "out of memory");
     cJSON_Delete(out);
     cJSON_Delete(o);
     *code = rc;
@@ -335,7 +327,7 @@ int srv_parse_responses(srv_request *r, const char *body, size_t len, char *msg,
     srv_request_init(r, SRV_EP_CHAT);
     int code = 0;
     char *chat = srv_responses_to_chat(body, len, &code, msg, cap);
-    if (!chat) return code ? code : bad(msg, cap, 500, "out of memory");
+    if (!chat) return code ? code : srv_fail(msg, cap, 500, "out of memory");
     code = srv_request_parse(r, chat, strlen(chat), msg, cap);
     free(chat);
     if (!code && r->stream) r->include_usage = true;

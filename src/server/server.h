@@ -238,6 +238,10 @@ typedef struct srv_timings {
 
 /* Strict UTF-8 (no overlongs, surrogates or code points past U+10FFFF); s may be NULL when n is 0. */
 bool srv_utf8_valid(const char *s, size_t n);
+/* msg = the formatted text (truncated to cap); returns code, so a parser can `return srv_fail(...)`. */
+int srv_fail(char *msg, size_t cap, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* A JSON string of n bytes (cJSON needs NUL-terminated text); "" when out of memory. */
+struct cJSON *srv_json_str_n(const char *s, size_t n);
 /* s[0 .. n) with every invalid sequence replaced by U+FFFD (one per maximal invalid subpart),
  * NUL-terminated, malloc'd (NULL when out of memory); *out_len its length. */
 char *srv_utf8_repair(const char *s, size_t n, size_t *out_len);

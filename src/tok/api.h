@@ -98,6 +98,10 @@ typedef struct spex_jinja_chat {
     const char *extra_json;   /* NULL, or a JSON object whose keys are set last (chat_template_kwargs) */
 } spex_jinja_chat;
 
+/* The text of token id with specials rendered (a template's bos_token / eos_token): malloc'd,
+ * NUL-terminated, "" for an id < 0 or out of range; NULL when out of memory. */
+char *spex_token_text_dup(const spex_tokenizer *tok, int32_t id);
+
 /* Renders msgs through a Jinja chat template with the message dicts llama.cpp builds: role,
  * content (NULL as ""), reasoning_content when non-NULL, tool_calls as [{"type": "function",
  * "function": {"name": N, "arguments": A}}] with A the parsed JSON object (the text itself

@@ -203,3 +203,14 @@ spex_str spex_detok_stream_flush(spex_detok_stream *s) {
     }
     return out;
 }
+
+char *spex_token_text_dup(const spex_tokenizer *tok, int32_t id) {
+    spex_str p = {0};
+    if (id < 0 || spex_token_to_piece(tok, id, true, &p, NULL) != SPEX_OK) p.len = 0;
+    char *t = malloc(p.len + 1);
+    if (t) {
+        if (p.len) memcpy(t, p.ptr, p.len);
+        t[p.len] = 0;
+    }
+    return t;
+}
