@@ -143,8 +143,7 @@ typedef struct spex_model_params {
     bool verbose;        /* one line at load (shapes, weight bytes) and at context init
                           * (KV, compute and weight bytes), through log or on stderr     */
     spex_log_fn log; void *log_user;   /* NULL: stderr                                    */
-    bool no_repack;      /* keep every weight in the mapping: no R16 copies (below)       */
-    bool no_mmap;        /* read the file into memory instead of mapping it               */
+    bool no_repack, no_mmap;   /* no R16 copies (below); read the file instead of mapping it */
     const char *const *overrides; int32_t n_overrides;   /* "KEY=TYPE:VALUE" metadata (--override-kv) */
 } spex_model_params;
 spex_model_params spex_model_default_params(void);
