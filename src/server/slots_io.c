@@ -51,16 +51,11 @@ void srv_slots_ident(const srv_slots_io *io, srv_slot_ident *out) {
     out->shape_hash = h;
 }
 
-static int bad(char *msg, size_t cap, int code, const char *fmt, const char *arg) {
-    snprintf(msg, cap, fmt, arg);
-    return code;
-}
-
 /* The body's "filename", checked by llama-server's rule; NULL with msg set on error. */
 static const char *body_filename(const cJSON *o, char *msg, size_t cap) {
     const cJSON *f = cJSON_GetObjectItemCaseSensitive(o, "filename");
-    if (!cJSON_IsString(f)) return bad(msg, cap, 400, "%s", "'filename' (a string) is required"), NULL;
-    if (!srv_slot_filename_ok(f->valuestring)) return bad(msg, cap, 400, "%s", "Invalid filename"), NULL;
+    if (!cJSON_IsString(f)) return srv_fail(msg, cap, 400, "%s", "'filename' (a string) is required"), NULL;
+    if (!srv_slot_filename_ok(f->valuestring)) return srv_fail(msg, cap, 400, "%s", "Invalid filename"), NULL;
     return f->valuestring;
 }
 
@@ -78,8 +73,8 @@ static int do_save(srv_engine *e, const srv_slots_io *io, int id, const char *na
     srv_slot_job j;
     memset(&j, 0, sizeof j);
     j.action = SRV_SLOT_SAVE, j.slot = id, j.hdr_room = SRV_SLOT_HDR;
-    if (!srv_engine_slot_action(e, &j)) return bad(msg, cap, 503, "%s", "the server is shutting down");
-    if (j.err_code) return bad(msg, cap, j.err_code, "%s", j.err_msg);
+    if (!srv_engine_slot_action(e, &j)) return srv_fail(msg, cap, 503, "%s", "the server is shutting down");
+    if (j.err_code) return srv_fail(msg, cap, j.err_code, "%s", j.err_msg);
     double t0 = spex_now_s();
     srv_slot_ident ident;
     srv_slots_ident(io, &ident);
@@ -96,7 +91,7 @@ static int do_save(srv_engine *e, const srv_slots_io *io, int id, const char *na
     free(j.buf);
     if (!ok) {
         unlink(tmp);
-        return bad(msg, cap, 500, "cannot write the slot file: %s", strerror(saved_errno));
+        return srv_fail(msg, cap, 500, "cannot write the slot file: %s", strerror(saved_errno));
     }
     cJSON_AddNumberToObject(res, "n_saved", j.n);
     cJSON_AddNumberToObject(res, "n_written", (double)j.len);
@@ -109,8 +104,8 @@ static int erase(srv_engine *e, int id, int32_t *n_erased, char *msg, size_t cap
     srv_slot_job j;
     memset(&j, 0, sizeof j);
     j.action = SRV_SLOT_ERASE, j.slot = id;
-    if (!srv_engine_slot_action(e, &j)) return bad(msg, cap, 503, "%s", "the server is shutting down");
-    if (j.err_code) return bad(msg, cap, j.err_code, "%s", j.err_msg);
+    if (!srv_engine_slot_action(e, &j)) return srv_fail(msg, cap, 503, "%s", "the server is shutting down");
+    if (j.err_code) return srv_fail(msg, cap, j.err_code, "%s", j.err_msg);
     *n_erased = j.n;
     return 0;
 }
@@ -143,8 +138,8 @@ static int do_restore(srv_engine *e, const srv_slots_io *io, int id, const char 
     j.image_bytes = h.image_bytes;
     bool ran = srv_engine_slot_action(e, &j);
     free(buf);
-    if (!ran) return bad(msg, cap, 503, "%s", "the server is shutting down");
-    if (j.err_code) return bad(msg, cap, j.err_code, "%s", j.err_msg);
+    if (!ran) return srv_fail(msg, cap, 503, "%s", "the server is shutting down");
+    if (j.err_code) return srv_fail(msg, cap, j.err_code, "%s", j.err_msg);
     cJSON_AddNumberToObject(res, "n_restored", j.n);
     cJSON_AddNumberToObject(res, "n_read", (double)got);
     cJSON_AddNumberToObject(cJSON_AddObjectToObject(res, "timings"), "restore_ms", (spex_now_s() - t0) * 1e3);
@@ -157,19 +152,19 @@ static int read_file_checked(srv_engine *e, const srv_slots_io *io, const char *
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", io->dir, name);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return bad(msg, cap, 400, "cannot open the slot file: %s", strerror(errno));
+    if (fd < 0) return srv_fail(msg, cap, 400, "cannot open the slot file: %s", strerror(errno));
     struct stat stt;
     /* the largest file this server could have written: a full slot (n_ctx - 1 tokens) */
     uint64_t max = SRV_SLOT_HDR + 4u * (uint64_t)io->n_ctx_slot + srv_engine_image_max(e, io->n_ctx_slot - 1);
     if (fstat(fd, &stt) != 0 || !S_ISREG(stt.st_mode) || (uint64_t)stt.st_size > max) {
         close(fd);
-        return bad(msg, cap, 400, "%s", "invalid slot file: not a regular file, or larger than a full slot's file");
+        return srv_fail(msg, cap, 400, "%s", "invalid slot file: not a regular file, or larger than a full slot's file");
     }
     size_t len = (size_t)stt.st_size;
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf) {
         close(fd);
-        return bad(msg, cap, 500, "%s", "out of memory");
+        return srv_fail(msg, cap, 500, "%s", "out of memory");
     }
     size_t got = 0;
     while (got < len) {
@@ -204,21 +199,21 @@ int srv_slots_action(struct srv_engine *e, const srv_slots_io *io, const char *i
     char *end = NULL;
     errno = 0;
     long id = id_str && *id_str >= '0' && *id_str <= '9' ? strtol(id_str, &end, 10) : -1;
-    if (id < 0 || errno || !end || *end || id >= io->n_slots) return bad(msg, cap, 400, "%s", "Invalid slot ID");
+    if (id < 0 || errno || !end || *end || id >= io->n_slots) return srv_fail(msg, cap, 400, "%s", "Invalid slot ID");
     int a = !action                  ? 0
                         : !strcmp(action, "save")    ? SRV_SLOT_SAVE
                         : !strcmp(action, "restore") ? SRV_SLOT_RESTORE
                         : !strcmp(action, "erase")   ? SRV_SLOT_ERASE
                                                      : 0;
-    if (!a) return bad(msg, cap, 400, "%s", "Invalid action");
+    if (!a) return srv_fail(msg, cap, 400, "%s", "Invalid action");
     if (a != SRV_SLOT_ERASE && !io->dir)
-        return bad(msg, cap, 501, "%s", "This server does not support slots action. Start it with `--slot-save-path`");
+        return srv_fail(msg, cap, 501, "%s", "This server does not support slots action. Start it with `--slot-save-path`");
     cJSON *o = NULL;
     const char *name = NULL;
     if (a != SRV_SLOT_ERASE) {
         if (!srv_utf8_valid(body, len) || !(o = cJSON_ParseWithLength(body ? body : "", len)) || !cJSON_IsObject(o)) {
             cJSON_Delete(o);
-            return bad(msg, cap, 400, "%s", "the request body must be a JSON object with 'filename'");
+            return srv_fail(msg, cap, 400, "%s", "the request body must be a JSON object with 'filename'");
         }
         if (!(name = body_filename(o, msg, cap))) {
             cJSON_Delete(o);
@@ -236,7 +231,7 @@ int srv_slots_action(struct srv_engine *e, const srv_slots_io *io, const char *i
         if (!(rc = erase(e, (int)id, &n, msg, cap))) cJSON_AddNumberToObject(res, "n_erased", n);
     }
     cJSON_Delete(o);
-    if (!rc && !(*out = cJSON_PrintUnformatted(res))) rc = bad(msg, cap, 500, "%s", "out of memory");
+    if (!rc && !(*out = cJSON_PrintUnformatted(res))) rc = srv_fail(msg, cap, 500, "%s", "out of memory");
     cJSON_Delete(res);
     return rc;
 }
