@@ -120,7 +120,7 @@ static int do_restore(srv_engine *e, const srv_slots_io *io, int id, const char 
     double t0 = spex_now_s();
     uint8_t *buf = NULL;
     size_t got = 0;
-    srv_slot_hdr h;
+    srv_slot_hdr h = {0};
     int rc = read_file_checked(e, io, name, &buf, &got, &h, msg, cap);
     if (rc) {
         char m2[256];
