@@ -1389,15 +1389,28 @@ TEST(llama_server_fields) {
               cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(o, "usage"), "prompt_tokens")));
     cJSON_Delete(o);
 
-    /* neutral values are accepted; real ones still refused */
-    cJSON_Delete(post_json(port, "/v1/chat/completions",
-                           "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
-                           "\"response_format\":{\"type\":\"text\"},\"grammar\":\"\",\"n\":null}",
-                           200));
-    cJSON_Delete(post_json(port, "/v1/chat/completions",
-                           "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
-                           "\"response_format\":{\"type\":\"json_object\"}}",
-                           400));
+    /* neutral values are accepted; real ones still refused, never silently ignored (n_probs
+     * until token probabilities exist) */
+    static const struct {
+        const char *path, *body;
+        int want;
+    } neutral[] = {
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
+         "\"response_format\":{\"type\":\"text\"},\"grammar\":\"\",\"n\":null}",
+         200},
+        {"/v1/chat/completions",
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":2,"
+         "\"response_format\":{\"type\":\"json_object\"}}",
+         400},
+        {"/completion", "{\"prompt\":\"hi\",\"n_predict\":2,\"n_probs\":0}", 200},
+        {"/completion", "{\"prompt\":\"hi\",\"n_predict\":2,\"n_probs\":3}", 400},
+    };
+    for (size_t i = 0; i < sizeof neutral / sizeof *neutral; i++) {
+        o = post_json(port, neutral[i].path, neutral[i].body, neutral[i].want);
+        CHECK_MSG(o != NULL, "%s %s: not %d", neutral[i].path, neutral[i].body, neutral[i].want);
+        cJSON_Delete(o);
+    }
 
     /* "é" is one character of two bytes; the byte-level vocabulary splits it into two tokens */
     o = post_json(port, "/tokenize", "{\"content\":\"caf\u00e9\",\"with_pieces\":true}", 200);

@@ -351,7 +351,7 @@ static int read_response_fields(srv_request *r, const cJSON *f, char *msg, size_
 static int reject_unsupported(const cJSON *o, char *msg, size_t cap) {
     static const char *const keys[] = {"response_format", "json_schema", "grammar", "logprobs",
                                        "top_logprobs", "mirostat", "dry_multiplier", "xtc_probability",
-                                       "typical_p", "logit_bias"};
+                                       "typical_p", "logit_bias", "n_probs"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, keys[i]);
         if (!v || cJSON_IsNull(v) || cJSON_IsFalse(v)) continue;
