@@ -144,7 +144,8 @@ static int flag_run(const char *a, const char *v, run_opts *o, cli_common *c, bo
     }
     if (!strcmp(a, "--spec-guard")) {
         if (!v || (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto"))) {
-            fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", a, v ? v : "");
+            if (!v) fprintf(stderr, "error: %s needs a value\n", a);
+            else fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", a, v);
             return -1;
         }
         o->guard = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
