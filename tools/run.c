@@ -6,7 +6,8 @@
  * prompt (plain, or through the chat template with --chat), tokenize it, feed it in chunks of
  * -b tokens, then sample one token at a time until an end-of-generation token, -n tokens, or a
  * full context. Flag names follow llama.cpp's llama-cli where it has one. What it is not: an
- * interactive chat loop (that comes with the server).
+ * interactive chat loop (that comes with the server). The options shared with `spex serve` are
+ * parsed by tools/opts.c's table; only run's own flags are parsed here.
  *
  * Output contract (docs/run.md):
  *  - stdout carries only the generated text, streamed through the UTF-8-safe detokenizer and

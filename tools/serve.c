@@ -1,7 +1,8 @@
 /*
  * serve.c — `spex serve`: flag parsing for the HTTP server (src/server/), llama-server's names.
  *
- * What it is: server-api.md §2 mapped onto srv_config; the server itself (model loading,
+ * What it is: server-api.md §2 mapped onto srv_config (the options shared with `spex run` are
+ * tools/opts.c's table, copied in by from_common); the server itself (model loading,
  * listener, engine) is src/server/http.c. What it is not: every llama-server flag — those
  * spex does not apply are tools/compat.c's (accepted with a note, or refused with the reason);
  * docs/server.md has the table of all of them; unknown flags are errors.
