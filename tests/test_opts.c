@@ -185,6 +185,38 @@ TEST(chat_template_kwargs_is_a_json_object) {
     PARSE_ERR("enable_thinking", "--chat-template-kwargs", "{\"enable_thinking\":\"no\"}");
 }
 
+/* cli_common_flag_in: only the rows named (spex bench spec takes -m, -t and -nr). */
+TEST(a_subset_of_rows) {
+    cli_common o;
+    cli_common_init(&o);
+    bool takes = false;
+    const char *const rows[] = {"-m", "-t", "-nr", NULL};
+    CHECK_EQ_INT(cli_common_flag_in("--model", "x.gguf", &o, &takes, rows), 1);
+    CHECK(takes && !strcmp(o.model, "x.gguf"));
+    CHECK_EQ_INT(cli_common_flag_in("--threads", "2", &o, &takes, rows), 1);
+    CHECK_EQ_INT(o.n_threads, 2);
+    CHECK_EQ_INT(cli_common_flag_in("--repack", NULL, &o, &takes, rows), 1);
+    CHECK(!takes && !o.no_repack);
+    CHECK_EQ_INT(cli_common_flag_in("--temp", "0.5", &o, &takes, rows), 0);
+    CHECK_EQ_INT(cli_common_flag_in("-md", "d.gguf", &o, &takes, rows), 0);
+    const char *spex = test_spex_bin();
+    if (!spex) SKIP("no spex binary in this build");
+    const char *const bad[] = {"bench", "spec", "--threads", "x", NULL};
+    test_proc p;
+    CHECK(test_spex_exec(bad, &p));
+    bool ok = p.rc == 2 && strstr(p.err, "--threads");
+    if (!ok) printf("  bench spec --threads x: exit %d '%s'\n", p.rc, p.err);
+    test_proc_free(&p);
+    CHECK(ok);
+    const char *const good[] = {"bench", "spec", "--model", "/nonexistent/t.gguf", "-nr", "--repack", "--threads",
+                                "1", "--mtp", "--prompts", "/nonexistent/p.jsonl", NULL};
+    CHECK(test_spex_exec(good, &p));
+    ok = p.rc == 1 && strstr(p.err, "/nonexistent/") && !strstr(p.err, "argument");
+    if (!ok) printf("  bench spec --model ...: exit %d '%s'\n", p.rc, p.err);
+    test_proc_free(&p);
+    CHECK(ok);
+}
+
 /* Every row of the table has a case below (a new row without one fails here). */
 static const char *const g_values[][2] = {
     {"-m", "m.gguf"}, {"-md", "d.gguf"}, {"--spec-type", "none"}, {"--spec-draft-n-max", "4"},

@@ -256,8 +256,13 @@ static int apply(const opt_row *r, const char *a, const char *v, cli_common *o) 
 }
 
 int cli_common_flag(const char *a, const char *v, cli_common *o, bool *takes) {
+    return cli_common_flag_in(a, v, o, takes, NULL);
+}
+
+int cli_common_flag_in(const char *a, const char *v, cli_common *o, bool *takes, const char *const *rows) {
     for (int i = 0; i < N_ROWS; i++) {
         const opt_row *r = &g_rows[i];
+        if (rows && !in_list(r->names[0], rows, 64)) continue;
         const bool pos = in_list(a, r->names, 6), neg = !pos && in_list(a, r->neg, 3);
         if (!pos && !neg) continue;
         if (r->kind == K_SWITCH) {

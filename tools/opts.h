@@ -55,6 +55,9 @@ void cli_common_init(cli_common *o);
 /* One flag a with its possible value v: 1 when a is a common option (*takes: whether v was its
  * value), 0 when it is not, -1 after an error line naming the flag. */
 int cli_common_flag(const char *a, const char *v, cli_common *o, bool *takes);
+/* The same with only the rows whose first name is in rows (NULL-terminated; NULL: all): for a
+ * tool with a few of the common options (spex bench spec). */
+int cli_common_flag_in(const char *a, const char *v, cli_common *o, bool *takes, const char *const *rows);
 /* After the flags: the checks across flags (K/V pairs, n-min > n-max clamped with a warning,
  * --spec-draft-n-max 0 as no drafting with a note, --chat-template with --chat-template-file,
  * the sampler values the library judges): 0, or -1 after an error line. */
