@@ -106,6 +106,12 @@ $(OUT)/tests/harness/%: $(OUT)/obj/tests/harness/%.o $(filter-out $(OUT)/obj/too
 	@mkdir -p $(dir $@)
 	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
 
+# test_opts: the option table of tools/opts.c, linked with the tools' objects (as a harness is)
+$(OUT)/obj/tests/test_opts.o: CFLAGS_BASE += -Itools
+$(OUT)/tests/test_opts: $(OUT)/obj/tests/test_opts.o $(TEST_COMMON_OBJ) $(filter-out $(OUT)/obj/tools/spex.o,$(TOOL_OBJ)) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(OPT) -o $@ $^ $(LDLIBS)
+
 tests: $(TEST_BIN) $(OUT)/spex $(HARNESS_BIN) examples
 
 # examples/*.c: programs an embedder would write, compiled against include/ alone (no -Isrc,

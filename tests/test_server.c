@@ -1860,13 +1860,13 @@ TEST(target_kv_type_flags) {
     CHECK(named && ok && clean && g.status == 200 && g.completion_tokens > 0);
 }
 
-/* --spec-draft-cut: a bad value is a start-up error; on (the default) and off both serve, and
+/* --spec-draft-cut: a bad value is a start-up error; on (the default, as auto) and off both serve, and
  * the speculative start-up line names the setting. */
 TEST(spec_draft_cut_flag) {
     const char *bad[] = {"serve", "-m", TINY_QWEN3, "-md", TINY_DRAFT2, "--spec-draft-cut", "maybe", NULL};
     test_proc rk;
     CHECK(test_spex_exec(bad, &rk));
-    CHECK_MSG(rk.rc == 2 && strstr(rk.err, "expects on or off"), "rc %d: %s", rk.rc, rk.err);
+    CHECK_MSG(rk.rc == 2 && strstr(rk.err, "expects on, off or auto"), "rc %d: %s", rk.rc, rk.err);
     test_proc_free(&rk);
     if (!test_spex_bin()) SKIP("no spex binary next to this test's folder");
     for (int off = 0; off < 2; off++) {

@@ -29,6 +29,7 @@
 #include "quant/api.h"
 #include "model/api.h"
 #include "cli.h"
+#include "opts.h"
 #include "genset.h"
 #include "probe.h"
 #include "spec/api.h"
@@ -102,7 +103,7 @@ static void bs_usage(FILE *f) {
             "                       [--prompts FILE.jsonl]\n"
             "                       [-n N] [-t THREADS]\n"
             "                       [--temps LIST] [--verify-k K] [--reps R] [--draft-quant LIST] [--json OUT]\n"
-            "                       [--draft-stop LIST] [--probe auto|on|off] [--no-repack]\n"
+            "                       [--draft-stop LIST] [--probe auto|on|off] [-nr, --no-repack]\n"
             "\n"
             "End-to-end speculative decoding, concurrency 1: for each temperature, every prompt with each method\n"
             "  AR       the target alone (spex_spec without a drafter)\n"
@@ -120,7 +121,7 @@ static void bs_usage(FILE *f) {
             "'greedy output identical: yes/no'\n"
             "(every speculative row equals AR token for token at T = 0; 'no' exits 1).\n"
             "\n"
-            "  -m TARGET           target GGUF (default models/target.gguf; then -md defaults to\n"
+            "  -m, --model TARGET  target GGUF (default models/target.gguf; then -md defaults to\n"
             "                      models/drafter.gguf unless -md, --mtp or --ngram is given without --hybrid)\n"
             "  -md DRAFTER         a DFlash drafter GGUF (up to %d)\n"
             "  --mtp               add the MTP row\n"
@@ -128,7 +129,7 @@ static void bs_usage(FILE *f) {
             "  --prompts FILE      JSON lines: {\"user\": ..., \"system\": ...} (chat template applied) or\n"
             "                      {\"prompt\": ...} (plain text); default models/demo.jsonl\n"
             "  -n N                most new tokens per prompt (default 256)\n"
-            "  -t THREADS          threads (default: every CPU)\n"
+            "  -t, --threads THREADS  threads (default, 0 or -1: every CPU)\n"
             "  --temps LIST        temperatures (default 0,1; T > 0 uses top-p 0.95, top-k 20, min-p off)\n"
             "  --verify-k K        verify(k) for k = 1..K (1..16, default 16)\n"
             "  --reps R            verify(k) timed rounds over k = 1..K after a warm-up round (default 5)\n"
@@ -141,7 +142,9 @@ static void bs_usage(FILE *f) {
             "                      verify(k) round: auto (default: when a step streams >= 64 MiB, more\n"
             "                      than a cache holds), on, off\n"
             "  --json OUT          also write every number to OUT\n"
-            "  --no-repack         keep every weight in the files' layout (no R16 copies at load)\n",
+            "  -nr, --no-repack    keep every weight in the files' layout (no R16 copies at load; --repack:\n"
+            "                      the default)\n"
+            "-m, -t and -nr take the names and values of spex run and spex serve (tools/opts.c)\n",
             BS_MAX_DRAFTERS);
 }
 
@@ -202,8 +205,20 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
     *o = (bs_opts){.prompts = "models/demo.jsonl", .n_predict = 256, .k_max = BS_MAX_K, .reps = 5,
                    .temps = {0.0f, 1.0f}, .n_temps = 2, .n_stops = 1,
                    .cuts = {true}, .probe = -1, .ngram_n = 12};
+    /* the options it shares with spex run and serve, under their names (tools/opts.c); -md (a
+     * list here), -n (at least 1: tokens per prompt) and the rest are the benchmark's own */
+    static const char *const common[] = {"-m", "-t", "-nr", NULL};
+    cli_common com;
+    cli_common_init(&com);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        bool takes = true;
+        const int r = cli_common_flag_in(a, v, &com, &takes, common);
+        if (r < 0) return 2;
+        if (r > 0) {
+            i += takes;
+            continue;
+        }
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             bs_usage(stdout);
             return -1;
@@ -216,13 +231,9 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
         } else if (!strcmp(a, "--hybrid")) {
             o->hybrid = true;
             continue;
-        } else if (!strcmp(a, "--no-repack")) {
-            o->no_repack = true;
-            continue;
         }
         bool ok = v != NULL;
-        if (!strcmp(a, "-m") && v) o->target = v;
-        else if (!strcmp(a, "-md") && v) {
+        if (!strcmp(a, "-md") && v) {
             if (o->n_drafters == BS_MAX_DRAFTERS) {
                 fprintf(stderr, "error: at most %d -md files\n", BS_MAX_DRAFTERS);
                 return 2;
@@ -232,7 +243,6 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
         else if (!strcmp(a, "--draft-model") && v) o->draft_model = v;
         else if (!strcmp(a, "--json") && v) o->json = v;
         else if (!strcmp(a, "-n")) ok = cli_parse_int(a, v, 1, BS_MAX_GEN, &o->n_predict);
-        else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) ok = cli_parse_int(a, v, 0, 1024, &o->n_threads);
         else if (!strcmp(a, "--verify-k")) ok = cli_parse_int(a, v, 1, BS_MAX_K, &o->k_max);
         else if (!strcmp(a, "--ngram-n")) ok = cli_parse_int(a, v, 1, 1024, &o->ngram_n);
         else if (!strcmp(a, "--reps")) ok = cli_parse_int(a, v, 1, 1000, &o->reps);
@@ -256,6 +266,9 @@ static int parse_flags(int argc, char **argv, bs_opts *o) {
         if (!ok) return 2;
         i++;
     }
+    o->target = com.model;
+    o->n_threads = com.n_threads < 0 ? 0 : com.n_threads;
+    o->no_repack = com.no_repack;
     if (!o->target) {
         o->target = "models/target.gguf";
         if (o->n_drafters == 0 && (o->hybrid || (!o->mtp && !o->ngram))) o->drafters[o->n_drafters++] = "models/drafter.gguf";

@@ -6,7 +6,8 @@
  * prompt (plain, or through the chat template with --chat), tokenize it, feed it in chunks of
  * -b tokens, then sample one token at a time until an end-of-generation token, -n tokens, or a
  * full context. Flag names follow llama.cpp's llama-cli where it has one. What it is not: an
- * interactive chat loop (that comes with the server).
+ * interactive chat loop (that comes with the server). The options shared with `spex serve` are
+ * parsed by tools/opts.c's table; only run's own flags are parsed here.
  *
  * Output contract (docs/run.md):
  *  - stdout carries only the generated text, streamed through the UTF-8-safe detokenizer and
@@ -25,6 +26,7 @@
 #include "gguf/api.h"
 #include "model/api.h"
 #include "cli.h"
+#include "opts.h"
 #include "run.h"
 #include "tok/api.h"
 
@@ -66,7 +68,7 @@ static void usage(FILE *f) {
             "  -n, --n-predict N          tokens to generate; -1 = until end of generation or full context (-1)\n"
             "  -c, --ctx-size N           context in tokens, prompt included; 0 = min(context_length, 4096) (0)\n"
             "  -b, --batch-size N         prompt tokens per forward pass (512)\n"
-            "  -t, --threads N            threads; 0 = every online CPU (0)\n"
+            "  -t, --threads N            threads; 0 or -1 = every online CPU (0)\n"
             "\n"
             "sampling (llama.cpp's defaults and order: penalties;top_k;top_p;min_p;temperature):\n"
             "      --temp T               temperature; 0 = greedy (0.8)\n"
@@ -89,9 +91,10 @@ static void usage(FILE *f) {
             "                             the target's family drafts autoregressively; n-max 16), hybrid (-md's\n"
             "                             DFlash drafter and n-gram lookup, the better draft per step; n-max 16)\n"
             "      --spec-draft-n-max N   tokens drafted per step; clamped to block_size - 1 (block_size - 1)\n"
-            "                             (also llama.cpp's older --draft, --draft-n, --draft-max)\n"
-            "      --spec-draft-n-min N   drop drafts shorter than N (0; also --draft-min, --draft-n-min)\n"
-            "      --spec-draft-p-min P   stop the walk below this confidence (0 = off)\n"
+            "                             (llama.cpp's removed --draft, --draft-n, --draft-max, --draft-min,\n"
+            "                             --draft-n-min are errors, as there)\n"
+            "      --spec-draft-n-min N   drop drafts shorter than N (0; at most n-max: clamped with a warning)\n"
+            "      --spec-draft-p-min P   stop the walk below this confidence, in [0, 1] (0 = off; also --draft-p-min)\n"
             "      --spec-draft-cut on|off|auto  verify only the drafted tokens that raise the expected tokens\n"
             "                             per second (confidence and verify price learned online; lossless);\n"
             "                             auto: on, but off for a fixed --seed at T > 0 with probabilistic draft\n"
@@ -128,188 +131,72 @@ static bool flag_is(const char *a, const char *s1, const char *s2) {
     return !strcmp(a, s1) || (s2 && !strcmp(a, s2));
 }
 
-static bool need_value(const char *flag, const char *v) {
-    if (!v) fprintf(stderr, "error: %s needs a value\n", flag);
-    return v != NULL;
-}
-
-/* on|off|auto -> 1, 0, -1 in *out; false (with a message) for anything else. */
-static bool parse_on_off_auto(const char *flag, const char *v, int *out) {
-    if (!need_value(flag, v)) return false;
-    if (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto")) {
-        fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", flag, v);
-        return false;
+/* The flags of `spex run` alone (the common ones are tools/opts.c's): 1 when a is one of them
+ * (*takes: v was its value), 0 when not, -1 after an error line. */
+static int flag_run(const char *a, const char *v, run_opts *o, cli_common *c, bool *takes) {
+    if (flag_is(a, "-p", "--prompt") || flag_is(a, "-f", "--file") || flag_is(a, "--system", "--system-prompt") ||
+        !strcmp(a, "-sys")) {
+        if (!v) {
+            fprintf(stderr, "error: %s needs a value\n", a);
+            return -1;
+        }
+        *(flag_is(a, "-p", "--prompt") ? &o->prompt : flag_is(a, "-f", "--file") ? &o->prompt_file : &o->system) = v;
+        return 1;
     }
-    *out = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
-    return true;
-}
-
-/* A float flag in [lo, hi] into *out; false after an error line. */
-static bool float_in(const char *a, const char *v, float lo, float hi, float *out) {
-    float f;
-    if (!cli_parse_float(a, v, &f)) return false;
-    if (f < lo || f > hi) {
-        fprintf(stderr, "error: %s expects a value in [%g, %g], got '%s'\n", a, lo, hi, v);
-        return false;
+    if (!strcmp(a, "--spec-guard")) {
+        if (!v || (strcmp(v, "on") && strcmp(v, "off") && strcmp(v, "auto"))) {
+            if (!v) fprintf(stderr, "error: %s needs a value\n", a);
+            else fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", a, v);
+            return -1;
+        }
+        o->guard = !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -1;
+        return 1;
     }
-    *out = f;
-    return true;
-}
-
-/* -ctk / -ctv and -ctkd / -ctvd: each pair must agree (cli_kv_pair after the loop). */
-typedef struct run_kv {
-    spex_type kt, vt, dkt, dvt;
-    bool has_kt, has_vt, has_dkt, has_dvt;
-} run_kv;
-
-/* The model, the prompt, chat and generation: 1 when a is one of these flags (*takes: v was
- * its value), 0 when not, -1 after an error line. The same contract for the groups below. */
-static int flag_main(const char *a, const char *v, run_opts *o, bool *takes) {
-    if (flag_is(a, "-m", "--model") || flag_is(a, "-p", "--prompt") || flag_is(a, "-f", "--file") ||
-        flag_is(a, "--system", "--system-prompt") || flag_is(a, "-sys", "--chat-template") ||
-        flag_is(a, "--chat-template-file", NULL)) {
-        if (!need_value(a, v)) return -1;
-        const char **dst = flag_is(a, "-m", "--model") ? &o->model
-                         : flag_is(a, "-p", "--prompt") ? &o->prompt
-                         : flag_is(a, "-f", "--file") ? &o->prompt_file
-                         : !strcmp(a, "--chat-template") ? &o->chat_template
-                         : !strcmp(a, "--chat-template-file") ? &o->chat_template_file : &o->system;
-        *dst = v;
-    } else if (flag_is(a, "-n", "--n-predict") || !strcmp(a, "--predict")) {
-        if (!cli_parse_int(a, v, -1, 1L << 30, &o->n_predict)) return -1;
-    } else if (flag_is(a, "-c", "--ctx-size")) {
-        if (!cli_parse_int(a, v, 0, 1L << 24, &o->n_ctx)) return -1;
-    } else if (flag_is(a, "-b", "--batch-size")) {
-        if (!cli_parse_int(a, v, 1, 1L << 16, &o->n_batch)) return -1;
-    } else if (flag_is(a, "-t", "--threads")) {
-        if (!cli_parse_int(a, v, 0, 1024, &o->n_threads)) return -1;
-    } else if (flag_is(a, "-rea", "--reasoning")) {
-        int on;
-        if (!parse_on_off_auto(a, v, &on)) return -1;
-        o->no_think = on == 0;
-    } else if (flag_is(a, "--chat-template-kwargs", NULL)) {
-        if (!need_value(a, v)) return -1;
-        o->chat_template_kwargs = v;
-        if (strstr(v, "\"enable_thinking\"") && (strstr(v, "false") || strstr(v, "true")))
-            o->no_think = strstr(v, "false") != NULL;
-    } else {   /* the switches */
-        if (flag_is(a, "--chat", "-cnv") || !strcmp(a, "--conversation")) o->chat = true;
-        else if (flag_is(a, "--no-think", NULL)) o->no_think = true;
-        else if (flag_is(a, "--no-bos", NULL)) o->no_bos = true;
-        else if (flag_is(a, "--special", "-sp")) o->special = true;
-        else if (flag_is(a, "-v", "--verbose") || !strcmp(a, "--log-verbose")) o->verbose = true;
-        else if (flag_is(a, "-nr", "--no-repack") || flag_is(a, "--repack", NULL)) o->no_repack = strcmp(a, "--repack") != 0;
-        else if (flag_is(a, "--no-mmap", "--mmap")) o->no_mmap = strcmp(a, "--mmap") != 0;
-        else if (flag_is(a, "--jinja", "--no-jinja")) o->jinja = !strcmp(a, "--jinja");
-        else return 0;
-        *takes = false;
-    }
+    *takes = false;   /* the switches */
+    if (flag_is(a, "--chat", "-cnv") || !strcmp(a, "--conversation")) o->chat = true;
+    else if (!strcmp(a, "--no-think")) c->enable_thinking = 0;   /* as -rea off: the last one given wins */
+    else if (!strcmp(a, "--no-bos")) o->no_bos = true;
+    else if (flag_is(a, "--special", "-sp")) o->special = true;
+    else if (flag_is(a, "-v", "--verbose") || !strcmp(a, "--log-verbose")) o->verbose = true;
+    else return 0;
     return 1;
 }
 
-/* The sampling chain and its parameters. */
-static int flag_sampling(const char *a, const char *v, run_opts *o, long *repeat_last_n) {
-    long n;
-    if (flag_is(a, "--temp", "--temperature")) {
-        if (!cli_parse_float(a, v, &o->sp.temp)) return -1;
-    } else if (flag_is(a, "--top-k", NULL)) {
-        if (!cli_parse_int(a, v, 0, 1L << 30, &n)) return -1;
-        o->sp.top_k = (int32_t)n;
-    } else if (flag_is(a, "--top-p", NULL) || flag_is(a, "--min-p", NULL)) {
-        if (!float_in(a, v, 0, 1, !strcmp(a, "--top-p") ? &o->sp.top_p : &o->sp.min_p)) return -1;
-    } else if (flag_is(a, "--repeat-penalty", NULL)) {
-        float f;
-        if (!cli_parse_float(a, v, &f)) return -1;
-        if (f <= 0) {
-            fprintf(stderr, "error: %s expects a value > 0, got '%s'\n", a, v);
-            return -1;
-        }
-        o->sp.repeat_penalty = f;
-    } else if (flag_is(a, "--repeat-last-n", NULL)) {
-        if (!cli_parse_int(a, v, -1, 1L << 24, repeat_last_n)) return -1;
-    } else if (flag_is(a, "--presence-penalty", NULL)) {
-        if (!cli_parse_float(a, v, &o->sp.presence_penalty)) return -1;
-    } else if (flag_is(a, "--frequency-penalty", NULL)) {
-        if (!cli_parse_float(a, v, &o->sp.frequency_penalty)) return -1;
-    } else if (flag_is(a, "--samplers", NULL)) {
-        if (!need_value(a, v)) return -1;
-        spex_error err = {0};
-        if (spex_sampler_parse_stages(v, &o->sp, &err) != SPEX_OK) {
-            fprintf(stderr, "error: %s: %s\n", a, err.msg);
-            return -1;
-        }
-    } else if (flag_is(a, "-s", "--seed")) {
-        if (!cli_parse_int(a, v, -1, 0xFFFFFFFEL, &n)) return -1;
-        o->sp.seed = n < 0 ? SPEX_SEED_RANDOM : (uint64_t)n;
-    } else {
-        return 0;
-    }
-    return 1;
-}
-
-/* Speculative decoding and the KV cache types. */
-static int flag_spec(const char *a, const char *v, run_opts *o, run_kv *kv) {
-    if (flag_is(a, "-md", "--model-draft") || !strcmp(a, "--spec-draft-model")) {
-        if (!need_value(a, v)) return -1;
-        o->draft = v;
-    } else if (flag_is(a, "--spec-type", NULL)) {
-        spex_spec_type t;
-        if (!need_value(a, v)) return -1;
-        if (!spex_spec_type_parse(v, &t)) {
-            fprintf(stderr, "error: %s expects auto, none, dflash, mtp, ngram, draft-simple or hybrid, got '%s'\n", a, v);
-            return -1;
-        }
-        o->spec_type = v;
-    } else if (flag_is(a, "--spec-draft-n-max", "--draft-max") || flag_is(a, "--draft", "--draft-n")) {
-        if (!cli_parse_int(a, v, 0, 1024, &o->n_draft_max)) return -1;
-    } else if (flag_is(a, "--spec-draft-n-min", "--draft-min") || !strcmp(a, "--draft-n-min")) {
-        if (!cli_parse_int(a, v, 0, 1024, &o->n_draft_min)) return -1;
-    } else if (flag_is(a, "--spec-draft-p-min", "--draft-p-min")) {
-        if (!float_in(a, v, 0, 1, &o->p_draft_min)) return -1;
-    } else if (flag_is(a, "--spec-draft-cut", "--spec-guard")) {
-        if (!parse_on_off_auto(a, v, !strcmp(a, "--spec-guard") ? &o->guard : &o->draft_cut)) return -1;
-    } else if (flag_is(a, "--spec-draft-sampling", NULL)) {
-        if (!need_value(a, v)) return -1;
-        if (strcmp(v, "probabilistic") && strcmp(v, "greedy")) {
-            fprintf(stderr, "error: %s expects probabilistic or greedy, got '%s'\n", a, v);
-            return -1;
-        }
-        o->draft_greedy = !strcmp(v, "greedy");
-    } else if (flag_is(a, "--override-kv", NULL)) {
-        if (!need_value(a, v)) return -1;
-        if (o->n_model_overrides >= RUN_MAX_OVERRIDES) {
-            fprintf(stderr, "error: at most %d %s flags\n", RUN_MAX_OVERRIDES, a);
-            return -1;
-        }
-        o->model_overrides[o->n_model_overrides++] = v;
-    } else if (flag_is(a, "--spec-draft-override-kv", NULL)) {
-        if (!need_value(a, v)) return -1;
-        if (o->n_overrides >= RUN_MAX_OVERRIDES) {
-            fprintf(stderr, "error: at most %d %s flags\n", RUN_MAX_OVERRIDES, a);
-            return -1;
-        }
-        o->overrides[o->n_overrides++] = v;
-    } else if (flag_is(a, "-ctk", "--cache-type-k")) {
-        if (!cli_parse_kv_type(a, v, &kv->kt)) return -1;
-        kv->has_kt = true;
-    } else if (flag_is(a, "-ctv", "--cache-type-v")) {
-        if (!cli_parse_kv_type(a, v, &kv->vt)) return -1;
-        kv->has_vt = true;
-    } else if (flag_is(a, "-ctkd", "--cache-type-k-draft") || !strcmp(a, "--spec-draft-type-k")) {
-        if (!cli_parse_kv_type(a, v, &kv->dkt)) return -1;
-        kv->has_dkt = true;
-    } else if (flag_is(a, "-ctvd", "--cache-type-v-draft") || !strcmp(a, "--spec-draft-type-v")) {
-        if (!cli_parse_kv_type(a, v, &kv->dvt)) return -1;
-        kv->has_dvt = true;
-    } else {
-        return cli_ngram_flag(a, v, &o->ngram);
-    }
-    return 1;
+/* cli_common into run_opts: the values as spex run reads them. */
+static void from_common(run_opts *o, const cli_common *c) {
+    o->model = c->model;
+    o->draft = c->draft;
+    o->spec_type = c->spec_type;
+    o->n_draft_max = c->n_draft_max;
+    o->n_draft_min = c->n_draft_min;
+    o->p_draft_min = c->p_draft_min;
+    o->draft_greedy = c->draft_greedy;
+    o->draft_cut = c->draft_cut;
+    memcpy(o->model_overrides, c->model_overrides, sizeof c->model_overrides);
+    o->n_model_overrides = c->n_model_overrides;
+    memcpy(o->overrides, c->overrides, sizeof c->overrides);
+    o->n_overrides = c->n_overrides;
+    o->ngram = c->ngram;
+    o->kv_type = c->kv_type;
+    o->ctk_draft = c->draft_kv;
+    o->sp = c->sp;
+    o->n_threads = c->n_threads < 0 ? 0 : c->n_threads;   /* llama.cpp's -1: every CPU */
+    o->n_ctx = c->n_ctx;   /* one sequence's */
+    o->n_batch = c->n_batch;
+    o->n_predict = c->n_predict;
+    o->chat_template = c->chat_template;
+    o->chat_template_file = c->chat_template_file;
+    o->chat_template_kwargs = c->chat_template_kwargs;
+    o->jinja = c->jinja;
+    o->no_think = c->enable_thinking == 0;
+    o->no_mmap = c->no_mmap;
+    o->no_repack = c->no_repack;
 }
 
 /* Returns 0 when the run should go on, else the exit status (0 for --help is signalled by -1). */
-static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
-    run_kv kv = {.kt = SPEX_TYPE_F16, .vt = SPEX_TYPE_F16, .dkt = SPEX_TYPE_F16, .dvt = SPEX_TYPE_F16};
+static int parse_args(int argc, char **argv, run_opts *o) {
+    cli_common c;
+    cli_common_init(&c);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (flag_is(a, "-h", "--help") || !strcmp(a, "--usage")) {
@@ -317,16 +204,17 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
             return -1;
         }
         bool takes = true;
-        int r = flag_main(a, v, o, &takes);
-        if (!r) r = flag_sampling(a, v, o, repeat_last_n);
-        if (!r) r = flag_spec(a, v, o, &kv);
-        if (!r && (r = cli_llama_flag(false, a, v, &takes)) == 0) {   /* llama.cpp's, not applied here */
+        int r = cli_common_flag(a, v, &c, &takes);
+        if (!r) takes = true, r = flag_run(a, v, o, &c, &takes);
+        if (!r && (takes = true, r = cli_llama_flag(false, a, v, &takes)) == 0) {   /* llama.cpp's, not applied here */
             fprintf(stderr, "error: unknown flag '%s' (see 'spex run --help')\n", a);
             return 2;
         }
         if (r < 0) return 2;
         if (takes) i++;
     }
+    if (cli_common_finish(&c) < 0) return 2;
+    from_common(o, &c);
     if (!o->model) {
         fprintf(stderr, "error: -m MODEL is required (see 'spex run --help')\n");
         return 2;
@@ -334,19 +222,6 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
     if (o->prompt && o->prompt_file) {
         fprintf(stderr, "error: give the prompt with -p or -f, not both\n");
         return 2;
-    }
-    spex_chat_template tmpl;
-    if (o->chat_template && !spex_chat_template_from_name(o->chat_template, &tmpl)) {
-        fprintf(stderr, "error: unknown --chat-template '%s' (none, chatml, qwen3, qwen35)\n", o->chat_template);
-        return 2;
-    }
-    if (!cli_kv_pair("target", kv.has_kt, kv.kt, kv.has_vt, kv.vt, &o->kv_type)) return 2;
-    if (!cli_kv_pair("draft", kv.has_dkt, kv.dkt, kv.has_dvt, kv.dvt, &o->ctk_draft)) return 2;
-    if (o->n_draft_max == 0 && (o->draft || run_spec_is_mtp(o) || run_spec_is_ngram(o)) &&
-        !(o->spec_type && !strcmp(o->spec_type, "none"))) {
-        /* llama.cpp's meaning: a draft of at most 0 tokens is no drafting */
-        fprintf(stderr, "note: --spec-draft-n-max 0: nothing is drafted (speculative decoding off)\n");
-        o->spec_type = "none";
     }
     if (o->spec_type && !strcmp(o->spec_type, "none")) o->draft = NULL;
     else if (run_spec_is_ngram(o) && o->draft) {
@@ -359,10 +234,6 @@ static int parse_args(int argc, char **argv, run_opts *o, long *repeat_last_n) {
     }
     if (!o->chat && (o->system || o->no_think || o->chat_template || o->chat_template_file)) {
         fprintf(stderr, "error: --system, --no-think, --chat-template and --chat-template-file need --chat\n");
-        return 2;
-    }
-    if (o->chat_template && o->chat_template_file) {
-        fprintf(stderr, "error: give --chat-template NAME or --chat-template-file FILE, not both\n");
         return 2;
     }
     if (o->chat_template_file) o->jinja = true;   /* llama.cpp: a template file is Jinja */
@@ -589,30 +460,14 @@ done:
 }
 
 int cmd_run(int argc, char **argv) {
-    run_opts o = {.n_predict = -1, .n_batch = 512, .sp = spex_sampler_default_params(), .ctk_draft = SPEX_TYPE_F16,
-                  .kv_type = SPEX_TYPE_F16, .draft_cut = -1, .guard = -1, .ngram = spex_ngram_default_params(),
-                  .n_draft_max = -1};
-    long repeat_last_n = o.sp.repeat_last_n;
+    run_opts o = {.guard = -1};   /* the rest from cli_common (tools/opts.c) */
     int n_args = 0;
     char **args = NULL;
     if (!cli_env_args(false, argc, argv, &n_args, &args)) return 2;   /* LLAMA_ARG_*: before the flags */
-    int prc = parse_args(n_args, args, &o, &repeat_last_n);
+    int prc = parse_args(n_args, args, &o);
     if (prc == 2) cli_env_explain();
     if (prc < 0) return 0;
     if (prc > 0) return prc;
-    o.sp.repeat_last_n = repeat_last_n < 0 ? -1 : (int32_t)repeat_last_n;
-
-    /* Sampler values the flag parser cannot judge alone (the library's rules) are checked
-     * before the model loads, so a bad value is a usage error (exit 2), not a run error. */
-    spex_sampler_params probe = o.sp;
-    if (probe.repeat_last_n < 0) probe.repeat_last_n = 0;
-    spex_sampler *s = NULL;
-    spex_error err = {0};
-    if (spex_sampler_init(&probe, 1, &s, &err) != SPEX_OK) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        return 2;
-    }
-    spex_sampler_free(s);
 
     char *file_text = NULL;
     size_t len = 0;

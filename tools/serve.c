@@ -1,13 +1,15 @@
 /*
  * serve.c — `spex serve`: flag parsing for the HTTP server (src/server/), llama-server's names.
  *
- * What it is: server-api.md §2 mapped onto srv_config; the server itself (model loading,
+ * What it is: server-api.md §2 mapped onto srv_config (the options shared with `spex run` are
+ * tools/opts.c's table, copied in by from_common); the server itself (model loading,
  * listener, engine) is src/server/http.c. What it is not: every llama-server flag — those
  * spex does not apply are tools/compat.c's (accepted with a note, or refused with the reason);
  * docs/server.md has the table of all of them; unknown flags are errors.
  */
 #include "spex.h"
 #include "cli.h"
+#include "opts.h"
 #include "server/server.h"
 #include "server/webui.h"
 #include "spec/api.h"
@@ -19,8 +21,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-
-#define SERVE_MAX_OVERRIDES 16
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -50,9 +50,9 @@ static void usage(FILE *f) {
             "  --spec-ngram-size-n N (12)  --spec-ngram-size-m N (48)  --spec-ngram-min-hits N (1)\n"
             "  --spec-draft-n-max N  --spec-draft-n-min N  --spec-draft-p-min P  --spec-draft-sampling greedy|probabilistic\n"
             "  -ctk/-ctv f16|f32|q8_0      target KV type (f16; K = V)\n"
-            "  -ctkd/-ctvd f16|f32|q8_0    draft KV type                        --spec-draft-override-kv KEY=TYPE:VALUE\n"
+            "  -ctkd/-ctvd f16|f32|q8_0    draft KV type (K = V)                --spec-draft-override-kv KEY=TYPE:VALUE\n"
             "  --spec-adaptive on|off      adaptive draft length (on)           --spec-min-gain X (1.05)\n"
-            "  --spec-draft-cut on|off     cost-aware cut of a lone slot's drafts after the walk (on)\n"
+            "  --spec-draft-cut on|off|auto  cost-aware cut of a lone slot's drafts after the walk (auto: on)\n"
             "  --queue-max N               waiting requests before 503 (64)     --body-max BYTES (8 MiB)\n"
             "  --conn-max N                requests in service, and connections still sending their head (1024)\n"
             "  --conn-max-per-ip N         the same per client address (256; 0: no limit)\n"
@@ -96,9 +96,7 @@ static char *read_key_file(const char *path) {
 
 /* What the flags set beyond srv_config, settled after the loop (serve_finish). */
 typedef struct serve_args {
-    spex_type kt, vt;   /* -ctk / -ctv */
-    bool has_kt, has_vt, spec_none;
-    long repeat_last_n, kv_per_slot;
+    long kv_per_slot;
 } serve_args;
 
 static bool need(const char *a, const char *v) {
@@ -153,42 +151,14 @@ static srv_config serve_defaults(void) {
 static int flag_server(const char *a, const char *v, srv_config *c, serve_args *sa, bool *takes) {
     long n;
     float f;
-    if (is(a, "-m", "--model")) {
-        if (!need(a, v)) return -1;
-        c->model = v;
-    } else if (is(a, "-a", "--alias")) {
+    if (is(a, "-a", "--alias")) {
         if (!need(a, v)) return -1;
         c->alias = v;
-    } else if (is(a, "-c", "--ctx-size")) {
-        if (!cli_parse_int(a, v, 0, 1L << 24, &n)) return -1;
-        c->n_ctx = (int32_t)n;
     } else if (is(a, "--kv-unified-per-slot", NULL)) {
         if (!cli_parse_int(a, v, 1, 1L << 24, &sa->kv_per_slot)) return -1;
     } else if (is(a, "-np", "--parallel")) {
         if (!cli_parse_int(a, v, -1, 64, &n)) return -1;
         c->n_slots = n <= 0 ? 4 : (int32_t)n;   /* auto = 4 (§2.1) */
-    } else if (is(a, "-n", "--n-predict") || !strcmp(a, "--predict")) {
-        if (!cli_parse_int(a, v, -1, 1L << 30, &n)) return -1;
-        c->n_predict = n;
-    } else if (is(a, "-b", "--batch-size")) {
-        if (!cli_parse_int(a, v, 1, 1L << 16, &n)) return -1;
-        c->n_batch = (int32_t)n;
-    } else if (is(a, "-t", "--threads")) {
-        if (!cli_parse_int(a, v, -1, 1024, &n)) return -1;
-        c->n_threads = (int32_t)n;
-    } else if (is(a, "-nr", "--no-repack") || is(a, "--repack", NULL)) {
-        c->no_repack = strcmp(a, "--repack") != 0, *takes = false;
-    } else if (is(a, "--no-mmap", "--mmap")) {
-        c->no_mmap = strcmp(a, "--mmap") != 0, *takes = false;
-    } else if (is(a, "--override-kv", NULL)) {
-        static const char *model_overrides[SERVE_MAX_OVERRIDES];
-        if (!need(a, v)) return -1;
-        if (c->n_model_overrides >= SERVE_MAX_OVERRIDES) {
-            fprintf(stderr, "error: at most %d %s flags\n", SERVE_MAX_OVERRIDES, a);
-            return -1;
-        }
-        model_overrides[c->n_model_overrides++] = v;
-        c->model_overrides = model_overrides;
     } else if (is(a, "--ctx-checkpoints", "-ctxcp") || is(a, "--swa-checkpoints", NULL)) {
         if (!cli_parse_int(a, v, 0, 1024, &n)) return -1;
         c->n_ctx_checkpoints = (int32_t)n;
@@ -239,11 +209,6 @@ static int flag_server(const char *a, const char *v, srv_config *c, serve_args *
         *(!strcmp(a, "--props") ? &c->props : &c->metrics) = true, *takes = false;
     } else if (is(a, "--slots", NULL) || is(a, "--no-slots", NULL)) {
         c->slots = !strcmp(a, "--slots"), *takes = false;
-    } else if (is(a, "--jinja", NULL) || is(a, "--no-jinja", NULL)) {
-        c->jinja = !strcmp(a, "--jinja"), *takes = false;
-    } else if (is(a, "--chat-template-file", NULL)) {
-        if (!need(a, v)) return -1;
-        c->chat_template_file = v;
     } else if (is(a, "--spm-infill", NULL)) {
         c->spm_infill = true, *takes = false;
     } else if (is(a, "--slot-save-path", NULL)) {
@@ -281,133 +246,69 @@ static int flag_server(const char *a, const char *v, srv_config *c, serve_args *
     return 1;
 }
 
-/* The chat template, reasoning and the sampling defaults. */
-static int flag_chat(const char *a, const char *v, srv_config *c, serve_args *sa, bool *takes) {
-    long n;
-    float f, *fp = NULL;
-    if (is(a, "--chat-template", NULL)) {
-        if (!need(a, v)) return -1;
-        spex_chat_template t;
-        if (!spex_chat_template_from_name(v, &t)) {
-            fprintf(stderr, "error: --chat-template '%s' is not supported: use --chat-template chatml\n", v);
-            return -1;
-        }
-        c->chat_template = v;
-    } else if (is(a, "--chat-template-kwargs", NULL)) {
-        if (!need(a, v)) return -1;
-        if (strstr(v, "\"enable_thinking\"") && strstr(v, "false")) c->enable_thinking = 0;
-        else if (strstr(v, "\"enable_thinking\"") && strstr(v, "true")) c->enable_thinking = 1;
-    } else if (is(a, "--reasoning-format", NULL)) {
-        if (!need(a, v)) return -1;
-        if (!strcmp(v, "none")) c->reasoning_format = SRV_REASONING_NONE;
-        else if (!strcmp(v, "deepseek") || !strcmp(v, "auto")) c->reasoning_format = SRV_REASONING_DEEPSEEK;
-        else if (!strcmp(v, "deepseek-legacy")) c->reasoning_format = SRV_REASONING_LEGACY;
-        else {
-            fprintf(stderr, "error: %s expects none, auto, deepseek or deepseek-legacy, got '%s'\n", a, v);
-            return -1;
-        }
-    } else if (is(a, "-rea", "--reasoning")) {
-        if (!need(a, v)) return -1;
-        if (!strcmp(v, "off")) c->enable_thinking = 0;
-        else if (!strcmp(v, "on") || !strcmp(v, "auto")) c->enable_thinking = 1;
-        else {
-            fprintf(stderr, "error: %s expects on, off or auto, got '%s'\n", a, v);
-            return -1;
-        }
-    } else if (is(a, "--top-k", NULL)) {
-        if (!cli_parse_int(a, v, 0, 1L << 30, &n)) return -1;
-        c->sp.top_k = (int32_t)n;
-    } else if (is(a, "--repeat-last-n", NULL)) {
-        if (!cli_parse_int(a, v, -1, 1L << 24, &sa->repeat_last_n)) return -1;
-    } else if (is(a, "--samplers", NULL)) {
-        if (!need(a, v)) return -1;
-        spex_error err = {0};
-        if (spex_sampler_parse_stages(v, &c->sp, &err) != SPEX_OK) {
-            fprintf(stderr, "error: %s: %s\n", a, err.msg);
-            return -1;
-        }
-    } else if (is(a, "-s", "--seed")) {
-        if (!cli_parse_int(a, v, -1, 0xFFFFFFFEL, &n)) return -1;
-        c->sp.seed = n < 0 ? SPEX_SEED_RANDOM : (uint64_t)n;
-    } else {
-        fp = is(a, "--temp", "--temperature") ? &c->sp.temp
-           : is(a, "--top-p", NULL) ? &c->sp.top_p
-           : is(a, "--min-p", NULL) ? &c->sp.min_p
-           : is(a, "--repeat-penalty", NULL) ? &c->sp.repeat_penalty
-           : is(a, "--presence-penalty", NULL) ? &c->sp.presence_penalty
-           : is(a, "--frequency-penalty", NULL) ? &c->sp.frequency_penalty : NULL;
-        if (!fp) return 0;
-        if (!cli_parse_float(a, v, &f)) return -1;
-        *fp = f;
+/* Reasoning. */
+static int flag_chat(const char *a, const char *v, srv_config *c) {
+    if (!is(a, "--reasoning-format", NULL)) return 0;
+    if (!need(a, v)) return -1;
+    if (!strcmp(v, "none")) c->reasoning_format = SRV_REASONING_NONE;
+    else if (!strcmp(v, "deepseek") || !strcmp(v, "auto")) c->reasoning_format = SRV_REASONING_DEEPSEEK;
+    else if (!strcmp(v, "deepseek-legacy")) c->reasoning_format = SRV_REASONING_LEGACY;
+    else {
+        fprintf(stderr, "error: %s expects none, auto, deepseek or deepseek-legacy, got '%s'\n", a, v);
+        return -1;
     }
     return 1;
 }
 
-/* Speculative decoding and the KV cache types. */
-static int flag_spec(const char *a, const char *v, srv_config *c, serve_args *sa, bool *takes) {
-    static const char *overrides[SERVE_MAX_OVERRIDES];
-    long n;
+/* Speculative decoding, serve's own flags. */
+static int flag_spec(const char *a, const char *v, srv_config *c) {
     float f;
-    if (is(a, "-md", "--model-draft") || !strcmp(a, "--spec-draft-model")) {
-        if (!need(a, v)) return -1;
-        c->draft = v;
-    } else if (is(a, "--spec-type", NULL)) {
-        if (!need(a, v)) return -1;
-        if (!spex_spec_type_parse(v, &c->spec_type)) {
-            fprintf(stderr,
-                    "error: --spec-type '%s' is not supported (none, draft-dflash, draft-mtp, ngram, draft-simple, hybrid)\n",
-                    v);
-            return -1;
-        }
-        sa->spec_none = c->spec_type == SPEX_SPEC_NONE;
-    } else if (is(a, "--spec-draft-n-max", NULL) || is(a, "--spec-draft-n-min", NULL)) {
-        if (!cli_parse_int(a, v, 0, 1024, &n)) return -1;
-        *(!strcmp(a, "--spec-draft-n-max") ? &c->n_draft_max : &c->n_draft_min) = (int32_t)n;
-    } else if (is(a, "--spec-draft-p-min", "--draft-p-min")) {
-        if (!cli_parse_float(a, v, &f)) return -1;
-        c->p_draft_min = f;
-    } else if (is(a, "--spec-draft-sampling", NULL)) {
-        if (!v || (strcmp(v, "greedy") && strcmp(v, "probabilistic"))) {
-            fprintf(stderr, "error: %s expects greedy or probabilistic\n", a);
-            return -1;
-        }
-        c->draft_greedy = !strcmp(v, "greedy");
-    } else if (is(a, "-ctk", "--cache-type-k")) {
-        if (!cli_parse_kv_type(a, v, &sa->kt)) return -1;
-        sa->has_kt = true;
-    } else if (is(a, "-ctv", "--cache-type-v")) {
-        if (!cli_parse_kv_type(a, v, &sa->vt)) return -1;
-        sa->has_vt = true;
-    } else if (is(a, "-ctkd", "--spec-draft-type-k") || is(a, "-ctvd", "--spec-draft-type-v") ||
-               is(a, "--cache-type-k-draft", "--cache-type-v-draft")) {
-        if (!cli_parse_kv_type(a, v, &c->draft_kv)) return -1;
-    } else if (is(a, "--spec-draft-override-kv", NULL)) {
-        if (!need(a, v)) return -1;
-        if (c->n_overrides >= SERVE_MAX_OVERRIDES) {
-            fprintf(stderr, "error: at most %d %s flags\n", SERVE_MAX_OVERRIDES, a);
-            return -1;
-        }
-        overrides[c->n_overrides++] = v;
-        c->overrides = overrides;
-    } else if (is(a, "--spec-adaptive", NULL)) {
+    if (is(a, "--spec-adaptive", NULL)) {
         if (!on_off(a, v, &c->adaptive)) return -1;
-    } else if (is(a, "--spec-draft-cut", NULL)) {
-        if (!on_off(a, v, &c->draft_cut)) return -1;
     } else if (is(a, "--spec-min-gain", NULL)) {
         if (!cli_parse_float(a, v, &f)) return -1;
         c->min_gain = f;
-    } else if (is(a, "--draft", "--draft-n") || is(a, "--draft-max", "--draft-min") || is(a, "--draft-n-min", NULL)) {
-        fprintf(stderr, "error: the argument has been removed. use --spec-draft-n-max or --spec-draft-n-min\n");
-        return -1;
     } else {
         return 0;
     }
     return 1;
 }
 
+/* cli_common into srv_config: the values as the server reads them. The common options live in
+ * static storage, as the override lists must outlive the parse. */
+static void from_common(srv_config *c, const cli_common *o) {
+    c->model = o->model;
+    c->draft = o->draft;
+    c->spec_type = o->spec;
+    c->n_draft_max = (int32_t)o->n_draft_max;
+    c->n_draft_min = (int32_t)o->n_draft_min;
+    c->p_draft_min = o->p_draft_min;
+    c->draft_greedy = o->draft_greedy;
+    c->draft_cut = o->draft_cut != 0;   /* auto: on, serve's default */
+    c->model_overrides = o->model_overrides;
+    c->n_model_overrides = o->n_model_overrides;
+    c->overrides = o->overrides;
+    c->n_overrides = o->n_overrides;
+    c->ngram_params = o->ngram;
+    c->kv_type = o->kv_type;
+    c->draft_kv = o->draft_kv;
+    c->sp = o->sp;
+    c->n_threads = (int32_t)o->n_threads;
+    c->n_ctx = (int32_t)o->n_ctx;   /* the total over the slots */
+    c->n_batch = (int32_t)o->n_batch;
+    c->n_predict = o->n_predict;
+    c->chat_template = o->chat_template;
+    c->chat_template_file = o->chat_template_file;
+    c->jinja = o->jinja;
+    if (o->enable_thinking >= 0) c->enable_thinking = o->enable_thinking;
+    c->no_mmap = o->no_mmap;
+    c->no_repack = o->no_repack;
+}
+
 /* After the loop: the checks across flags, and the values settled from several. */
-static int serve_finish(srv_config *c, serve_args *sa) {
-    if (!cli_kv_pair("target", sa->has_kt, sa->kt, sa->has_vt, sa->vt, &c->kv_type)) return 2;
+static int serve_finish(srv_config *c, serve_args *sa, cli_common *o) {
+    if (cli_common_finish(o) < 0) return 2;
+    from_common(c, o);
     if (!c->model) {
         fprintf(stderr, "error: -m MODEL is required (see 'spex serve --help')\n");
         return 2;
@@ -419,12 +320,6 @@ static int serve_finish(srv_config *c, serve_args *sa) {
         fprintf(stderr, "error: --spec-type %s needs a drafter (-md FILE)\n", spex_spec_type_name(t));
         return 2;
     }
-    if (c->n_draft_max == 0 && (c->draft || t == SPEX_SPEC_MTP || t == SPEX_SPEC_NGRAM) && !sa->spec_none) {
-        /* llama.cpp's meaning: a draft of at most 0 tokens is no drafting */
-        fprintf(stderr, "note: --spec-draft-n-max 0: nothing is drafted (speculative decoding off)\n");
-        sa->spec_none = true;
-    }
-    if (sa->spec_none) c->draft = NULL, c->spec_type = SPEX_SPEC_NONE;
     if (t == SPEX_SPEC_NGRAM && c->draft) {
         fprintf(stderr, "error: --spec-type ngram drafts by lookup in the request's own tokens: drop -md\n");
         return 2;
@@ -433,22 +328,14 @@ static int serve_finish(srv_config *c, serve_args *sa) {
         fprintf(stderr, "error: --spec-type draft-mtp drafts with the target's MTP block: drop -md\n");
         return 2;
     }
-    c->sp.repeat_last_n = sa->repeat_last_n < 0 ? -1 : (int32_t)sa->repeat_last_n;
-    spex_sampler_params probe = c->sp;
-    if (probe.repeat_last_n < 0) probe.repeat_last_n = 0;
-    spex_sampler *s = NULL;
-    spex_error err = {0};
-    if (spex_sampler_init(&probe, 1, &s, &err) != SPEX_OK) {
-        fprintf(stderr, "error: %s\n", err.msg);
-        return 2;
-    }
-    spex_sampler_free(s);
     return -1;
 }
 
 static int serve_parse_args(int argc, char **argv, srv_config *out) {
+    static cli_common o;   /* static: c's override lists point into it */
     srv_config c = serve_defaults();
-    serve_args sa = {.kt = SPEX_TYPE_F16, .vt = SPEX_TYPE_F16, .repeat_last_n = c.sp.repeat_last_n};
+    serve_args sa = {0};
+    cli_common_init(&o);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (is(a, "-h", "--help") || !strcmp(a, "--usage")) {
@@ -456,18 +343,18 @@ static int serve_parse_args(int argc, char **argv, srv_config *out) {
             return 0;
         }
         bool takes = true;
-        int r = flag_server(a, v, &c, &sa, &takes);
-        if (!r) r = flag_chat(a, v, &c, &sa, &takes);
-        if (!r) r = flag_spec(a, v, &c, &sa, &takes);
-        if (!r) r = cli_ngram_flag(a, v, &c.ngram_params);
-        if (!r && (r = cli_llama_flag(true, a, v, &takes)) == 0) {   /* llama.cpp's, not applied here */
+        int r = cli_common_flag(a, v, &o, &takes);
+        if (!r) takes = true, r = flag_server(a, v, &c, &sa, &takes);
+        if (!r) r = flag_chat(a, v, &c);
+        if (!r) r = flag_spec(a, v, &c);
+        if (!r && (takes = true, r = cli_llama_flag(true, a, v, &takes)) == 0) {   /* llama.cpp's, not applied here */
             fprintf(stderr, "error: unknown flag '%s' (see 'spex serve --help')\n", a);
             return 2;
         }
         if (r < 0) return 2;
         if (takes) i++;
     }
-    int rc = serve_finish(&c, &sa);
+    int rc = serve_finish(&c, &sa, &o);
     if (rc < 0) *out = c;
     return rc;
 }
