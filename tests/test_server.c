@@ -1406,9 +1406,9 @@ TEST(llama_server_fields) {
         {"/completion", "{\"prompt\":\"hi\",\"n_predict\":2,\"n_probs\":0}", 200},
         {"/completion", "{\"prompt\":\"hi\",\"n_predict\":2,\"n_probs\":3}", 400},
     };
-    for (size_t i = 0; i < sizeof neutral / sizeof *neutral; i++) {
-        o = post_json(port, neutral[i].path, neutral[i].body, neutral[i].want);
-        CHECK_MSG(o != NULL, "%s %s: not %d", neutral[i].path, neutral[i].body, neutral[i].want);
+    for (size_t k = 0; k < sizeof neutral / sizeof *neutral; k++) {
+        o = post_json(port, neutral[k].path, neutral[k].body, neutral[k].want);
+        CHECK_MSG(o != NULL, "%s %s: not %d", neutral[k].path, neutral[k].body, neutral[k].want);
         cJSON_Delete(o);
     }
 
