@@ -19,6 +19,7 @@
  * The browser tests SKIP without `chromium` or `node` — and FAIL instead when
  * SPEX_TEST_REQUIRE_NODE is set (.ci/run sets it; scripts/install-deps.sh installs both).
  */
+#include "server/server.h"
 #include "server/webui.h"
 #include "srv_client.h"
 #include "test.h"
@@ -338,6 +339,28 @@ TEST(no_webui) {
     bool up = r.status == 200;
     resp_free(&r);
     CHECK(up);
+}
+
+/* Every error body is UTF-8 JSON, even when its message quotes bytes of the request that are
+ * not (a URL's %FF) or cuts a quoted field in the middle of a character (%.40s). */
+TEST(error_bodies_are_utf8) {
+    REQUIRE_SERVER_FROM(port, port_c);
+    resp r = {0};
+    CHECK(http(port, "GET", "/%FF%C3", NULL, NULL, &r));
+    bool ok = is_error(&r, 404, NULL) && srv_utf8_valid(r.body, r.body_len);
+    if (!ok) printf("  GET /%%FF%%C3 -> %d %s\n", r.status, r.body);
+    resp_free(&r);
+    CHECK(ok);
+    /* 39 ASCII bytes, then a two-byte character that a 40-byte cut splits */
+    const char *body = "{\"max_tokens\": 4, \"messages\": [{\"role\": \"user\", \"content\": \"hi\"}], "
+                       "\"tools\": [{\"name\": \"f\", \"type\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\u00e9\"}]}";
+    CHECK(http(port, "POST", "/v1/messages", NULL, body, &r));
+    cJSON *o = cJSON_Parse(r.body);
+    ok = r.status == 400 && cJSON_IsObject(o) && srv_utf8_valid(r.body, r.body_len);
+    if (!ok) printf("  /v1/messages -> %d %s\n", r.status, r.body);
+    cJSON_Delete(o);
+    resp_free(&r);
+    CHECK(ok);
 }
 
 TEST(static_path) {

@@ -333,7 +333,7 @@ char *srv_anthropic_error_json(int code, const char *message) {
     cJSON_AddStringToObject(o, "type", "error");
     cJSON *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddStringToObject(e, "type", srv_anthropic_error_type(code));
-    cJSON_AddStringToObject(e, "message", message);
+    cJSON_AddItemToObject(e, "message", srv_json_utf8(message));
     cJSON_AddNumberToObject(e, "code", code);   /* llama-server's field, beside Anthropic's two */
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

@@ -426,6 +426,16 @@ char *srv_utf8_repair(const char *text, size_t n, size_t *out_len) {
     return out;
 }
 
+/* Messages quote request bytes (a URL, a field cut by %.40s): not always UTF-8, and a JSON
+ * text must be. */
+cJSON *srv_json_utf8(const char *s) {
+    size_t n = 0;
+    char *fixed = srv_utf8_repair(s ? s : "", s ? strlen(s) : 0, &n);
+    cJSON *v = cJSON_CreateString(fixed ? fixed : "");
+    free(fixed);
+    return v;
+}
+
 /* The sampling fields: the token budget, temperature, top-p / top-k / min-p, penalties, seed. */
 static int read_sampling(srv_request *r, const cJSON *o, char *msg, size_t cap) {
     double d;
@@ -610,7 +620,7 @@ const char *srv_error_type(int code) {
 char *srv_error_json(int code, const char *msg) {
     cJSON *o = cJSON_CreateObject(), *e = cJSON_AddObjectToObject(o, "error");
     cJSON_AddNumberToObject(e, "code", code);
-    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddItemToObject(e, "message", srv_json_utf8(msg));
     cJSON_AddStringToObject(e, "type", srv_error_type(code));
     char *s = cJSON_PrintUnformatted(o);
     cJSON_Delete(o);

@@ -245,6 +245,8 @@ struct cJSON *srv_json_str_n(const char *s, size_t n);
 /* s[0 .. n) with every invalid sequence replaced by U+FFFD (one per maximal invalid subpart),
  * NUL-terminated, malloc'd (NULL when out of memory); *out_len its length. */
 char *srv_utf8_repair(const char *s, size_t n, size_t *out_len);
+/* A JSON string of s with invalid UTF-8 repaired as above (error messages quote request bytes). */
+struct cJSON *srv_json_utf8(const char *s);
 
 /* The error body {"error": {code, message, type}} (§3), malloc'd. */
 char *srv_error_json(int code, const char *msg);
