@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define TINY_QWEN3 "tests/data/models/tiny-qwen3.gguf"
@@ -263,6 +264,33 @@ TEST(bad_requests) {
     resp r;
     CHECK(http(port, "GET", "/slots/0?action=erase", NULL, NULL, &r) && r.status == 405);
     resp_free(&r);
+}
+
+/* A link planted at the save's temporary name is not followed: the file it points to keeps
+ * its bytes and the saved file is a regular file of its own. */
+TEST(save_ignores_planted_link) {
+    REQUIRE_SERVER_FROM(port, pair_port);
+    char victim[512], link_at[512];
+    snprintf(victim, sizeof victim, "%s", test_tmp_path("victim.txt"));
+    FILE *fp = fopen(victim, "w");
+    CHECK(fp && fputs("keep\n", fp) >= 0);
+    if (fp) fclose(fp);
+    for (int s = 0; s < 2; s++) {   /* every temporary name a save of slot 0 or 1 could use */
+        char nm[64];
+        snprintf(nm, sizeof nm, "planted.bin.tmp%d", s);
+        snprintf(link_at, sizeof link_at, "%s", test_tmp_path(nm));
+        unlink(link_at);
+        CHECK(symlink(victim, link_at) == 0);
+    }
+    int st = 0;
+    cJSON_Delete(slot_act(port, 0, "save", "planted.bin", &st));
+    CHECK_EQ_INT(st, 200);
+    size_t n = 0;
+    char *v = test_slurp(victim, &n);
+    CHECK_MSG(v && n == 5 && !memcmp(v, "keep\n", 5), "the link's target was written (%zu bytes)", n);
+    free(v);
+    struct stat sb;
+    CHECK(lstat(test_tmp_path("planted.bin"), &sb) == 0 && S_ISREG(sb.st_mode));
 }
 
 TEST(without_save_path) {

@@ -79,11 +79,14 @@ static int do_save(srv_engine *e, const srv_slots_io *io, int id, const char *na
     srv_slot_ident ident;
     srv_slots_ident(io, &ident);
     srv_slot_write_header(j.buf, &ident, (uint32_t)j.n, j.len - SRV_SLOT_HDR - 4u * (size_t)j.n);
-    char path[4096], tmp[4096 + 16];
+    char path[4096], tmp[4096 + 48];
     snprintf(path, sizeof path, "%s/%s", io->dir, name);
-    snprintf(tmp, sizeof tmp, "%s.tmp%d", path, id);
+    /* A name no other save uses (two saves to one name each write their own file) and created
+     * here (O_EXCL): a link planted at it is never followed, so no file outside is written. */
+    static unsigned tmp_seq;
+    snprintf(tmp, sizeof tmp, "%s.tmp%ld.%u", path, (long)getpid(), __atomic_fetch_add(&tmp_seq, 1u, __ATOMIC_RELAXED));
     (void)mkdir(io->dir, 0755);   /* llama-server creates the folder too; an error shows at open */
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     bool ok = fd >= 0 && write_all(fd, j.buf, j.len);
     if (fd >= 0 && close(fd) != 0) ok = false;
     if (ok && rename(tmp, path) != 0) ok = false;
