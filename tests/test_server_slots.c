@@ -293,6 +293,17 @@ TEST(save_ignores_planted_link) {
     CHECK(lstat(test_tmp_path("planted.bin"), &sb) == 0 && S_ISREG(sb.st_mode));
 }
 
+/* A restore from a FIFO (or any file that is not regular) is a prompt 400, not a connection
+ * thread blocked in open() until something writes to it. */
+TEST(restore_refuses_fifo) {
+    REQUIRE_SERVER_FROM(port, pair_port);
+    unlink(test_tmp_path("fifo.bin"));
+    CHECK(mkfifo(test_tmp_path("fifo.bin"), 0600) == 0);
+    time_t t0 = time(NULL);
+    CHECK(slot_err(port, "/slots/0?action=restore", "{\"filename\": \"fifo.bin\"}", 400, "regular"));
+    CHECK(time(NULL) - t0 < 10);
+}
+
 TEST(without_save_path) {
     REQUIRE_SERVER_FROM(port, plain_port);
     CHECK(slot_err(port, "/slots/0?action=save", "{\"filename\": \"x.bin\"}", 501, "--slot-save-path"));

@@ -154,7 +154,8 @@ static int read_file_checked(srv_engine *e, const srv_slots_io *io, const char *
                              srv_slot_hdr *hp, char *msg, size_t cap) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", io->dir, name);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; fstat refuses it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) return srv_fail(msg, cap, 400, "cannot open the slot file: %s", strerror(errno));
     struct stat stt;
     /* the largest file this server could have written: a full slot (n_ctx - 1 tokens) */
