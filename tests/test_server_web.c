@@ -49,7 +49,8 @@ TEST(cors_origin_rules) {
     CHECK(srv_cors_valid("http://a.example, https://b.example:8443,localhost,http://[::1]:80", msg, sizeof msg));
     static const char *const bad[] = {"", "http://a.example/", "http://a.example/x", "ftp://a.example", "a.example",
                                       "*,http://a.example", "http://a.example,,http://b", "http://a:99999",
-                                      "http://a b", "http://", "http://[::1"};
+                                      "http://a b", "http://", "http://[::1", "http://[::1]x80",
+                                      "http://[::1]80"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
         CHECK_MSG(!srv_cors_valid(bad[i], msg, sizeof msg) && msg[0], "'%s' accepted", bad[i]);
     CHECK(srv_cors_allowed(NULL, "http://x"));
@@ -69,6 +70,7 @@ TEST(cors_origin_rules) {
     CHECK(!srv_cors_allowed("localhost", "http://localhost.evil.example"));
     CHECK(!srv_cors_allowed("localhost", "http://127.0.0.10"));
     CHECK(!srv_cors_allowed("localhost", "file://localhost"));
+    CHECK(!srv_cors_allowed("localhost", "http://[::1]x80"));   /* a port needs its ':' */
 }
 
 TEST(static_path_rules) {

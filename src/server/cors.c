@@ -45,7 +45,8 @@ static bool split_origin(const char *p, const char *e, const char **hp, const ch
     for (const char *q = h; q < end; q++)
         if (!((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || (*q >= '0' && *q <= '9') || strchr("-.[]:", *q)))
             return false;
-    if (end < e) {   /* ":" port: 1 to 65535 */
+    if (end < e) {   /* ":" port: 1 to 65535 (after "]" the ':' is not implied) */
+        if (*end != ':') return false;
         const char *d = end + 1;
         long port = 0;
         if (d == e || e - d > 5) return false;
