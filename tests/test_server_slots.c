@@ -304,6 +304,38 @@ TEST(restore_refuses_fifo) {
     CHECK(time(NULL) - t0 < 10);
 }
 
+/* A --slot-save-path so long that DIR/NAME passes PATH_MAX: the save is refused, not written
+ * under a cut name that another NAME with the same beginning would also get. */
+static shared_server g_deep;
+static char g_deep_dir[4200];
+static int deep_port(void) {
+    if (!g_deep_dir[0]) {
+        size_t n = (size_t)snprintf(g_deep_dir, sizeof g_deep_dir, "%s", test_tmp_path("deep"));
+        mkdir(g_deep_dir, 0755);
+        while (n < 3900) {   /* components of 200 bytes */
+            g_deep_dir[n++] = '/';
+            memset(g_deep_dir + n, 'd', 200);
+            n += 200;
+            g_deep_dir[n] = 0;
+            mkdir(g_deep_dir, 0755);
+        }
+    }
+    const char *a[] = {"-m", TINY_QWEN3, "-np", "1", "-t", "1", "--slot-save-path", g_deep_dir, NULL};
+    return shared_server_port(&g_deep, a);
+}
+
+TEST(save_path_too_long) {
+    REQUIRE_SERVER_FROM(port, deep_port);
+    char name[251], body[400];
+    memset(name, 'n', 250);
+    name[250] = 0;
+    snprintf(body, sizeof body, "{\"filename\": \"%s\"}", name);
+    CHECK(slot_err(port, "/slots/0?action=save", body, 400, "too long"));
+    CHECK(slot_err(port, "/slots/0?action=restore", body, 400, "too long"));
+    bool clean = false;
+    CHECK_EQ_INT(shared_server_stop(&g_deep, &clean), 0);
+}
+
 TEST(without_save_path) {
     REQUIRE_SERVER_FROM(port, plain_port);
     CHECK(slot_err(port, "/slots/0?action=save", "{\"filename\": \"x.bin\"}", 501, "--slot-save-path"));

@@ -223,6 +223,12 @@ int srv_slots_action(struct srv_engine *e, const srv_slots_io *io, const char *i
             cJSON_Delete(o);
             return 400;
         }
+        /* DIR/NAME and the save's temporary name (32 bytes more) fit the path buffers: a cut
+         * path would name another file (the one with NAME's first bytes) */
+        if (strlen(io->dir) + 1 + strlen(name) + 32 >= 4096) {
+            cJSON_Delete(o);
+            return srv_fail(msg, cap, 400, "%s", "Invalid filename: the slot file's path is too long");
+        }
     }
     cJSON *res = cJSON_CreateObject();
     cJSON_AddNumberToObject(res, "id_slot", (double)id);
