@@ -69,6 +69,7 @@ TEST(repetition) {
     CHECK(check_lists("root ::= \"a\"{0,2} \"b\"", LIST("b", "ab", "aab"), LIST("aaab")));
     CHECK(check_lists("root ::= ( \"x\" [0-9]? ){1,3}", LIST("x", "x1x", "x1x2x3"), LIST("", "x1x2x3x")));
     CHECK(check_lists("root ::= \"a\"{0}", LIST(""), LIST("a")));
+    CHECK(check_lists("root ::= \"a\"{,2}", LIST("", "a", "aa"), LIST("aaa")));
 }
 
 TEST(recursion_and_comments) {
@@ -321,6 +322,7 @@ TEST(parse_errors) {
         {"root ::= b \"x\"\nb ::= c\nc ::= \"\" | root", "left-recursive"},
         {"root ::= \"a\"\nroot ::= \"b\"", "line 2 col 1: rule 'root' defined twice"},
         {"other ::= \"a\"", "no start rule 'root'"},
+        {"root ::= ( \"a\"? )*", "left-recursive"}, /* an open repetition of what can be empty */
         {"root ::= \"\xff\"", "malformed UTF-8"},
         {"::= \"a\"", "line 1 col 1: expected a rule name"},
         {"root ::= \"a\"\n  | \"b\"", "line 2 col 3: expected a rule name"},
