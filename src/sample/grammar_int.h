@@ -71,6 +71,9 @@ struct spex_grammar {
     g_cache_entry *cache;
     uint32_t cache_cap, cache_n;
     uint64_t cache_vocab;
+    /* the mask walk's per-depth sets, kept between masks (grammar_mask.c) */
+    struct g_level *levels;
+    uint32_t n_levels;
 };
 
 /* The partial character: bytes still needed (0: none), bytes seen, bits so far. */
@@ -101,5 +104,7 @@ void g_sort_ids(uint32_t *ids, uint32_t n);
 /* Starts a new set: a fresh epoch for the visited marks. */
 void g_new_epoch(spex_grammar *g);
 bool g_state_reserve(spex_grammar_state *st, uint32_t n);
+/* --- grammar_mask.c, used by spex_grammar_free --- */
+void g_mask_free(spex_grammar *g);
 
 #endif

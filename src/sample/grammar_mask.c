@@ -160,7 +160,7 @@ static void cache_store(spex_grammar *g, g_cache_entry *e, uint64_t h, const spe
 
 /* ---- the walk -------------------------------------------------------------- */
 
-typedef struct level {
+typedef struct g_level {
     const uint32_t *ids; /* this depth's stacks: own buffer, or the parent's while a character is partial */
     uint32_t n;
     g_partial part;
@@ -208,8 +208,15 @@ static bool enter(spex_grammar *g, level *L, uint32_t d, uint8_t b, bool *fail) 
 
 /* The walk itself: allowed gets every trie token st accepts; false when a limit was hit. */
 static bool walk(spex_grammar *g, const spex_grammar_vocab *v, const spex_grammar_state *st, uint32_t *allowed) {
-    level *L = calloc((size_t)v->max_depth + 2, sizeof *L);
-    if (!L) return false;
+    /* the levels are kept in the grammar: no allocation once they have grown to this vocabulary */
+    if (g->n_levels < v->max_depth + 2) {
+        level *nl = realloc(g->levels, ((size_t)v->max_depth + 2) * sizeof *nl);
+        if (!nl) return false;
+        memset(nl + g->n_levels, 0, (v->max_depth + 2 - g->n_levels) * sizeof *nl);
+        g->levels = nl;
+        g->n_levels = v->max_depth + 2;
+    }
+    level *L = g->levels;
     bool fail = false;
     L[0].ids = st->ids, L[0].n = st->n, L[0].part = st->part;
     L[0].node = 0, L[0].child = v->first_child[0];
@@ -231,9 +238,14 @@ static bool walk(spex_grammar *g, const spex_grammar_vocab *v, const spex_gramma
         d++;
         L[d].node = c, L[d].child = v->first_child[c];
     }
-    for (uint32_t i = 0; i < v->max_depth + 2; i++) free(L[i].own);
-    free(L);
     return !fail;
+}
+
+void g_mask_free(spex_grammar *g) {
+    for (uint32_t i = 0; i < g->n_levels; i++) free(g->levels[i].own);
+    free(g->levels);
+    g->levels = NULL;
+    g->n_levels = 0;
 }
 
 spex_status spex_grammar_mask(spex_grammar_state *st, const spex_grammar_vocab *v, uint32_t *allowed,

@@ -339,5 +339,6 @@ void spex_grammar_free(spex_grammar *g) {
         free(g->cache[i].mask);
     }
     free(g->cache);
+    g_mask_free(g);
     free(g);
 }
