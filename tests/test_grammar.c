@@ -128,6 +128,16 @@ TEST(partial_utf8_across_calls) {
     CHECK(!spex_grammar_accept_bytes(st, "\xff", 1));
     spex_grammar_state_free(st);
     spex_grammar_free(g);
+    /* a prefix that can only become an overlong form or a value beyond U+10FFFF is refused */
+    g = parse("root ::= .*");
+    CHECK(g);
+    st = spex_grammar_state_new(g);
+    CHECK(st);
+    CHECK(!spex_grammar_accept_bytes(st, "\xe0\x80", 2) && !spex_grammar_accept_bytes(st, "\xf4\x90", 2));
+    CHECK(spex_grammar_accept_bytes(st, "\xe0\xa0", 2) && !spex_grammar_is_complete(st));
+    CHECK(spex_grammar_accept_bytes(st, "\x80", 1) && spex_grammar_is_complete(st));
+    spex_grammar_state_free(st);
+    spex_grammar_free(g);
 }
 
 TEST(copy_independence) {

@@ -98,8 +98,9 @@ bool g_advance(spex_grammar *g, const uint32_t *in, uint32_t n, uint32_t cp, uin
 bool g_any_in_range(const spex_grammar *g, const uint32_t *in, uint32_t n, uint32_t lo, uint32_t hi);
 /* Feeds one byte to a partial character: 0 bad byte, 1 still partial, 2 complete (*cp). */
 int g_utf8_step(g_partial *p, uint8_t b, uint32_t *cp);
-/* The code points a partial character can still become. */
-void g_partial_range(const g_partial *p, uint32_t *lo, uint32_t *hi);
+/* The code points a partial character can still become, overlong forms and values beyond
+ * U+10FFFF excluded; false when there are none. */
+bool g_partial_range(const g_partial *p, uint32_t *lo, uint32_t *hi);
 void g_sort_ids(uint32_t *ids, uint32_t n);
 /* Starts a new set: a fresh epoch for the visited marks. */
 void g_new_epoch(spex_grammar *g);

@@ -182,8 +182,7 @@ static bool enter(spex_grammar *g, level *L, uint32_t d, uint8_t b, bool *fail) 
     if (r == 0) return false;
     if (r == 1) {
         uint32_t lo, hi;
-        g_partial_range(&dn->part, &lo, &hi);
-        if (!g_any_in_range(g, up->ids, up->n, lo, hi)) return false;
+        if (!g_partial_range(&dn->part, &lo, &hi) || !g_any_in_range(g, up->ids, up->n, lo, hi)) return false;
         dn->ids = up->ids, dn->n = up->n;
         return true;
     }

@@ -43,11 +43,14 @@ int g_utf8_step(g_partial *p, uint8_t b, uint32_t *cp) {
     return 2;
 }
 
-void g_partial_range(const g_partial *p, uint32_t *lo, uint32_t *hi) {
+bool g_partial_range(const g_partial *p, uint32_t *lo, uint32_t *hi) {
+    static const uint32_t shortest[4] = {0, 0x80, 0x800, 0x10000}; /* smallest value per length */
     uint32_t rest = 6 * (p->need - p->have);
     *lo = p->acc << rest;
     *hi = (p->acc << rest) | ((1u << rest) - 1);
+    if (*lo < shortest[p->need]) *lo = shortest[p->need];
     if (*hi > 0x10FFFF) *hi = 0x10FFFF;
+    return *lo <= *hi;
 }
 
 /* ---- stack pool ------------------------------------------------------------ */
@@ -292,8 +295,7 @@ bool spex_grammar_accept_bytes(spex_grammar_state *st, const void *bytes, size_t
         if (r == 0) ok = false;
         else if (r == 1) {
             uint32_t lo, hi;
-            g_partial_range(&part, &lo, &hi);
-            ok = g_any_in_range(g, cur, nc, lo, hi);
+            ok = g_partial_range(&part, &lo, &hi) && g_any_in_range(g, cur, nc, lo, hi);
         } else {
             ok = g_advance(g, cur, nc, cp, next, &nn) && nn > 0;
             cur = next, nc = nn;
