@@ -183,6 +183,11 @@ $(FUZZ_OUT)/fuzz_toolcall: fuzz/fuzz_toolcall.c src/server/toolcall.c $(FUZZ_LIB
 	@mkdir -p $(FUZZ_OUT)
 	clang $(FUZZ_FLAGS) -o $@ $< src/server/toolcall.c $(FUZZ_LIB_SRC) -lpcre2-8 -lcjson -lm
 
+# fuzz_grammar: the GBNF engine (src/sample/grammar*.c), which depends on core alone.
+$(FUZZ_OUT)/fuzz_grammar: fuzz/fuzz_grammar.c $(wildcard src/sample/grammar*.c) $(filter src/core/%,$(LIB_SRC))
+	@mkdir -p $(FUZZ_OUT)
+	clang $(FUZZ_FLAGS) -o $@ $< $(wildcard src/sample/grammar*.c) $(filter src/core/%,$(LIB_SRC)) -lm
+
 # fuzz_http_head: the front door's request-head check (src/server/head.c), and the path and
 # Origin rules of webui.c and cors.c (libmicrohttpd only for the response helpers they hold).
 $(FUZZ_OUT)/fuzz_http_head: fuzz/fuzz_http_head.c src/server/head.c src/server/webui.c src/server/cors.c \
