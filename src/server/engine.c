@@ -884,8 +884,8 @@ static void slot_action_one(srv_engine *e, srv_slot_job *j) {
 }
 
 /* Runs the waiting actions whose slot is idle; an action on a busy slot waits until its
- * request ends (llama-server defers it the same way). This runs before admission, so a slot
- * freed by the last step gets its action before a new request can take it. */
+ * request ends (llama-server defers it the same way). engine_main runs it before admission,
+ * so a slot freed by the last step gets its action before a new request can take it. */
 static void slot_actions_run(srv_engine *e) {
     pthread_mutex_lock(&e->mu);
     srv_slot_job **pp = &e->sq_head, *prev = NULL;
@@ -940,8 +940,13 @@ static void *engine_main(void *arg) {
             pthread_mutex_unlock(&e->mu);
             break;
         }
+        /* slot actions first: a slot freed by the last step gets its waiting action (an erase,
+         * a restore) before a new request can take the slot */
+        pthread_mutex_unlock(&e->mu);
+        slot_actions_run(e);
+        pthread_mutex_lock(&e->mu);
         /* new requests join between steps, each on the free slot whose cache shares the
-         * longest prefix with its prompt */
+         * longest prefix with its prompt (a restored slot's included) */
         while (e->q_len > 0 && e->n_busy < e->p.n_slots) {
             srv_task *t = e->q[e->q_head];
             e->q_head = (e->q_head + 1) % e->p.queue_max;
@@ -958,7 +963,6 @@ static void *engine_main(void *arg) {
             e->n_busy++;
         }
         pthread_mutex_unlock(&e->mu);
-        slot_actions_run(e);   /* before admission: a restored slot is matched below next time */
         embd_run(e);
         /* Prompts advance by at most SRV_PREFILL_CHUNK tokens per iteration in all. */
         int32_t budget = SRV_PREFILL_CHUNK;

@@ -157,7 +157,13 @@ static int open_inside(const char *dir, const char *rel, struct stat *st) {
     if (!(rl == 1 || (!strncmp(real, root, rl) && real[rl] == '/'))) return -1;
     int fd = open(real, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     if (fd < 0) return -1;
-    if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    /* a folder of the path swapped for a link between realpath and open: the file actually
+     * opened is checked again through its descriptor (where /proc exists) */
+    char link[64], opened[PATH_MAX];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    bool inside = true;
+    if (realpath(link, opened)) inside = rl == 1 || (!strncmp(opened, root, rl) && opened[rl] == '/');
+    if (!inside || fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
         close(fd);
         return -1;
     }
