@@ -453,7 +453,7 @@ static bool check_left_recursion(parser *p) {
     spex_grammar *g = p->g;
     uint32_t n = g->n_rules;
     uint8_t *nullable = calloc(n, 1), *color = calloc(n, 1);
-    uint32_t *stack = malloc(n * 2 * sizeof *stack);
+    uint32_t *stack = malloc((size_t)n * 3 * sizeof *stack);
     bool ok = nullable && color && stack;
     if (!ok) fail_at(p, p->s, SPEX_ERR_NOMEM, "out of memory");
     for (bool changed = ok; changed;) {
@@ -467,15 +467,21 @@ static bool check_left_recursion(parser *p) {
             }
         }
     }
-    /* iterative DFS; color 1 = on the path, 2 = done; stack holds (rule, next alt-element pos) */
+    /* left[pos]: every element before pos in its alternative can match nothing (one linear
+     * pass, so the search below stays linear in the grammar's size) */
+    uint8_t *left = ok ? malloc(g->n_elems ? g->n_elems : 1) : NULL;
+    if (ok && !left) ok = fail_at(p, p->s, SPEX_ERR_NOMEM, "out of memory");
+    for (uint32_t pos = 0, l = 1; ok && pos < g->n_elems; pos++) {
+        left[pos] = (uint8_t)l;
+        const g_elem *e = &g->elems[pos];
+        l = e->type == G_END ? 1 : l && e->type == G_REF && nullable[e->val];
+    }
+    /* iterative DFS; color 1 = on the path, 2 = done; a frame is (rule, next element, end) */
     for (uint32_t s0 = 0; ok && s0 < n; s0++) {
         if (color[s0]) continue;
         uint32_t sp = 0;
-        stack[sp++] = s0, stack[sp++] = 0;
         color[s0] = 1;
-        while (ok && sp) {
-            uint32_t r = stack[sp - 2], k = stack[sp - 1]++;
-            /* k enumerates (alternative, element) pairs flattened over the rule's elements */
+        for (uint32_t r = s0;;) {   /* push r */
             const g_rule *rr = &g->rules[r];
             uint32_t lo = rr->n_alt ? g->alts[rr->first_alt] : 0, hi = lo;
             if (rr->n_alt) {
@@ -483,31 +489,35 @@ static bool check_left_recursion(parser *p) {
                 while (g->elems[hi].type != G_END) hi++;
                 hi++;
             }
-            if (lo + k >= hi) {
+            stack[sp++] = r, stack[sp++] = lo, stack[sp++] = hi;
+            break;
+        }
+        while (ok && sp) {
+            uint32_t r = stack[sp - 3], pos = stack[sp - 2]++, hi = stack[sp - 1];
+            if (pos >= hi) {
                 color[r] = 2;
-                sp -= 2;
+                sp -= 3;
                 continue;
             }
-            uint32_t pos = lo + k;
-            if (g->elems[pos].type != G_REF) continue;
-            /* reachable at the left only if all earlier elements of its alternative are nullable */
-            bool left = true;
-            for (uint32_t q = pos; q > lo && left;) {
-                q--;
-                if (g->elems[q].type == G_END) break;
-                left = g->elems[q].type == G_REF && nullable[g->elems[q].val];
-            }
-            if (!left) continue;
+            if (g->elems[pos].type != G_REF || !left[pos]) continue;
             uint32_t t = g->elems[pos].val;
             if (color[t] == 1) {
                 ok = fail_at(p, p->src + p->def_at[t], SPEX_ERR_FORMAT, "rule '%s' is left-recursive",
                              g->names + g->rules[t].name);
             } else if (!color[t]) {
                 color[t] = 1;
-                stack[sp++] = t, stack[sp++] = 0;
+                const g_rule *tr = &g->rules[t];
+                uint32_t lo = tr->n_alt ? g->alts[tr->first_alt] : 0, th = lo;
+                if (tr->n_alt) {
+                    th = g->alts[tr->first_alt + tr->n_alt - 1];
+                    while (g->elems[th].type != G_END) th++;
+                    th++;
+                }
+                stack[sp++] = t, stack[sp++] = lo, stack[sp++] = th;
             }
         }
     }
+    free(left);
     free(nullable);
     free(color);
     free(stack);
